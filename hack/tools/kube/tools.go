@@ -1,0 +1,7 @@
+//go:build tools
+
+// Package kube pins the Kubernetes control-plane components that the tests run
+// for real (kube-apiserver for envtest). hack/tools.sh builds them from here.
+package kube
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"

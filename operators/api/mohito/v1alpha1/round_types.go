@@ -1,0 +1,280 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+)
+
+// RoundSpec describes a series of Mohito rounds run by one integrator. One Round resource is
+// one series; per-round state lives in NATS JetStream KV, never in etcd (DESIGN.md).
+//
+// +kubebuilder:validation:XValidation:rule="duration(self.shufflerPolicy.responseTimeout) < duration(self.period)",message="shufflerPolicy.responseTimeout must be shorter than period: a round whose shuffler has not answered by then is aborted, never skipped (spec G7)"
+type RoundSpec struct {
+	// Period is the fixed round duration T_round (spec §3.5). Rounds never wait for
+	// participants: cover traffic keeps counts constant.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="period must be between 100ms and 1h"
+	Period metav1.Duration `json:"period"`
+
+	// CommandsPerUser is q, the most commands a user may send per round; vendors decode q
+	// ephemeral ids per active device, so vendor cost grows with q (spec O1).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4
+	CommandsPerUser int32 `json:"commandsPerUser,omitempty"`
+
+	// Delta is δ, the most messages per round colluding users and devices may inject. Every
+	// vendor's C_v must exceed it (spec §3.8).
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Delta int32 `json:"delta,omitempty"`
+
+	// CommandSize is L_c, the padded command plaintext size in bytes. Every command on the wire
+	// has this size (padding is a privacy property). It must hold the 90-byte header of spec O5.
+	// +optional
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=128
+	// +kubebuilder:validation:Maximum=65536
+	CommandSize int32 `json:"commandSize,omitempty"`
+
+	// ResponseSize is L_r, the padded response plaintext size in bytes.
+	// +optional
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=32
+	// +kubebuilder:validation:Maximum=65536
+	ResponseSize int32 `json:"responseSize,omitempty"`
+
+	// Mode selects the protocol variant. Hardened applies every [R] fix of the spec (G1–G7);
+	// PaperLiteral reproduces the paper for benchmarks only and leaks real counts (G1).
+	// +optional
+	// +kubebuilder:default=Hardened
+	// +kubebuilder:validation:Enum=Hardened;PaperLiteral
+	Mode ProtocolMode `json:"mode,omitempty"`
+
+	// Capacity is the round-level capacity policy; per-vendor figures are on each Vendor.
+	// +optional
+	// +kubebuilder:default={}
+	Capacity RoundCapacity `json:"capacity,omitempty"`
+
+	// VendorSelector selects the Vendors (same namespace) that take part in this series.
+	VendorSelector metav1.LabelSelector `json:"vendorSelector"`
+
+	// ShufflerPolicy says how V* is chosen each round and how long it may take.
+	ShufflerPolicy ShufflerPolicy `json:"shufflerPolicy"`
+
+	// DecryptWorkers scales the integrator's stateless decryption workers (spec §4.5 stage A).
+	// +optional
+	// +kubebuilder:default={}
+	DecryptWorkers DecryptWorkers `json:"decryptWorkers,omitempty"`
+
+	// Encoders partitions the integrator's OKVS encoders by vendor (spec §4.5 stage C).
+	// +optional
+	// +kubebuilder:default={}
+	Encoders Encoders `json:"encoders,omitempty"`
+
+	// AsyncWindow is W, the number of rounds a device may answer late (spec App. A, O15);
+	// 0 disables asynchronous responses.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	AsyncWindow int32 `json:"asyncWindow,omitempty"`
+
+	// Rounds limits the series to this many rounds; unset runs until deleted.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Rounds *int64 `json:"rounds,omitempty"`
+
+	// Keys references the integrator's X25519 private key sk_I.
+	Keys common.KeyReference `json:"keys"`
+}
+
+// ProtocolMode selects the hardened protocol or the paper-literal one.
+type ProtocolMode string
+
+const (
+	// ProtocolHardened applies every [R] fix of shared/specs/mohito.md §8.1.
+	ProtocolHardened ProtocolMode = "Hardened"
+	// ProtocolPaperLiteral follows the paper exactly; for benchmarks only.
+	ProtocolPaperLiteral ProtocolMode = "PaperLiteral"
+)
+
+// RoundCapacity is the round-level capacity policy (spec §3.8, G3, G5).
+type RoundCapacity struct {
+	// Draw says how C_v is chosen each round: Random draws a fresh secret C_v per round (G3a),
+	// Fixed uses base + δ (benchmarks only: it lets the shuffler learn real counts).
+	// +optional
+	// +kubebuilder:default=Random
+	// +kubebuilder:validation:Enum=Random;Fixed
+	Draw CapacityDraw `json:"draw,omitempty"`
+
+	// SizeClassGrowthPercent is the step between public OKVS size classes used when a round
+	// overflows K_v (G3b).
+	// +optional
+	// +kubebuilder:default=25
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SizeClassGrowthPercent int32 `json:"sizeClassGrowthPercent,omitempty"`
+}
+
+// CapacityDraw says how C_v is drawn.
+type CapacityDraw string
+
+const (
+	// CapacityRandom draws C_v = base + δ + U{0..jitter} each round, secret to the integrator.
+	CapacityRandom CapacityDraw = "Random"
+	// CapacityFixed uses C_v = base + δ every round.
+	CapacityFixed CapacityDraw = "Fixed"
+)
+
+// ShufflerPolicy configures shuffler selection (spec O4) and the abort rule (G7).
+type ShufflerPolicy struct {
+	// Selection is the selection algorithm. Selection never depends on user data.
+	// +optional
+	// +kubebuilder:default=SmoothWeightedRoundRobin
+	// +kubebuilder:validation:Enum=SmoothWeightedRoundRobin
+	Selection string `json:"selection,omitempty"`
+
+	// Selector narrows the Shufflers (same namespace) eligible for this series; empty selects
+	// every Shuffler whose vendor is in the series.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// ResponseTimeout aborts the round when the shuffler has not returned its output in time.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	ResponseTimeout metav1.Duration `json:"responseTimeout"`
+}
+
+// DecryptWorkers bounds the integrator's decryption worker pool.
+//
+// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="decryptWorkers.min must not exceed decryptWorkers.max"
+type DecryptWorkers struct {
+	// Min is the fewest workers.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	Min int32 `json:"min"`
+
+	// Max is the most workers.
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	Max int32 `json:"max"`
+
+	// TargetLag is the JetStream consumer lag (pending shuffled messages) per worker the
+	// autoscaler aims for.
+	// +optional
+	// +kubebuilder:default=10000
+	// +kubebuilder:validation:Minimum=1
+	TargetLag int64 `json:"targetLag,omitempty"`
+}
+
+// Encoders configures the OKVS encoder partitions.
+type Encoders struct {
+	// Partitions is the number of encoder partitions; vendors are placed on them by a consistent
+	// hash weighted by C_v.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Partitions int32 `json:"partitions"`
+}
+
+// RoundStatus is the observed state of a round series.
+type RoundStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Progressing, Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Vendors is the number of Vendors the selector matches.
+	// +optional
+	Vendors int32 `json:"vendors,omitempty"`
+
+	// Shufflers is the number of eligible Shufflers with a positive weight.
+	// +optional
+	Shufflers int32 `json:"shufflers,omitempty"`
+
+	// PaddedCapacity is Σ K_v over the selected vendors: the commands one round can carry.
+	// +optional
+	PaddedCapacity int64 `json:"paddedCapacity,omitempty"`
+
+	// CurrentRound is the id t of the round in progress.
+	// +optional
+	CurrentRound *int64 `json:"currentRound,omitempty"`
+
+	// CompletedRounds counts rounds that delivered.
+	// +optional
+	CompletedRounds int64 `json:"completedRounds,omitempty"`
+
+	// AbortedRounds counts rounds aborted (shuffler timeout, G7).
+	// +optional
+	AbortedRounds int64 `json:"abortedRounds,omitempty"`
+
+	// LastRoundSeconds is the duration of the last completed round.
+	// +optional
+	LastRoundSeconds *resource.Quantity `json:"lastRoundSeconds,omitempty"`
+
+	// CommandsPerSecond is the real-command rate over recent rounds.
+	// +optional
+	CommandsPerSecond int64 `json:"commandsPerSecond,omitempty"`
+
+	// FakeRatio is fakes ÷ all messages over recent rounds.
+	// +optional
+	FakeRatio *resource.Quantity `json:"fakeRatio,omitempty"`
+
+	// Bursts counts rounds with a burst (some A_v > C_v); a security metric (spec G5).
+	// +optional
+	Bursts int64 `json:"bursts,omitempty"`
+
+	// WorkerReplicas is the current number of decryption workers.
+	// +optional
+	WorkerReplicas int32 `json:"workerReplicas,omitempty"`
+}
+
+// Round is a series of fixed-period Mohito rounds.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=obscura;mohito
+// +kubebuilder:printcolumn:name="Period",type=string,JSONPath=`.spec.period`
+// +kubebuilder:printcolumn:name="Q",type=integer,JSONPath=`.spec.commandsPerUser`
+// +kubebuilder:printcolumn:name="Vendors",type=integer,JSONPath=`.status.vendors`
+// +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
+// +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
+// +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.completedRounds`,priority=1
+// +kubebuilder:printcolumn:name="Aborted",type=integer,JSONPath=`.status.abortedRounds`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Round struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   RoundSpec   `json:"spec"`
+	Status RoundStatus `json:"status,omitempty"`
+}
+
+// RoundList is a list of Rounds.
+//
+// +kubebuilder:object:root=true
+type RoundList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Round `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Round{}, &RoundList{})
+}

@@ -1,0 +1,116 @@
+// Command manager is the Obscura operator: one controller manager that runs the Vendor, Shuffler
+// and Round (mohito.obscura.dev) and AggregationJob (pda.obscura.dev) reconcilers.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/controller"
+)
+
+// Config is the manager's configuration, from flags with environment fallbacks.
+type Config struct {
+	MetricsAddr   string
+	ProbeAddr     string
+	LeaderElect   bool
+	LeaderElectNS string
+	VaultAddress  string
+}
+
+func (c Config) validate() error {
+	var errs []error
+	for name, addr := range map[string]string{"--metrics-bind-address": c.MetricsAddr, "--health-probe-bind-address": c.ProbeAddr} {
+		if addr == "0" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
+		}
+	}
+	if c.VaultAddress != "" {
+		u, err := url.Parse(c.VaultAddress)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--vault-address %q: want an http(s)://host:port URL", c.VaultAddress))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var cfg Config
+	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", envOr("OBSCURA_METRICS_ADDR", ":8080"), "address of the Prometheus metrics endpoint; 0 disables it (env OBSCURA_METRICS_ADDR)")
+	flag.StringVar(&cfg.ProbeAddr, "health-probe-bind-address", envOr("OBSCURA_PROBE_ADDR", ":8081"), "address of /healthz and /readyz (env OBSCURA_PROBE_ADDR)")
+	flag.BoolVar(&cfg.LeaderElect, "leader-elect", envOr("OBSCURA_LEADER_ELECT", "false") == "true", "elect a leader so that only one manager reconciles (env OBSCURA_LEADER_ELECT)")
+	flag.StringVar(&cfg.LeaderElectNS, "leader-election-namespace", envOr("OBSCURA_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader-election Lease; empty uses the pod's namespace")
+	flag.StringVar(&cfg.VaultAddress, "vault-address", envOr("VAULT_ADDR", ""), "default Vault address for key references without their own (env VAULT_ADDR)")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := cfg.validate(); err != nil {
+		log.Error(err, "invalid configuration")
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
+
+// NewScheme returns the scheme with every kind the operator reads or writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(mohitov1.AddToScheme(s))
+	utilruntime.Must(pdav1.AddToScheme(s))
+	return s
+}
+
+func run(cfg Config) error {
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  NewScheme(),
+		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:  cfg.ProbeAddr,
+		LeaderElection:          cfg.LeaderElect,
+		LeaderElectionID:        "operator.obscura.dev",
+		LeaderElectionNamespace: cfg.LeaderElectNS,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controller.SetupAll(mgr, controller.Options{VaultAddress: cfg.VaultAddress}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+	ctrl.Log.WithName("setup").Info("starting manager", "metrics", cfg.MetricsAddr, "probes", cfg.ProbeAddr, "leaderElect", cfg.LeaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

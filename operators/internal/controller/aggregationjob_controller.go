@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+)
+
+// Reasons an AggregationJob reports.
+const (
+	// ReasonNamespaceNotFound: a trust domain's namespace does not exist.
+	ReasonNamespaceNotFound = "NamespaceNotFound"
+	// ReasonDuplicateParticipantIdentity: two participants share one mTLS identity, which would
+	// let one party count twice towards τ.
+	ReasonDuplicateParticipantIdentity = "DuplicateParticipantIdentity"
+)
+
+const jobNamespaceIndex = ".spec.trustDomainNamespaces"
+
+// AggregationJobReconciler checks that a PDA aggregation can run: its two trust domains exist
+// and hold their keys, participant identities are distinct, and the window resolves.
+type AggregationJobReconciler struct {
+	client.Client
+	Keys     KeyCheck
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Reconcile evaluates one AggregationJob.
+func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var job pdav1.AggregationJob
+	if err := r.Get(ctx, req.NamespacedName, &job); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := job.Status.DeepCopy()
+
+	start, end := resolveWindow(&job)
+	job.Status.WindowStart, job.Status.WindowEnd = &start, &end
+	if job.Status.Phase == "" {
+		// The proxy and database workloads that move a job past Pending come with the PDA
+		// services; until they exist a job stays Pending.
+		job.Status.Phase = pdav1.PhasePending
+	}
+
+	o, err := r.evaluate(ctx, &job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	changed := o.apply(&job.Status.Conditions, job.Generation)
+	job.Status.ObservedGeneration = job.Generation
+	if !equality.Semantic.DeepEqual(before, &job.Status) {
+		if err := r.Status().Update(ctx, &job); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of aggregation job %s: %w", req, err)
+		}
+	}
+	if changed {
+		o.record(r.Recorder, &job)
+		logf.FromContext(ctx).Info("aggregation job evaluated", "ready", o.ready, "reason", o.reason)
+	}
+	return ctrl.Result{}, nil
+}
+
+// resolveWindow fills in the defaults of the window: it starts when the job was created unless
+// told otherwise, and ends at spec.end or start + duration.
+func resolveWindow(job *pdav1.AggregationJob) (start, end metav1.Time) {
+	w := job.Spec.Window
+	start = job.CreationTimestamp
+	if w.Start != nil {
+		start = *w.Start
+	}
+	switch {
+	case w.End != nil:
+		end = *w.End
+	case w.Duration != nil:
+		end = metav1.NewTime(start.Add(w.Duration.Duration))
+	}
+	return start, end
+}
+
+func (r *AggregationJobReconciler) evaluate(ctx context.Context, job *pdav1.AggregationJob) (outcome, error) {
+	seen := make(map[string]string, len(job.Spec.Participants))
+	for _, p := range job.Spec.Participants {
+		if other, dup := seen[p.Identity]; dup {
+			return *degraded(ReasonDuplicateParticipantIdentity,
+				"participants %s and %s share the identity %q: one party would count twice towards τ", other, p.Name, p.Identity), nil
+		}
+		seen[p.Identity] = p.Name
+	}
+	for _, d := range []struct {
+		role string
+		td   pdav1.TrustDomain
+	}{{"proxy", job.Spec.Proxy}, {"database", job.Spec.Database}} {
+		var ns corev1.Namespace
+		err := r.Get(ctx, client.ObjectKey{Name: d.td.Namespace}, &ns)
+		if apierrors.IsNotFound(err) {
+			return *degraded(ReasonNamespaceNotFound, "%s namespace %s does not exist", d.role, d.td.Namespace), nil
+		}
+		if err != nil {
+			return outcome{}, fmt.Errorf("get %s namespace %s: %w", d.role, d.td.Namespace, err)
+		}
+		if o, err := r.Keys.check(ctx, d.td.Namespace, d.role+" key", d.td.Keys, 0); err != nil || o != nil {
+			return deref(o), err
+		}
+	}
+	return ready(fmt.Sprintf("τ = %d of %d participants, %s keys, %d shards, window %s to %s",
+		job.Spec.Threshold, len(job.Spec.Participants), job.Spec.Key.Type, job.Spec.Shards,
+		job.Status.WindowStart.UTC().Format("2006-01-02T15:04:05Z"), job.Status.WindowEnd.UTC().Format("2006-01-02T15:04:05Z"))), nil
+}
+
+// SetupWithManager registers the reconciler and its watches. A job's Secrets live in its
+// trust domains' namespaces, so both Secrets and Namespaces map back through one index.
+func (r *AggregationJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &pdav1.AggregationJob{}, jobNamespaceIndex, func(o client.Object) []string {
+		j := o.(*pdav1.AggregationJob)
+		return []string{j.Spec.Proxy.Namespace, j.Spec.Database.Namespace}
+	}); err != nil {
+		return fmt.Errorf("index aggregation jobs by trust-domain namespace: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&pdav1.AggregationJob{}).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.jobsInTrustDomain(ctx, o.GetName())
+		})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.jobsInTrustDomain(ctx, o.GetNamespace())
+		})).
+		Named("aggregationjob").
+		Complete(r)
+}
+
+func (r *AggregationJobReconciler) jobsInTrustDomain(ctx context.Context, namespace string) []reconcile.Request {
+	var list pdav1.AggregationJobList
+	if err := r.List(ctx, &list, client.MatchingFields{jobNamespaceIndex: namespace}); err != nil {
+		logf.FromContext(ctx).Error(err, "list aggregation jobs by trust domain")
+		return nil
+	}
+	return requestsFor(list.Items, "")
+}

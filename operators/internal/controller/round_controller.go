@@ -1,0 +1,232 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+)
+
+// Reasons a Round reports.
+const (
+	// ReasonInvalidSelector: a label selector does not parse.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonNoVendorsSelected: spec.vendorSelector matches no Vendor.
+	ReasonNoVendorsSelected = "NoVendorsSelected"
+	// ReasonNoShufflerAvailable: no ready Shuffler with a positive weight serves a selected vendor.
+	ReasonNoShufflerAvailable = "NoShufflerAvailable"
+	// ReasonCapacityTooSmall: some vendor's K_v cannot hold base + δ + jitter, or C_v ≤ δ.
+	ReasonCapacityTooSmall = "CapacityTooSmall"
+	// ReasonResponseCapacityTooSmall: a vendor's response OKVS capacity is below q × devices.
+	ReasonResponseCapacityTooSmall = "ResponseCapacityTooSmall"
+)
+
+// RoundReconciler checks that a round series can run: it selects vendors and shufflers, every
+// selected vendor's capacity satisfies the spec's constraints for this series' δ and q, and the
+// integrator key resolves.
+type RoundReconciler struct {
+	client.Client
+	Keys     KeyCheck
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds,verbs=get;list;watch
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds/status,verbs=get;update;patch
+
+// Reconcile evaluates one Round series.
+func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var rd mohitov1.Round
+	if err := r.Get(ctx, req.NamespacedName, &rd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := rd.Status.DeepCopy()
+
+	o, err := r.evaluate(ctx, &rd)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	changed := o.apply(&rd.Status.Conditions, rd.Generation)
+	rd.Status.ObservedGeneration = rd.Generation
+	if !equality.Semantic.DeepEqual(before, &rd.Status) {
+		if err := r.Status().Update(ctx, &rd); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of round %s: %w", req, err)
+		}
+	}
+	if changed {
+		o.record(r.Recorder, &rd)
+		logf.FromContext(ctx).Info("round evaluated", "ready", o.ready, "reason", o.reason)
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, error) {
+	rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity = 0, 0, 0
+
+	vendors, o, err := r.selectedVendors(ctx, rd)
+	if err != nil || o != nil {
+		return deref(o), err
+	}
+	rd.Status.Vendors = int32(len(vendors))
+	for _, v := range vendors {
+		rd.Status.PaddedCapacity += int64(v.Spec.Capacity.PaddedEntries)
+	}
+	if o := checkCapacities(rd, vendors); o != nil {
+		return *o, nil
+	}
+
+	shufflers, o, err := r.eligibleShufflers(ctx, rd, vendors)
+	if err != nil || o != nil {
+		return deref(o), err
+	}
+	rd.Status.Shufflers = int32(len(shufflers))
+
+	if o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize); err != nil || o != nil {
+		return deref(o), err
+	}
+	return ready(fmt.Sprintf("%d vendors (Σ K_v = %d), %d shufflers, period %s",
+		len(vendors), rd.Status.PaddedCapacity, len(shufflers), rd.Spec.Period.Duration)), nil
+}
+
+// selectedVendors returns the ready vendors the series selects, or why it cannot use them.
+func (r *RoundReconciler) selectedVendors(ctx context.Context, rd *mohitov1.Round) ([]mohitov1.Vendor, *outcome, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&rd.Spec.VendorSelector)
+	if err != nil {
+		return nil, degraded(ReasonInvalidSelector, "vendorSelector: %v", err), nil
+	}
+	var list mohitov1.VendorList
+	if err := r.List(ctx, &list, client.InNamespace(rd.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, nil, fmt.Errorf("list vendors for round %s: %w", rd.Name, err)
+	}
+	if len(list.Items) == 0 {
+		return nil, degraded(ReasonNoVendorsSelected, "vendorSelector %q matches no Vendor in namespace %s", sel, rd.Namespace), nil
+	}
+	var notReady []string
+	for _, v := range list.Items {
+		if !isReady(v.Status.Conditions) {
+			notReady = append(notReady, v.Name)
+		}
+	}
+	if len(notReady) > 0 {
+		sort.Strings(notReady)
+		return nil, degraded(ReasonVendorNotReady, "selected vendors not ready: %s", strings.Join(notReady, ", ")), nil
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Spec.Index < list.Items[j].Spec.Index })
+	return list.Items, nil, nil
+}
+
+// checkCapacities applies the spec's per-vendor constraints that depend on the series' δ and q:
+// every drawn C_v = base + δ + U{0..jitter} must exceed δ and fit in K_v (§3.8, G3), and a
+// padded response OKVS must hold q entries per device (G6).
+func checkCapacities(rd *mohitov1.Round, vendors []mohitov1.Vendor) *outcome {
+	delta := int64(rd.Spec.Delta)
+	q := int64(rd.Spec.CommandsPerUser)
+	for _, v := range vendors {
+		c := v.Spec.Capacity
+		if c.Base < 1 {
+			return degraded(ReasonCapacityTooSmall,
+				"vendor %s: capacity.base must be at least 1 so that every C_v exceeds δ = %d", v.Name, delta)
+		}
+		if need := int64(c.Base) + delta + int64(c.Jitter); int64(c.PaddedEntries) < need {
+			return degraded(ReasonCapacityTooSmall,
+				"vendor %s: K_v = %d cannot hold C_v up to base %d + δ %d + jitter %d = %d",
+				v.Name, c.PaddedEntries, c.Base, delta, c.Jitter, need)
+		}
+		if c.ResponsePaddedEntries > 0 && int64(c.ResponsePaddedEntries) < q*v.Spec.Devices {
+			return degraded(ReasonResponseCapacityTooSmall,
+				"vendor %s: responsePaddedEntries %d is below q × devices = %d × %d",
+				v.Name, c.ResponsePaddedEntries, q, v.Spec.Devices)
+		}
+	}
+	return nil
+}
+
+// eligibleShufflers returns the ready Shufflers with a positive weight that run for a selected
+// vendor and match the series' shuffler selector.
+func (r *RoundReconciler) eligibleShufflers(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) ([]mohitov1.Shuffler, *outcome, error) {
+	sel := labels.Everything()
+	if rd.Spec.ShufflerPolicy.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(rd.Spec.ShufflerPolicy.Selector)
+		if err != nil {
+			return nil, degraded(ReasonInvalidSelector, "shufflerPolicy.selector: %v", err), nil
+		}
+		sel = s
+	}
+	var list mohitov1.ShufflerList
+	if err := r.List(ctx, &list, client.InNamespace(rd.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, nil, fmt.Errorf("list shufflers for round %s: %w", rd.Name, err)
+	}
+	selected := make(map[string]bool, len(vendors))
+	for _, v := range vendors {
+		selected[v.Name] = true
+	}
+	var out []mohitov1.Shuffler
+	for _, s := range list.Items {
+		if selected[s.Spec.VendorRef.Name] && isReady(s.Status.Conditions) && s.Status.EffectiveWeight > 0 {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, degraded(ReasonNoShufflerAvailable,
+			"no ready Shuffler with a positive weight runs for the %d selected vendors; rounds cannot run without one (they are never processed without a shuffler, spec G7)",
+			len(vendors)), nil
+	}
+	return out, nil, nil
+}
+
+func isReady(conds []metav1.Condition) bool {
+	return meta.IsStatusConditionTrue(conds, common.ConditionReady)
+}
+
+// SetupWithManager registers the reconciler and its watches. Vendors and Shufflers change the
+// outcome of every Round in their namespace; a namespace holds few Rounds.
+func (r *RoundReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &mohitov1.Round{}, secretKeyIndex, func(o client.Object) []string {
+		return nonEmpty(secretName(o.(*mohitov1.Round).Spec.Keys))
+	}); err != nil {
+		return fmt.Errorf("index rounds by key secret: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&mohitov1.Round{}).
+		Watches(&mohitov1.Vendor{}, handler.EnqueueRequestsFromMapFunc(r.roundsInNamespace)).
+		Watches(&mohitov1.Shuffler{}, handler.EnqueueRequestsFromMapFunc(r.roundsInNamespace)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.roundsUsingSecret)).
+		Named("round").
+		Complete(r)
+}
+
+func (r *RoundReconciler) roundsInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list mohitov1.RoundList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		logf.FromContext(ctx).Error(err, "list rounds")
+		return nil
+	}
+	return requestsFor(list.Items, "")
+}
+
+func (r *RoundReconciler) roundsUsingSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var list mohitov1.RoundList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretKeyIndex: o.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "list rounds using secret")
+		return nil
+	}
+	return requestsFor(list.Items, "")
+}

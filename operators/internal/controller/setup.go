@@ -1,0 +1,34 @@
+package controller
+
+import (
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Options configures the reconcilers.
+type Options struct {
+	// VaultAddress is the default Vault address for key references without their own.
+	VaultAddress string
+}
+
+// SetupAll registers every reconciler of the operator with mgr. The manager binary and the
+// tests both call it, so the tests run exactly the production wiring.
+func SetupAll(mgr ctrl.Manager, opts Options) error {
+	keys := KeyCheck{Client: mgr.GetClient(), VaultAddress: opts.VaultAddress}
+	reconcilers := []struct {
+		name  string
+		setup func(ctrl.Manager) error
+	}{
+		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller")}).SetupWithManager},
+		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller")}).SetupWithManager},
+		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller")}).SetupWithManager},
+		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller")}).SetupWithManager},
+	}
+	for _, r := range reconcilers {
+		if err := r.setup(mgr); err != nil {
+			return fmt.Errorf("set up %s controller: %w", r.name, err)
+		}
+	}
+	return nil
+}

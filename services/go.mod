@@ -1,0 +1,3 @@
+module github.com/obscura-iot/obscura/services
+
+go 1.26.0
