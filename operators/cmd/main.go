@@ -10,17 +10,13 @@ import (
 	"net/url"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/controller"
+	"github.com/obscura-iot/obscura/operators/internal/scheme"
 )
 
 // Config is the manager's configuration, from flags with environment fallbacks.
@@ -81,18 +77,9 @@ func main() {
 	}
 }
 
-// NewScheme returns the scheme with every kind the operator reads or writes.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(mohitov1.AddToScheme(s))
-	utilruntime.Must(pdav1.AddToScheme(s))
-	return s
-}
-
 func run(cfg Config) error {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  NewScheme(),
+		Scheme:                  scheme.New(),
 		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress:  cfg.ProbeAddr,
 		LeaderElection:          cfg.LeaderElect,

@@ -22,6 +22,9 @@ import (
 const (
 	// ReasonNamespaceNotFound: a trust domain's namespace does not exist.
 	ReasonNamespaceNotFound = "NamespaceNotFound"
+	// ReasonSharedTrustDomain: the proxy and the database run in one namespace, so one operator
+	// controls both and the non-collusion assumption is void (spec §4.2).
+	ReasonSharedTrustDomain = "SharedTrustDomain"
 	// ReasonDuplicateParticipantIdentity: two participants share one mTLS identity, which would
 	// let one party count twice towards τ.
 	ReasonDuplicateParticipantIdentity = "DuplicateParticipantIdentity"
@@ -96,6 +99,12 @@ func resolveWindow(job *pdav1.AggregationJob) (start, end metav1.Time) {
 }
 
 func (r *AggregationJobReconciler) evaluate(ctx context.Context, job *pdav1.AggregationJob) (outcome, error) {
+	// CEL cannot carry this rule: the API server's cost estimator rejects any string comparison
+	// across the two trust-domain objects, so the reconciler enforces it.
+	if job.Spec.Proxy.Namespace == job.Spec.Database.Namespace {
+		return *degraded(ReasonSharedTrustDomain,
+			"proxy and database share namespace %s: they are separate trust domains that must never collude", job.Spec.Proxy.Namespace), nil
+	}
 	seen := make(map[string]string, len(job.Spec.Participants))
 	for _, p := range job.Spec.Participants {
 		if other, dup := seen[p.Identity]; dup {

@@ -20,7 +20,9 @@ type outcome struct {
 	message string
 }
 
-func ready(message string) outcome { return outcome{ready: true, reason: common.ReasonReconciled, message: message} }
+func ready(message string) outcome {
+	return outcome{ready: true, reason: common.ReasonReconciled, message: message}
+}
 
 func degraded(reason, format string, args ...any) *outcome {
 	return &outcome{reason: reason, message: fmt.Sprintf(format, args...)}

@@ -153,19 +153,21 @@ type ShufflerPolicy struct {
 
 // DecryptWorkers bounds the integrator's decryption worker pool.
 //
-// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="decryptWorkers.min must not exceed decryptWorkers.max"
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="decryptWorkers.min must not exceed decryptWorkers.max"
 type DecryptWorkers struct {
 	// Min is the fewest workers.
+	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
-	Min int32 `json:"min"`
+	Min int32 `json:"min,omitempty"`
 
 	// Max is the most workers.
+	// +optional
 	// +kubebuilder:default=8
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
-	Max int32 `json:"max"`
+	Max int32 `json:"max,omitempty"`
 
 	// TargetLag is the JetStream consumer lag (pending shuffled messages) per worker the
 	// autoscaler aims for.
@@ -179,10 +181,11 @@ type DecryptWorkers struct {
 type Encoders struct {
 	// Partitions is the number of encoder partitions; vendors are placed on them by a consistent
 	// hash weighted by C_v.
+	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
-	Partitions int32 `json:"partitions"`
+	Partitions int32 `json:"partitions,omitempty"`
 }
 
 // RoundStatus is the observed state of a round series.

@@ -11,7 +11,6 @@ import (
 // threshold distinct participants (shared/specs/pda.md §3.9).
 //
 // +kubebuilder:validation:XValidation:rule="size(self.participants) >= self.threshold",message="threshold exceeds the number of participants: no key could ever be revealed"
-// +kubebuilder:validation:XValidation:rule="self.proxy.namespace != self.database.namespace",message="proxy.namespace and database.namespace must differ: the proxy and the database are separate trust domains that must never collude"
 type AggregationJobSpec struct {
 	// Key says what a key is and how it is canonicalised before blinding (spec U6). Identical
 	// keys only aggregate if every participant canonicalises them the same way.
@@ -48,7 +47,7 @@ type AggregationJobSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=2
-	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:MaxItems=1000
 	Participants []Participant `json:"participants"`
 
 	// Shards is the number of database shards on the consistent-hash ring; changing it bumps the
@@ -155,7 +154,7 @@ type Window struct {
 
 // Mixing is the proxy's flush policy.
 //
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Streaming' || (!has(self.flushItems) && !has(self.maxWait))",message="mixing.flushItems and mixing.maxWait apply only to Streaming mode"
+// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'Streaming') || (!has(self.flushItems) && !has(self.maxWait))",message="mixing.flushItems and mixing.maxWait apply only to Streaming mode"
 type Mixing struct {
 	// Mode: Window shuffles all of a window's items as one permutation (no co-membership leak);
 	// Streaming flushes every flushItems items from at least minParticipants participants.

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+)
+
+const seriesLabel = "mohito.obscura.dev/series"
+
+func vendor(ns, name string, index int32, devices int64) *mohitov1.Vendor {
+	return &mohitov1.Vendor{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{seriesLabel: "home"}},
+		Spec: mohitov1.VendorSpec{
+			Index:    index,
+			Devices:  devices,
+			Capacity: mohitov1.VendorCapacity{Base: 50, Jitter: 10, PaddedEntries: 200},
+			Keys:     common.KeyReference{SecretRef: &common.SecretKeyReference{Name: name + "-key"}},
+		},
+	}
+}
+
+func shuffler(ns, name, vendorName string) *mohitov1.Shuffler {
+	return &mohitov1.Shuffler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: mohitov1.ShufflerSpec{
+			VendorRef: common.LocalObjectReference{Name: vendorName},
+			FakePool:  mohitov1.FakePool{Size: 1024},
+		},
+	}
+}
+
+func round(ns, name string) *mohitov1.Round {
+	return &mohitov1.Round{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: mohitov1.RoundSpec{
+			Period:         metav1.Duration{Duration: 2 * time.Second},
+			VendorSelector: metav1.LabelSelector{MatchLabels: map[string]string{seriesLabel: "home"}},
+			ShufflerPolicy: mohitov1.ShufflerPolicy{ResponseTimeout: metav1.Duration{Duration: time.Second}},
+			Keys:           common.KeyReference{SecretRef: &common.SecretKeyReference{Name: "integrator-key"}},
+		},
+	}
+}
+
+func TestShufflerWaitsForItsVendor(t *testing.T) {
+	ns := namespace(t)
+	s := shuffler(ns, "acme-shuffler", "acme")
+	create(t, s)
+	conds := func() []metav1.Condition { return s.Status.Conditions }
+	waitReady(t, s, conds, metav1.ConditionFalse, ReasonVendorNotFound)
+	waitEvent(t, s, "Warning", ReasonVendorNotFound)
+	if s.Status.VendorIndex != nil {
+		t.Errorf("vendorIndex = %d with no vendor", *s.Status.VendorIndex)
+	}
+
+	// The vendor exists but cannot be ready yet: its key Secret is missing.
+	v := vendor(ns, "acme", 7, 1000)
+	create(t, v)
+	waitReady(t, s, conds, metav1.ConditionFalse, ReasonVendorNotReady)
+
+	keySecret(t, ns, "acme-key", X25519KeySize)
+	waitReady(t, v, func() []metav1.Condition { return v.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
+	waitReady(t, s, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	waitEvent(t, s, "Normal", common.ReasonReconciled)
+	if s.Status.VendorIndex == nil || *s.Status.VendorIndex != 7 {
+		t.Errorf("vendorIndex = %v, want 7", s.Status.VendorIndex)
+	}
+	if s.Status.EffectiveWeight != 1000 {
+		t.Errorf("effectiveWeight = %d, want the vendor's 1000 devices", s.Status.EffectiveWeight)
+	}
+	eventually(t, "vendor counts its shuffler", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(v), v); err != nil {
+			return err
+		}
+		if v.Status.Shufflers != 1 {
+			return errorf("status.shufflers = %d", v.Status.Shufflers)
+		}
+		return nil
+	})
+
+	// An explicit weight overrides the device count.
+	s.Spec.Weight = ptr.To[int64](5)
+	update(t, s)
+	eventually(t, "weight override", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
+			return err
+		}
+		if s.Status.EffectiveWeight != 5 {
+			return errorf("effectiveWeight = %d", s.Status.EffectiveWeight)
+		}
+		return nil
+	})
+
+	// Deleting the vendor degrades the shuffler again.
+	if err := k8s.Delete(context.Background(), v); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, s, conds, metav1.ConditionFalse, ReasonVendorNotFound)
+}
+
+func TestVendorKeyChecks(t *testing.T) {
+	ns := namespace(t)
+	v := vendor(ns, "globex", 1, 100)
+	create(t, v)
+	conds := func() []metav1.Condition { return v.Status.Conditions }
+	waitReady(t, v, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
+	waitEvent(t, v, "Warning", common.ReasonKeySecretNotFound)
+
+	sec := keySecret(t, ns, "globex-key", 16)
+	waitReady(t, v, conds, metav1.ConditionFalse, common.ReasonInvalidKey)
+	if c := readyCondition(v.Status.Conditions); c == nil || !contains(c.Message, "16 bytes") {
+		t.Errorf("InvalidKey message should say what is wrong: %+v", c)
+	}
+	sec.Data["private.key"] = make([]byte, X25519KeySize)
+	update(t, sec)
+	waitReady(t, v, conds, metav1.ConditionTrue, common.ReasonReconciled)
+
+	// A Vault reference needs a Vault address; this manager has none.
+	v.Spec.Keys = common.KeyReference{Vault: &common.VaultKeyReference{Role: "vendor-globex", Path: "mohito/globex"}}
+	update(t, v)
+	waitReady(t, v, conds, metav1.ConditionFalse, common.ReasonVaultNotConfigured)
+	v.Spec.Keys.Vault.Address = "https://vault.vault.svc:8200"
+	update(t, v)
+	waitReady(t, v, conds, metav1.ConditionTrue, common.ReasonReconciled)
+}
+
+func TestVendorIndexMustBeUnique(t *testing.T) {
+	ns := namespace(t)
+	keySecret(t, ns, "a-key", X25519KeySize)
+	keySecret(t, ns, "b-key", X25519KeySize)
+	a, b := vendor(ns, "a", 3, 10), vendor(ns, "b", 3, 10)
+	create(t, a)
+	create(t, b)
+	waitReady(t, a, func() []metav1.Condition { return a.Status.Conditions }, metav1.ConditionFalse, ReasonDuplicateIndex)
+	waitReady(t, b, func() []metav1.Condition { return b.Status.Conditions }, metav1.ConditionFalse, ReasonDuplicateIndex)
+	if err := k8s.Delete(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, func() []metav1.Condition { return a.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
+}
+
+func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
+	ns := namespace(t)
+	rd := round(ns, "home")
+	create(t, rd)
+	conds := func() []metav1.Condition { return rd.Status.Conditions }
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoVendorsSelected)
+	waitEvent(t, rd, "Warning", ReasonNoVendorsSelected)
+
+	keySecret(t, ns, "small-key", X25519KeySize)
+	keySecret(t, ns, "large-key", X25519KeySize)
+	small, large := vendor(ns, "small", 0, 10), vendor(ns, "large", 1, 1000)
+	create(t, small)
+	create(t, large)
+	// δ defaults to 100: K_v = 200 cannot hold base 50 + δ 100 + jitter 10 = 160? It can; make
+	// the small vendor's padding too small instead.
+	small.Spec.Capacity.PaddedEntries = 120
+	update(t, small)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonCapacityTooSmall)
+	if c := readyCondition(rd.Status.Conditions); c == nil || !contains(c.Message, "small") {
+		t.Errorf("CapacityTooSmall should name the vendor: %+v", c)
+	}
+	small.Spec.Capacity.PaddedEntries = 160
+	update(t, small)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
+
+	// A shuffler with weight 0 is out of the rotation and does not count.
+	s := shuffler(ns, "large-shuffler", "large")
+	s.Spec.Weight = ptr.To[int64](0)
+	create(t, s)
+	waitReady(t, s, func() []metav1.Condition { return s.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
+	s.Spec.Weight = nil
+	update(t, s)
+
+	waitReady(t, rd, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
+	keySecret(t, ns, "integrator-key", X25519KeySize)
+	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	waitEvent(t, rd, "Normal", common.ReasonReconciled)
+	if rd.Status.Vendors != 2 || rd.Status.Shufflers != 1 || rd.Status.PaddedCapacity != 160+200 {
+		t.Errorf("status vendors/shufflers/capacity = %d/%d/%d, want 2/1/360",
+			rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity)
+	}
+
+	// Raising δ makes the same capacities insufficient: C_v could exceed K_v.
+	rd.Spec.Delta = 150
+	update(t, rd)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonCapacityTooSmall)
+	rd.Spec.Delta = 100
+	// The response OKVS must hold q entries per device (G6).
+	rd.Spec.CommandsPerUser = 2
+	update(t, rd)
+	large.Spec.Capacity.ResponsePaddedEntries = 1500
+	update(t, large)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonResponseCapacityTooSmall)
+	large.Spec.Capacity.ResponsePaddedEntries = 2048
+	update(t, large)
+	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
+
+	// A selector that matches nothing any more.
+	rd.Spec.VendorSelector = metav1.LabelSelector{MatchLabels: map[string]string{seriesLabel: "office"}}
+	update(t, rd)
+	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoVendorsSelected)
+}
+
+func readyCondition(conds []metav1.Condition) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == common.ConditionReady {
+			return &conds[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/operators/internal/scheme"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// One real kube-apiserver + etcd and one manager running the production wiring (SetupAll)
+// serve every test of this package; each test works in its own namespace.
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	api, err := testenv.StartAPIServer(testenv.APIServerOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start API server:", err)
+		return 1
+	}
+	defer func() {
+		if err := api.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop API server:", err)
+		}
+	}()
+	if k8s, err = api.Client(scheme.New()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	mgr, err := ctrl.NewManager(api.Config, ctrl.Options{
+		Scheme:                 scheme.New(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "create manager:", err)
+		return 1
+	}
+	if err := SetupAll(mgr, Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	return code
+}
+
+// zapLevel keeps the manager quiet unless OBSCURA_TEST_VERBOSE is set.
+func zapLevel() zapcore.Level {
+	if os.Getenv("OBSCURA_TEST_VERBOSE") != "" {
+		return -1
+	}
+	return 2
+}
+
+// namespace creates a fresh namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	create(t, ns)
+	return ns.Name
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// keySecret creates a Secret holding an n-byte private key under "private.key".
+func keySecret(t *testing.T, ns, name string, n int) *corev1.Secret {
+	t.Helper()
+	key := make([]byte, n)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{"private.key": key}}
+	create(t, s)
+	return s
+}
+
+// eventually polls f until it returns nil or the deadline passes. The deadline is generous:
+// the machines are shared and slow; it bounds a hang, it does not measure speed.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+// waitReady waits until obj's Ready condition has the given status and reason, for the
+// object's current generation, and Degraded is its opposite.
+func waitReady(t *testing.T, obj client.Object, conds func() []metav1.Condition, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%T %s Ready=%s/%s", obj, obj.GetName(), status, reason), func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(conds(), common.ConditionReady)
+		if c == nil {
+			return fmt.Errorf("no Ready condition yet")
+		}
+		if c.Status != status || c.Reason != reason || c.ObservedGeneration != obj.GetGeneration() {
+			return fmt.Errorf("Ready=%s reason %s gen %d (object gen %d): %s", c.Status, c.Reason, c.ObservedGeneration, obj.GetGeneration(), c.Message)
+		}
+		d := meta.FindStatusCondition(conds(), common.ConditionDegraded)
+		wantDegraded := metav1.ConditionTrue
+		if status == metav1.ConditionTrue {
+			wantDegraded = metav1.ConditionFalse
+		}
+		if d == nil || d.Status != wantDegraded {
+			return fmt.Errorf("Degraded condition %v, want status %s", d, wantDegraded)
+		}
+		return nil
+	})
+}
+
+// waitEvent waits for an Event about obj with the given reason and type.
+func waitEvent(t *testing.T, obj client.Object, eventType, reason string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s event %s for %s", eventType, reason, obj.GetName()), func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == obj.GetName() && e.Reason == reason && e.Type == eventType {
+				return nil
+			}
+		}
+		return fmt.Errorf("not among %d events", len(list.Items))
+	})
+}
