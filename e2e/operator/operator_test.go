@@ -1,0 +1,262 @@
+// Package operator runs the operator's manager binary, as shipped, against a real API server:
+// every sample in config/samples applies and becomes Ready, the health, readiness and metrics
+// endpoints answer, and SIGTERM stops it cleanly.
+package operator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	k8s, err := api.Client(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	mgr := startManager(t, root, api.KubeConfig)
+
+	// What a user creates before applying the samples: the namespaces and key Secrets the
+	// samples reference (keys are 32 random bytes, as `head -c 32 /dev/urandom` would give).
+	const ns = "home"
+	for _, n := range []string{ns, "pda-proxy", "pda-db"} {
+		mustCreate(t, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	for _, s := range []struct{ ns, name string }{
+		{ns, "acme-vendor-key"}, {ns, "integrator-key"}, {"pda-proxy", "pda-proxy-keys"}, {"pda-db", "pda-db-keys"},
+	} {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name},
+			Data: map[string][]byte{"private.key": key}})
+	}
+
+	samples := readSamples(t, filepath.Join(root, "config", "samples"))
+	kinds := map[string]bool{}
+	for _, u := range samples {
+		u.SetNamespace(ns)
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatalf("apply sample %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		kinds[u.GetKind()] = true
+	}
+	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob"} {
+		if !kinds[k] {
+			t.Errorf("config/samples has no %s", k)
+		}
+	}
+	for _, u := range samples {
+		waitReady(t, k8s, u)
+	}
+
+	body := mgr.get(t, mgr.metrics, "/metrics")
+	for _, want := range []string{`controller_runtime_reconcile_total{controller="round"`, `controller_runtime_reconcile_total{controller="aggregationjob"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	mgr.stop(t)
+}
+
+// readSamples decodes every YAML document in dir (kustomization.yaml aside).
+func readSamples(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("decode %s: %v", f, err)
+			}
+			if len(u.Object) > 0 {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// waitReady waits for the Ready condition of u to be True for its current generation.
+func waitReady(t *testing.T, c client.Client, u *unstructured.Unstructured) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	last := "no status yet"
+	for time.Now().Before(deadline) {
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(u.GroupVersionKind())
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(u), cur); err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] != "Ready" {
+				continue
+			}
+			last = fmt.Sprintf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
+			gen, _ := m["observedGeneration"].(int64)
+			if m["status"] == "True" && gen == cur.GetGeneration() {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("sample %s %s never became Ready: %s", u.GetKind(), u.GetName(), last)
+}
+
+type manager struct {
+	cmd            *exec.Cmd
+	done           chan error
+	metrics, probe string
+	log            *bytes.Buffer
+}
+
+// startManager builds operators/cmd and runs it with a kubeconfig for the test API server.
+func startManager(t *testing.T, root string, kubeconfig []byte) *manager {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", bin, "./operators/cmd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build manager: %v\n%s", err, out)
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		p, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	m := &manager{
+		metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		probe:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		log:     &bytes.Buffer{},
+		done:    make(chan error, 1),
+	}
+	m.cmd = exec.Command(bin, "--metrics-bind-address="+m.metrics, "--health-probe-bind-address="+m.probe)
+	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.done <- m.cmd.Wait() }()
+	t.Cleanup(func() {
+		if m.cmd.ProcessState == nil {
+			_ = m.cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			t.Logf("manager log:\n%s", m.log.String())
+		}
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		m.get(t, m.probe, path)
+	}
+	return m
+}
+
+// get polls http://addr/path until it answers 200 and returns the body.
+func (m *manager) get(t *testing.T, addr, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-m.done:
+			t.Fatalf("manager exited: %v\n%s", err, m.log.String())
+		default:
+		}
+		resp, err := http.Get("http://" + addr + path)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return string(body)
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("GET %s%s: %v", addr, path, last)
+	return ""
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (m *manager) stop(t *testing.T) {
+	t.Helper()
+	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-m.done:
+		if err != nil {
+			t.Fatalf("manager did not exit cleanly on SIGTERM: %v\n%s", err, m.log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("manager still running 30s after SIGTERM")
+	}
+}
