@@ -36,12 +36,16 @@ generate: ## regenerate deepcopy, CRDs and RBAC
 	cd operators && $(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./... \
 		output:crd:artifacts:config=$(ROOT)/crds output:rbac:artifacts:config=$(ROOT)/config/rbac
 	@hack/crds-kustomization.sh
+	@# The chart installs the same CRDs and RBAC rules: copies, checked by generate-check.
+	@mkdir -p charts/obscura/crds charts/obscura/files
+	@rm -f charts/obscura/crds/*.yaml && cp crds/*.obscura.dev_*.yaml charts/obscura/crds/
+	@cp config/rbac/role.yaml charts/obscura/files/manager-role.yaml
 
 .PHONY: generate-check
 generate-check: generate ## fail if regenerating changes a committed file
-	@if [ -n "$$(git status --porcelain -- operators/api crds config/rbac)" ]; then \
+	@if [ -n "$$(git status --porcelain -- operators/api crds config/rbac charts/obscura/crds charts/obscura/files)" ]; then \
 		echo "generated files are out of date; run 'make generate' and commit:"; \
-		git status --porcelain -- operators/api crds config/rbac; git --no-pager diff --stat -- operators/api crds config/rbac; exit 1; fi
+		git status --porcelain -- operators/api crds config/rbac charts/obscura; git --no-pager diff --stat -- operators/api crds config/rbac charts/obscura; exit 1; fi
 	@echo "generated files are up to date"
 
 .PHONY: lint
