@@ -11,9 +11,10 @@ import (
 )
 
 // Benchmarks for docs/benchmarks-okvs.md. Sizes are the Mohito per-vendor sizes: n up to
-// 100k pairs (spec §5: Σ C_v ≥ 100,000) with 1 KiB commands (L_c) or 32-byte values.
+// 100k pairs (spec §5: Σ C_v ≥ 100,000) with 1 KiB commands (L_c) or 32-byte values, and the
+// issue's 1M × 32 B (a whole round of ids in one table).
 var benchSizes = []struct{ n, l int }{
-	{1_000, 32}, {10_000, 32}, {100_000, 32},
+	{1_000, 32}, {10_000, 32}, {100_000, 32}, {1_000_000, 32},
 	{1_000, 1024}, {10_000, 1024}, {100_000, 1024},
 }
 
