@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -64,21 +63,7 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	changed := o.apply(&job.Status.Conditions, job.Generation)
-	job.Status.ObservedGeneration = job.Generation
-	if !equality.Semantic.DeepEqual(before, &job.Status) {
-		if err := r.Status().Update(ctx, &job); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of aggregation job %s: %w", req, err)
-		}
-	}
-	if changed {
-		o.record(r.Recorder, &job)
-		logf.FromContext(ctx).Info("aggregation job evaluated", "ready", o.ready, "reason", o.reason)
-	}
-	return ctrl.Result{}, nil
+	return writeStatus(ctx, r.Client, r.Recorder, &job, before, &job.Status, &job.Status.Conditions, &job.Status.ObservedGeneration, o)
 }
 
 // resolveWindow fills in the defaults of the window: it starts when the job was created unless

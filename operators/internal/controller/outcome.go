@@ -1,13 +1,19 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 )
@@ -61,4 +67,30 @@ func (o outcome) record(rec events.EventRecorder, obj runtime.Object) {
 		kind = corev1.EventTypeWarning
 	}
 	rec.Eventf(obj, nil, kind, o.reason, "Reconcile", "%s", o.message)
+}
+
+// writeStatus persists what a reconcile concluded; every reconciler ends with it. The outcome
+// becomes conditions for the object's generation, the status is written only when it changed,
+// and a change of the Ready outcome is recorded as an Event. before is a copy of the status
+// taken before this reconcile, after points at obj's live status; conds and observed point
+// into it.
+func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, obj client.Object,
+	before, after any, conds *[]metav1.Condition, observed *int64, o outcome) (ctrl.Result, error) {
+	changed := o.apply(conds, obj.GetGeneration())
+	*observed = obj.GetGeneration()
+	if !equality.Semantic.DeepEqual(before, after) {
+		if err := c.Status().Update(ctx, obj); err != nil {
+			if apierrors.IsConflict(err) {
+				// Someone changed the object since it was read; the watch event for that
+				// change reconciles it again with fresh data.
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	if changed {
+		o.record(rec, obj)
+		logf.FromContext(ctx).Info("evaluated", "ready", o.ready, "reason", o.reason)
+	}
+	return ctrl.Result{}, nil
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -61,21 +59,7 @@ func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	changed := o.apply(&rd.Status.Conditions, rd.Generation)
-	rd.Status.ObservedGeneration = rd.Generation
-	if !equality.Semantic.DeepEqual(before, &rd.Status) {
-		if err := r.Status().Update(ctx, &rd); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of round %s: %w", req, err)
-		}
-	}
-	if changed {
-		o.record(r.Recorder, &rd)
-		logf.FromContext(ctx).Info("round evaluated", "ready", o.ready, "reason", o.reason)
-	}
-	return ctrl.Result{}, nil
+	return writeStatus(ctx, r.Client, r.Recorder, &rd, before, &rd.Status, &rd.Status.Conditions, &rd.Status.ObservedGeneration, o)
 }
 
 func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
@@ -49,21 +48,7 @@ func (r *ShufflerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	changed := o.apply(&s.Status.Conditions, s.Generation)
-	s.Status.ObservedGeneration = s.Generation
-	if !equality.Semantic.DeepEqual(before, &s.Status) {
-		if err := r.Status().Update(ctx, &s); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of shuffler %s: %w", req, err)
-		}
-	}
-	if changed {
-		o.record(r.Recorder, &s)
-		logf.FromContext(ctx).Info("shuffler evaluated", "ready", o.ready, "reason", o.reason)
-	}
-	return ctrl.Result{}, nil
+	return writeStatus(ctx, r.Client, r.Recorder, &s, before, &s.Status, &s.Status.Conditions, &s.Status.ObservedGeneration, o)
 }
 
 func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler) (outcome, error) {

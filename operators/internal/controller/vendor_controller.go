@@ -6,8 +6,6 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,21 +55,7 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	changed := o.apply(&v.Status.Conditions, v.Generation)
-	v.Status.ObservedGeneration = v.Generation
-	if !equality.Semantic.DeepEqual(before, &v.Status) {
-		if err := r.Status().Update(ctx, &v); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of vendor %s: %w", req, err)
-		}
-	}
-	if changed {
-		o.record(r.Recorder, &v)
-		logf.FromContext(ctx).Info("vendor evaluated", "ready", o.ready, "reason", o.reason)
-	}
-	return ctrl.Result{}, nil
+	return writeStatus(ctx, r.Client, r.Recorder, &v, before, &v.Status, &v.Status.Conditions, &v.Status.ObservedGeneration, o)
 }
 
 func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (outcome, error) {
