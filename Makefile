@@ -26,7 +26,7 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, redis-server, envoy)
+tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, redis-server, envoy)
 	@hack/tools.sh
 
 .PHONY: generate
@@ -72,3 +72,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 .PHONY: clean
 clean: ## remove built tools and caches of this checkout
 	rm -rf $(BIN)
+
+.PHONY: demo
+demo: ## run the embedded Mohito demo: one process, embedded NATS, every role, live rounds, summary (DEMO_FLAGS to tune)
+	cd services && go run ./cmd/mohito demo $(DEMO_FLAGS)

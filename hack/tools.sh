@@ -24,6 +24,7 @@ GO_TOOLS=(
   "nats-server|v2.15.2|nats|github.com/nats-io/nats-server/v2|nats-server"
   "helm|v4.3.1|helm|helm.sh/helm/v4/cmd/helm|helm"
   "controller-gen|v0.23.0|controller-gen|sigs.k8s.io/controller-tools/cmd/controller-gen|controller-gen"
+  "kustomize|v5.8.2|kustomize|sigs.k8s.io/kustomize/kustomize/v5|kustomize"
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0

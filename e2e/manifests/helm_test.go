@@ -1,7 +1,8 @@
-// Package chart checks the Helm chart: helm lint passes, the schema rejects bad values, and
-// every object helm renders is accepted by a real API server (server-side dry run), which
-// validates it against the server's own schemas.
-package chart
+// Package manifests checks what users apply: the Helm chart (helm lint passes, the schema
+// rejects bad values) and the kustomize bases, and that every object they render is accepted
+// by a real API server (server-side dry run), which validates it against the server's own
+// schemas.
+package manifests
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,12 +64,25 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 	}
 }
 
-func TestRenderedObjectsAcceptedByAPIServer(t *testing.T) {
+func TestRenderedChartAcceptedByAPIServer(t *testing.T) {
 	out, err := helm(t, "template", "obscura", "charts/obscura", "--namespace", "obscura-system",
 		"--set", "vault.address=https://vault.vault.svc:8200")
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
+	kinds := dryRunAll(t, out, "obscura-system")
+	for _, k := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if kinds[k] == 0 {
+			t.Errorf("chart renders no %s (got %v)", k, kinds)
+		}
+	}
+}
+
+// dryRunAll creates every object of a multi-document YAML stream on a fresh API server with
+// a server-side dry run, after creating the namespaces given, and counts the kinds.
+// CustomResourceDefinitions are checked against crds/ instead: the server already has them.
+func dryRunAll(t *testing.T, manifests string, namespaces ...string) map[string]int {
+	t.Helper()
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -78,29 +93,48 @@ func TestRenderedObjectsAcceptedByAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "obscura-system"}}); err != nil {
-		t.Fatal(err)
+	for _, ns := range namespaces {
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(out)), 4096)
+	installed := map[string]bool{}
+	for _, crd := range api.CRDs {
+		installed[crd.Name] = true
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifests)), 4096)
 	kinds := map[string]int{}
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err == io.EOF {
 			break
 		} else if err != nil {
-			t.Fatalf("decode rendered chart: %v", err)
+			t.Fatalf("decode rendered manifests: %v", err)
 		}
 		if len(u.Object) == 0 {
 			continue
 		}
-		if err := k8s.Create(ctx, u, client.DryRunAll); err != nil {
+		kinds[u.GetKind()]++
+		if u.GetKind() == "CustomResourceDefinition" {
+			if !installed[u.GetName()] {
+				t.Errorf("rendered CRD %s is not one of crds/", u.GetName())
+			}
+			continue
+		}
+		if namespaced, err := k8s.IsObjectNamespaced(u); err != nil {
+			t.Errorf("rendered %s %s: %v", u.GetKind(), u.GetName(), err)
+			continue
+		} else if namespaced && u.GetNamespace() == "" {
+			u.SetNamespace("default") // as kubectl apply does
+		}
+		opts := []client.CreateOption{client.DryRunAll}
+		if u.GetKind() == "Namespace" {
+			// The namespaced objects that follow need it to exist for real.
+			opts = nil
+		}
+		if err := k8s.Create(ctx, u, opts...); err != nil {
 			t.Errorf("API server rejects rendered %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
-		kinds[u.GetKind()]++
 	}
-	for _, k := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
-		if kinds[k] == 0 {
-			t.Errorf("chart renders no %s (got %v)", k, kinds)
-		}
-	}
+	return kinds
 }

@@ -1,0 +1,45 @@
+package manifests
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+func kustomize(t *testing.T, dir string) string {
+	t.Helper()
+	bin, err := testenv.Bin("kustomize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "build", dir)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return string(out)
+}
+
+func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
+	kinds := dryRunAll(t, kustomize(t, "config/default"))
+	for k, want := range map[string]int{"CustomResourceDefinition": 4, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
+		if kinds[k] != want {
+			t.Errorf("config/default renders %d %s, want %d (all: %v)", kinds[k], k, want, kinds)
+		}
+	}
+}
+
+func TestKustomizeSamplesAcceptedByAPIServer(t *testing.T) {
+	kinds := dryRunAll(t, kustomize(t, "config/samples"), "default")
+	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob"} {
+		if kinds[k] != 1 {
+			t.Errorf("config/samples renders %d %s, want 1", kinds[k], k)
+		}
+	}
+}
