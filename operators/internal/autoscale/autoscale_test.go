@@ -11,7 +11,7 @@ var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 func obs(mut func(*Observation)) Observation {
 	o := Observation{Current: 2, Min: 1, Max: 8, TargetLag: 10_000, Period: 2 * time.Second,
 		RoundDurations: []time.Duration{time.Second, time.Second, 1100 * time.Millisecond},
-		LastChange: t0.Add(-time.Hour), Now: t0}
+		LastChange:     t0.Add(-time.Hour), Now: t0}
 	mut(&o)
 	return o
 }
