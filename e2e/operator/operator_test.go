@@ -135,13 +135,11 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 // waitReady waits for the Ready condition of u to be True for its current generation.
 func waitReady(t *testing.T, c client.Client, u *unstructured.Unstructured) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := "no status yet"
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("sample %s %s Ready", u.GetKind(), u.GetName()), func() error {
 		cur := &unstructured.Unstructured{}
 		cur.SetGroupVersionKind(u.GroupVersionKind())
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(u), cur); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
 		for _, c := range conds {
@@ -149,20 +147,21 @@ func waitReady(t *testing.T, c client.Client, u *unstructured.Unstructured) {
 			if m["type"] != "Ready" {
 				continue
 			}
-			last = fmt.Sprintf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
 			gen, _ := m["observedGeneration"].(int64)
 			if m["status"] == "True" && gen == cur.GetGeneration() {
-				return
+				return nil
 			}
+			return fmt.Errorf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("sample %s %s never became Ready: %s", u.GetKind(), u.GetName(), last)
+		return fmt.Errorf("no Ready condition yet")
+	})
 }
 
 type manager struct {
-	cmd            *exec.Cmd
-	done           chan error
+	cmd *exec.Cmd
+	// exited is closed when the process has exited; waitErr is then its exit status.
+	exited         chan struct{}
+	waitErr        error
 	metrics, probe string
 	log            *bytes.Buffer
 }
@@ -193,7 +192,7 @@ func startManager(t *testing.T, root string, kubeconfig []byte) *manager {
 		metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		probe:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		log:     &bytes.Buffer{},
-		done:    make(chan error, 1),
+		exited:  make(chan struct{}),
 	}
 	m.cmd = exec.Command(bin, "--metrics-bind-address="+m.metrics, "--health-probe-bind-address="+m.probe)
 	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
@@ -202,11 +201,13 @@ func startManager(t *testing.T, root string, kubeconfig []byte) *manager {
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { m.done <- m.cmd.Wait() }()
+	go func() { m.waitErr = m.cmd.Wait(); close(m.exited) }()
 	t.Cleanup(func() {
-		if m.cmd.ProcessState == nil {
+		select {
+		case <-m.exited:
+		default:
 			_ = m.cmd.Process.Kill()
-			<-m.done
+			<-m.exited
 		}
 		if t.Failed() {
 			t.Logf("manager log:\n%s", m.log.String())
@@ -221,28 +222,29 @@ func startManager(t *testing.T, root string, kubeconfig []byte) *manager {
 // get polls http://addr/path until it answers 200 and returns the body.
 func (m *manager) get(t *testing.T, addr, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
+	var body string
+	testenv.Eventually(t, 30*time.Second, "GET "+addr+path, func() error {
 		select {
-		case err := <-m.done:
-			t.Fatalf("manager exited: %v\n%s", err, m.log.String())
+		case <-m.exited:
+			return fmt.Errorf("%w: manager exited: %v\n%s", testenv.ErrGiveUp, m.waitErr, m.log.String())
 		default:
 		}
 		resp, err := http.Get("http://" + addr + path)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return string(body)
-			}
-			err = fmt.Errorf("status %s", resp.Status)
+		if err != nil {
+			return err
 		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("GET %s%s: %v", addr, path, last)
-	return ""
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		body = string(b)
+		return nil
+	})
+	return body
 }
 
 // stop sends SIGTERM and expects a clean exit.
@@ -252,9 +254,9 @@ func (m *manager) stop(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-m.done:
-		if err != nil {
-			t.Fatalf("manager did not exit cleanly on SIGTERM: %v\n%s", err, m.log.String())
+	case <-m.exited:
+		if m.waitErr != nil {
+			t.Fatalf("manager did not exit cleanly on SIGTERM: %v\n%s", m.waitErr, m.log.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("manager still running 30s after SIGTERM")

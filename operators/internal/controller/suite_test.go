@@ -107,19 +107,11 @@ func keySecret(t *testing.T, ns, name string, n int) *corev1.Secret {
 	return s
 }
 
-// eventually polls f until it returns nil or the deadline passes. The deadline is generous:
-// the machines are shared and slow; it bounds a hang, it does not measure speed.
+// eventually waits for f to return nil. The deadline is generous: the machines are shared and
+// slow; it bounds a hang, it does not measure speed.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	testenv.Eventually(t, 45*time.Second, what, f)
 }
 
 // waitReady waits until obj's Ready condition has the given status and reason, for the
