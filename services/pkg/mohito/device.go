@@ -98,6 +98,9 @@ func (d *Device) Respond(t uint64, slots []DeviceSlot, payloads [][]byte, rnd io
 	if len(slots) != p.Q {
 		return nil, fmt.Errorf("%w: %d slots", ErrParams, len(slots))
 	}
+	if p.ResponseMode != ResponseHardened {
+		return nil, fmt.Errorf("%w: paper-literal responses need RespondPaperLiteral", ErrParams)
+	}
 	rs := EphemeralIDSize + p.ResponseValueSize()
 	m := make([]byte, p.DeviceResponseSize())
 	putHeader(m, KindDeviceResponse, t)
@@ -139,7 +142,7 @@ func ParseResponseOut(p Params, t uint64, b []byte, k int) (int, [][]byte, error
 
 // ParseResponseLayer decodes an M9 batch (for tests and relays).
 func ParseResponseLayer(p Params, t uint64, b []byte, n int) (int, [][]byte, error) {
-	return parseBatch(KindResponseLayer, t, b, p.ResponseValueSize(), n)
+	return parseBatch(KindResponseLayer, t, b, p.ResponseLayerSize(), n)
 }
 
 // ParseDelivery returns the round and shuffler named in an M6 header (the

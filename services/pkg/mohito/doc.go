@@ -24,7 +24,17 @@
 // capacity); G7 (the shuffler releases nothing before the round is finished,
 // enforced by ErrRoundOpen; fakes come from a pre-generated pool); O5 (the
 // command layout with zero padding), O6 (duplicate z replaced by a random
-// key), O14 (device replay window and AEAD bound to z). The paper-literal
-// mode (authenticated public-key response layers) and asynchronous responses
-// (App. A, O15) are not implemented.
+// key), O14 (device replay window and AEAD bound to z), O15 (asynchronous
+// responses of App. A within a window of W rounds, AsyncWindow; W = 0 is the
+// synchronous protocol unchanged: every active device sends W·q late records
+// every round, every vendor one late OKVS of fixed shape, the integrator
+// decodes every position of every retained round and sends an M11L to every
+// user of it, and I and V* keep slots, π, the fake set and the response keys
+// for W rounds in LateResponses, then zero and drop them; late keystreams
+// carry the lag in the nonce so no key is used twice) and O16 as far as it
+// concerns this path (the late path uses no private key, so no old key epoch
+// has to be kept for it). Params.ResponseMode = ResponsePaperLiteral
+// reproduces the paper's authenticated public-key response layers for
+// benchmarks only: it leaks the real per-vendor counts to the integrator (G1),
+// has no wire form and must never be used in production.
 package mohito

@@ -40,4 +40,8 @@ var (
 	// ErrTableShape: an OKVS from the network has the wrong value size or
 	// capacity for its role.
 	ErrTableShape = errors.New("mohito: OKVS table has the wrong shape")
+	// ErrLateWindow: a late response or retained state for a round that is
+	// outside the asynchronous window W (spec App. A, O15); the response is
+	// dropped, never delivered.
+	ErrLateWindow = errors.New("mohito: round outside the asynchronous window")
 )

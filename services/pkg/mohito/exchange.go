@@ -222,17 +222,18 @@ func parseBatch(kind Kind, t uint64, b []byte, recSize, limit int) (int, [][]byt
 // MarshalResponseLayer builds an M9 batch: r′ values at shuffled positions
 // [start, start+len(values)).
 func MarshalResponseLayer(p Params, t uint64, start int, values [][]byte) ([]byte, error) {
-	return marshalBatch(KindResponseLayer, t, start, values, p.ResponseValueSize())
+	return marshalBatch(KindResponseLayer, t, start, values, p.ResponseLayerSize())
 }
 
-// Table envelopes: M5 (command OKVS, I → V) and M8 (response OKVS, V → I) are
-// header ‖ vendor(4) ‖ capacity(4) ‖ okvs bytes. The receiver checks the
-// capacity against the public policy before parsing the table.
+// Table envelopes: M5 (command OKVS, I → V), M8 (response OKVS, V → I) and
+// M8L (late response OKVS, V → I, spec App. A) are header ‖ vendor(4) ‖
+// capacity(4) ‖ okvs bytes. The receiver checks the capacity against the
+// public policy before parsing the table.
 const tableHeader = headerSize + 8
 
 // MarshalTable frames an OKVS of the given capacity for vendor v.
 func MarshalTable(kind Kind, t uint64, v uint32, capacity int, table *okvs.Table) ([]byte, error) {
-	if kind != KindCommandTable && kind != KindResponseTable {
+	if kind != KindCommandTable && kind != KindResponseTable && kind != KindLateResponseTable {
 		return nil, fmt.Errorf("%w: table kind %#x", ErrParams, byte(kind))
 	}
 	tb, err := table.MarshalBinary()
@@ -287,7 +288,7 @@ func ParseCommandTable(p Params, t uint64, v uint32, k int, b []byte) (*okvs.Tab
 // ParseResponseTable is the integrator's decoder of M8: the capacity must be
 // a multiple of the public quantum (G6) and at most maxCapacity.
 func ParseResponseTable(p Params, t uint64, v uint32, quantum, maxCapacity int, b []byte) (*okvs.Table, int, error) {
-	return parseTableEnvelope(KindResponseTable, t, v, b, p.ResponseValueSize(), func(c int) bool {
+	return parseTableEnvelope(KindResponseTable, t, v, b, p.ResponseTableValueSize(), func(c int) bool {
 		return c >= 1 && c <= maxCapacity && c%max(quantum, 1) == 0
 	})
 }

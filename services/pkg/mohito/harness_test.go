@@ -135,6 +135,10 @@ type roundPlan struct {
 	attacks  []attack
 	inactive map[devRef]bool
 	targets  []uint64 // nil: drawn fresh (G3a)
+	// async, if set, runs the asynchronous-response path (App. A) of
+	// async_test.go alongside the synchronous one; nil leaves runRound as it
+	// was.
+	async *asyncRun
 }
 
 type integratorView struct {
@@ -150,6 +154,7 @@ type integratorView struct {
 	perUser        map[string]int
 	respLayer      [][]byte // r′ by shuffled position
 	respOK         int      // positions whose r′ was produced (always N under G1)
+	respOpened     []bool   // by position: what the integrator observed of its layer
 }
 
 type vendorView struct {
@@ -159,6 +164,9 @@ type vendorView struct {
 	m7Sizes    []int
 	decoded    [][]byte // per active device: the q slot values it forwarded
 	recipients []bool   // ground truth (not part of the view): device got a real command
+	m7lSizes   []int    // async: late M7L per active device
+	lateVals   [][]byte // async: every late record value received
+	lateReal   []bool   // ground truth: the late record carried a real answer
 }
 
 type shufflerView struct {
@@ -181,6 +189,9 @@ type roundResult struct {
 	deviceCmds    int    // commands opened at devices in total
 	deviceIDs     map[[16]byte]int
 	invalid       int
+	inputAt       []int32   // ground truth: shuffled position → input index, −1 for a fake
+	vendorAt      []uint32  // integrator's view: vendor of each shuffled position
+	late          *lateView // async only
 }
 
 const outBatch = 64
@@ -338,6 +349,10 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 		res.iview.void += void
 		cmds = append(cmds, got...)
 	}
+	res.vendorAt = make([]uint32, sum.N)
+	for _, c := range cmds {
+		res.vendorAt[c.Pos] = c.Vendor
+	}
 	byVendor, void := GroupByVendor(cmds, p.Vendors)
 	res.iview.perVendor = make([]int, p.Vendors)
 	slots := make([][]ResponseSlot, p.Vendors)
@@ -362,6 +377,7 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 	// every slot, vendors encode responses.
 	res.vviews = make([]vendorView, p.Vendors)
 	m8 := make([][]byte, p.Vendors)
+	m8l := make([][]byte, p.Vendors)
 	var mu sync.Mutex
 	deviceCmds := map[[16]byte]int{}
 	parallel(p.Vendors, func(v int) {
@@ -408,12 +424,32 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 				}
 			}
 			vv.recipients = append(vv.recipients, got)
-			m7, err := dev.Respond(t, dslots, payloads, rand.Reader)
+			if plan.async != nil {
+				plan.async.deferSlots(t, devRef{v, d}, dslots, payloads)
+			}
+			var m7 []byte
+			if p.ResponseMode == ResponsePaperLiteral {
+				m7, err = dev.RespondPaperLiteral(ri, dslots, payloads, rand.Reader)
+			} else {
+				m7, err = dev.Respond(t, dslots, payloads, rand.Reader)
+			}
 			if err != nil {
 				panic(err)
 			}
 			vv.m7Sizes = append(vv.m7Sizes, len(m7))
 			if err := vr.AcceptResponse(i, m7); err != nil {
+				panic(err)
+			}
+			if plan.async != nil {
+				plan.async.sendLate(t, devRef{v, d}, dev, vr, i, vv)
+			}
+		}
+		if plan.async != nil {
+			lt, lc, err := vr.EncodeLateResponses(plan.async.w, w.cfg.quantum, nil)
+			if err != nil {
+				panic(err)
+			}
+			if m8l[v], err = MarshalTable(KindLateResponseTable, ri.T, uint32(v), lc, lt); err != nil {
 				panic(err)
 			}
 		}
@@ -436,6 +472,7 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 	// R3: the integrator decodes every position of every vendor (G1: no
 	// failure possible), then M9 to V*.
 	respLayer := make([][]byte, sum.N)
+	res.iview.respOpened = make([]bool, sum.N)
 	for v := range p.Vendors {
 		res.iview.respTableSizes = append(res.iview.respTableSizes, len(m8[v]))
 		rt, _, err := ParseResponseTable(p, ri.T, uint32(v), w.cfg.quantum, 1<<22, m8[v])
@@ -443,11 +480,23 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 			tb.Fatal(err)
 		}
 		out := make([][]byte, len(slots[v]))
-		if err := DecodeResponseLayer(p, rt, slots[v], out); err != nil {
-			tb.Fatal(err)
+		opened := make([]bool, len(out))
+		if p.ResponseMode == ResponsePaperLiteral {
+			if opened, err = w.integ.DecodeResponseLayerPaperLiteral(ri.T, rt, slots[v], out, nil); err != nil {
+				tb.Fatal(err)
+			}
+		} else {
+			// G1: the keystream layer cannot fail, so every position "opens".
+			if err := DecodeResponseLayer(p, rt, slots[v], out); err != nil {
+				tb.Fatal(err)
+			}
+			for i := range opened {
+				opened[i] = true
+			}
 		}
 		for i, s := range slots[v] {
 			respLayer[s.Pos] = out[i]
+			res.iview.respOpened[s.Pos] = opened[i]
 		}
 	}
 	for i := range void {
@@ -459,7 +508,7 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 	for s := 0; s < sum.N; s += outBatch {
 		e := min(s+outBatch, sum.N)
 		for _, r := range respLayer[s:e] {
-			if len(r) == p.ResponseValueSize() {
+			if len(r) == p.ResponseLayerSize() {
 				res.iview.respOK++
 			}
 		}
@@ -474,8 +523,10 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 		}
 	}
 	res.fakeAt = make([]bool, sum.N)
+	res.inputAt = make([]int32, sum.N)
 	for pos, li := range sr.perm {
 		res.fakeAt[pos] = sr.listIdx[li] < 0
+		res.inputAt[pos] = sr.listIdx[li]
 	}
 
 	// R4–R5: V* unshuffles; I routes each r_i to the user of index i.
@@ -506,6 +557,9 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 			tb.Fatal(err)
 		}
 		res.iview.m11Sizes = append(res.iview.m11Sizes, len(m11))
+		if plan.async != nil && plan.async.awaitLate(tb, ri.T, pd.index, pd.pc, pd.in, m11) {
+			continue // answered late: the synchronous M11 carried random bytes
+		}
 		payload, err := pd.pc.OpenResponse(m11)
 		if err != nil {
 			tb.Fatalf("round %d: honest response for user %d did not open: %v", ri.T, pd.in.user, err)
@@ -518,6 +572,9 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 			tb.Fatalf("response routed to the wrong user: %q want %q", payload, want)
 		}
 		res.delivered++
+	}
+	if plan.async != nil {
+		plan.async.latePhase(tb, w, ri, ir, sr, slots, void, m8l, res)
 	}
 	for _, a := range plan.attacks {
 		if a.check != nil {

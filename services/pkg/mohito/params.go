@@ -38,7 +38,37 @@ type Params struct {
 	CommandSize  int   // L_c, padded command plaintext
 	ResponseSize int   // L_r, padded response plaintext
 	Suite        Suite // HPKE suite of both public-key layers
+	// ResponseMode selects the response path's server layers. The zero value
+	// is ResponseHardened (G1). ResponsePaperLiteral leaks the real
+	// per-vendor counts to the integrator and exists for benchmarks only.
+	ResponseMode ResponseMode
 }
+
+// ResponseMode selects how the response path's server layers are built.
+type ResponseMode uint8
+
+const (
+	// ResponseHardened is the default and the only production mode (spec
+	// §8.1 G1 fix): the server layers are XSalsa20 keystreams under one-time
+	// keys chosen by the user; removing them cannot fail, so the integrator
+	// processes fake and real positions identically.
+	ResponseHardened ResponseMode = 0
+
+	// ResponsePaperLiteral reproduces the paper's response path (Fig. 3,
+	// spec §3.7) for benchmarks ONLY: the device sends
+	// Enc_pkI(Enc_pkV*(⟨r⟩_D)) with authenticated HPKE, and the integrator
+	// opens its layer at every shuffled position.
+	//
+	// WARNING — NEVER USE IN PRODUCTION. Opening fails exactly at the fake
+	// positions (their z is in no response table), so the integrator learns
+	// which positions are fake and hence the real per-vendor counts A_v in
+	// every round (spec §8.1 G1): the very information the cover traffic
+	// exists to hide, which re-enables the intersection attacks of §5.1. The
+	// mode is kept only so benchmarks can compare the hardened path with the
+	// paper's. RoundInfo.MarshalBinary refuses it, so no deployment can
+	// publish such a round, and asynchronous responses reject it.
+	ResponsePaperLiteral ResponseMode = 1
+)
 
 // DefaultParams are the paper's evaluation settings (L_c = 1 KB, q = 1).
 func DefaultParams(vendors int) Params {
@@ -59,6 +89,10 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%w: response size %d", ErrParams, p.ResponseSize)
 	case !p.Suite.Valid():
 		return fmt.Errorf("%w: suite %d", ErrParams, p.Suite)
+	case p.ResponseMode != ResponseHardened && p.ResponseMode != ResponsePaperLiteral:
+		return fmt.Errorf("%w: response mode %d", ErrParams, p.ResponseMode)
+	case p.ResponseMode == ResponsePaperLiteral && p.ResponseSize+DeviceAEOverhead+2*p.Suite.Overhead() > 4096:
+		return fmt.Errorf("%w: response size %d with public-key layers", ErrParams, p.ResponseSize)
 	}
 	return nil
 }
@@ -75,6 +109,25 @@ func (p Params) DeviceCiphertextSize() int { return p.CommandSize + DeviceAEOver
 // ResponseValueSize is |⟨r⟩_D|; the G1 server layers are XOR keystreams and do
 // not expand it, so it is also the response OKVS value size.
 func (p Params) ResponseValueSize() int { return p.ResponseSize + DeviceAEOverhead }
+
+// ResponseTableValueSize is the value size of the response OKVS (M7 records,
+// M8): ResponseValueSize in the hardened mode; ⟨⟨⟨r⟩_D⟩_V*⟩_I, two HPKE
+// overheads more, in ResponsePaperLiteral.
+func (p Params) ResponseTableValueSize() int {
+	if p.ResponseMode == ResponsePaperLiteral {
+		return p.ResponseValueSize() + 2*p.Suite.Overhead()
+	}
+	return p.ResponseValueSize()
+}
+
+// ResponseLayerSize is |r′|, one record of M9: ResponseValueSize in the
+// hardened mode; ⟨⟨r⟩_D⟩_V* in ResponsePaperLiteral.
+func (p Params) ResponseLayerSize() int {
+	if p.ResponseMode == ResponsePaperLiteral {
+		return p.ResponseValueSize() + p.Suite.Overhead()
+	}
+	return p.ResponseValueSize()
+}
 
 // innerPlainSize: m = z ‖ v ‖ ⟨cmd⟩_D ‖ k_I^resp.
 func (p Params) innerPlainSize() int {
@@ -123,6 +176,14 @@ const (
 	KindUserResponse   Kind = 0x0f // M11 I → U
 	KindCommandTable   Kind = 0x10 // M5  I → V
 	KindResponseTable  Kind = 0x11 // M8  V → I
+
+	// Asynchronous responses (spec App. A, O15), sent every round for each of
+	// the W pending rounds whatever the traffic.
+	KindLateDeviceResponse Kind = 0x12 // M7L  D → V, W·q late slots
+	KindLateResponseTable  Kind = 0x13 // M8L  V → I, one table over W·q·|𝒟_a| pairs
+	KindLateResponseLayer  Kind = 0x14 // M9L  I → V* of the pending round
+	KindLateResponseOut    Kind = 0x15 // M10L V* of the pending round → I
+	KindLateUserResponse   Kind = 0x16 // M11L I → every user of the pending round
 )
 
 func putHeader(b []byte, k Kind, t uint64) {

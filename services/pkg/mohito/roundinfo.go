@@ -43,6 +43,11 @@ func (ri *RoundInfo) MarshalBinary() ([]byte, error) {
 	if err := ri.Validate(); err != nil {
 		return nil, err
 	}
+	if ri.Params.ResponseMode != ResponseHardened {
+		// Benchmark-only mode (G1 leak): it has no wire form, so no
+		// deployment can announce a round that uses it.
+		return nil, fmt.Errorf("%w: response mode %d has no wire form", ErrParams, ri.Params.ResponseMode)
+	}
 	p := ri.Params
 	b := make([]byte, RoundInfoSize(p.Suite))
 	putHeader(b, KindRoundInfo, ri.T)

@@ -363,7 +363,7 @@ func (r *ShuffleRound) AcceptResponses(m9 []byte) error {
 	if r.phase != phaseShuffled {
 		return ErrPhase
 	}
-	start, recs, err := parseBatch(KindResponseLayer, r.info.T, m9, r.s.params.ResponseValueSize(), len(r.perm))
+	start, recs, err := parseBatch(KindResponseLayer, r.info.T, m9, r.s.params.ResponseLayerSize(), len(r.perm))
 	if err != nil {
 		return err
 	}
@@ -395,7 +395,12 @@ func (r *ShuffleRound) ResponsesOut(batch int) ([][]byte, error) {
 			continue // a fake: dropped
 		}
 		v := r.resp[pos]
-		xorRespLayer(v, &r.layers[in].RespKey, &nonceRespShuffler)
+		if r.s.params.ResponseMode == ResponsePaperLiteral {
+			// Paper Fig. 3: Dec_skV*; a failure leaves a random value below.
+			v, _ = r.s.openPaperLayer(r.info.T, v)
+		} else {
+			xorRespLayer(v, &r.layers[in].RespKey, &nonceRespShuffler)
+		}
 		out[in] = v
 	}
 	for i := range out {

@@ -130,6 +130,15 @@ func ParseTable(b []byte, capacity, valueSize int) (*okvs.Table, error) {
 // same path and yield values of the same length and distribution (§9.2 #13).
 // out[i] receives slot i's r′ (ResponseValueSize bytes).
 func DecodeResponseLayer(p Params, table *okvs.Table, slots []ResponseSlot, out [][]byte) error {
+	return decodeResponseLayer(p, table, slots, &nonceRespIntegrator, out)
+}
+
+// decodeResponseLayer decodes table at every slot key and removes the
+// integrator's keystream under nonce (the synchronous nonce or a late one).
+func decodeResponseLayer(p Params, table *okvs.Table, slots []ResponseSlot, nonce *[24]byte, out [][]byte) error {
+	if p.ResponseMode != ResponseHardened {
+		return fmt.Errorf("%w: paper-literal tables need Integrator.DecodeResponseLayerPaperLiteral", ErrParams)
+	}
 	vs := p.ResponseValueSize()
 	if table.ValueSize() != vs {
 		return fmt.Errorf("%w: value size %d, want %d", ErrTableShape, table.ValueSize(), vs)
@@ -141,7 +150,7 @@ func DecodeResponseLayer(p Params, table *okvs.Table, slots []ResponseSlot, out 
 	buf := table.DecodeBatch(make([]byte, 0, len(slots)*vs), keys)
 	for i := range slots {
 		v := buf[i*vs : (i+1)*vs : (i+1)*vs]
-		xorRespLayer(v, &slots[i].RespKey, &nonceRespIntegrator)
+		xorRespLayer(v, &slots[i].RespKey, nonce)
 		out[i] = v
 	}
 	return nil
@@ -153,7 +162,7 @@ func VoidResponseLayer(p Params, rnd io.Reader) ([]byte, error) {
 	if rnd == nil {
 		rnd = rand.Reader
 	}
-	b := make([]byte, p.ResponseValueSize())
+	b := make([]byte, p.ResponseLayerSize())
 	_, err := io.ReadFull(rnd, b)
 	return b, err
 }

@@ -42,7 +42,7 @@ func (p Params) DeliverySize() int { return headerSize + 4 + p.Q*p.DeviceCiphert
 
 // DeviceResponseSize is |M7| = header ‖ q × (z ‖ response value).
 func (p Params) DeviceResponseSize() int {
-	return headerSize + p.Q*(EphemeralIDSize+p.ResponseValueSize())
+	return headerSize + p.Q*(EphemeralIDSize+p.ResponseTableValueSize())
 }
 
 // VendorRound is a vendor's state for one round: the snapshot of active
@@ -53,6 +53,7 @@ type VendorRound struct {
 	active []int
 	ids    []EphemeralID // active[i]'s slot j at i·q + j − 1
 	resp   [][]byte
+	late   *vendorLate // asynchronous responses (App. A); nil unless used
 }
 
 // NewRound snapshots the active set and derives q ids per active device.
@@ -122,7 +123,7 @@ func (vr *VendorRound) AcceptResponse(i int, m7 []byte) error {
 	if err := expectRound(t, vr.info.T); err != nil {
 		return err
 	}
-	q, rs := p.Q, EphemeralIDSize+p.ResponseValueSize()
+	q, rs := p.Q, EphemeralIDSize+p.ResponseTableValueSize()
 	for j := range q {
 		rec := m7[headerSize+j*rs:]
 		if EphemeralID(rec[:EphemeralIDSize]) != vr.ids[i*q+j] {
@@ -141,9 +142,17 @@ func (vr *VendorRound) AcceptResponse(i int, m7 []byte) error {
 // that did not answer) plus random pairs up to ResponseCapacity(q·|𝒟_a|,
 // quantum). It returns the table and its capacity.
 func (vr *VendorRound) EncodeResponses(quantum int, rnd io.Reader) (*okvs.Table, int, error) {
-	p := vr.v.params
-	vs := p.ResponseValueSize()
-	capacity := ResponseCapacity(len(vr.ids), quantum)
+	return vr.v.encodeResponsePairs(vr.ids, vr.resp, quantum, rnd)
+}
+
+// encodeResponsePairs encodes (ids[i] → resp[i]) with random values for the
+// ids nobody answered, padded with random pairs to ResponseCapacity(len(ids),
+// quantum). The synchronous and the late response tables share it, so both
+// have the same shape rules (G6, O11).
+func (v *Vendor) encodeResponsePairs(ids []EphemeralID, resp [][]byte, quantum int, rnd io.Reader) (*okvs.Table, int, error) {
+	p := v.params
+	vs := p.ResponseTableValueSize()
+	capacity := ResponseCapacity(len(ids), quantum)
 	br, err := bulkRandom(rnd)
 	if err != nil {
 		return nil, 0, err
@@ -151,11 +160,11 @@ func (vr *VendorRound) EncodeResponses(quantum int, rnd io.Reader) (*okvs.Table,
 	keys := make([][]byte, capacity)
 	values := make([][]byte, capacity)
 	keyBuf := make([]byte, capacity*EphemeralIDSize)
-	for i := range vr.ids {
+	for i := range ids {
 		keys[i] = keyBuf[i*EphemeralIDSize : (i+1)*EphemeralIDSize]
-		copy(keys[i], vr.ids[i][:])
-		if v := vr.resp[i]; v != nil {
-			values[i] = v
+		copy(keys[i], ids[i][:])
+		if val := resp[i]; val != nil {
+			values[i] = val
 		} else {
 			values[i] = make([]byte, vs)
 			if _, err := io.ReadFull(br, values[i]); err != nil {
@@ -163,12 +172,12 @@ func (vr *VendorRound) EncodeResponses(quantum int, rnd io.Reader) (*okvs.Table,
 			}
 		}
 	}
-	if err := padPairs(keys, values, keyBuf, len(vr.ids), vs, br); err != nil {
+	if err := padPairs(keys, values, keyBuf, len(ids), vs, br); err != nil {
 		return nil, 0, err
 	}
 	t, err := okvs.EncodeWithSize(keys, values, vs, br)
 	if err != nil {
-		return nil, 0, fmt.Errorf("encode response table of vendor %d: %w", vr.v.Index, err)
+		return nil, 0, fmt.Errorf("encode response table of vendor %d: %w", v.Index, err)
 	}
 	return t, capacity, nil
 }
