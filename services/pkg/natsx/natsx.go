@@ -1,0 +1,196 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream defaults: rounds live for seconds, so a few minutes of retention
+// and a de-duplication window that covers every redelivery of a round.
+const (
+	DefaultMaxAge     = 10 * time.Minute
+	DefaultDuplicates = 2 * time.Minute
+)
+
+// EnsureStream creates or updates a file-backed stream with de-duplication.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects ...string) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       name,
+		Subjects:   subjects,
+		Storage:    jetstream.FileStorage,
+		MaxAge:     DefaultMaxAge,
+		Duplicates: DefaultDuplicates,
+		MaxMsgSize: 8 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// EnsureKV creates or updates a key-value bucket. ttl 0 keeps entries.
+func EnsureKV(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage, History: 1})
+	if err != nil {
+		return nil, fmt.Errorf("ensure kv %s: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// EnsureObjectStore creates or updates an object store bucket with a TTL.
+func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.ObjectStore, error) {
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, fmt.Errorf("ensure object store %s: %w", bucket, err)
+	}
+	return os, nil
+}
+
+// Publish publishes with a Nats-Msg-Id so a retried or repeated publish is
+// stored once, and retries transient failures with backoff until ctx ends.
+// It returns once the stream has acknowledged (the message is durable).
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte, hdr nats.Header) error {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: hdr}
+	wait := 20 * time.Millisecond
+	for {
+		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		if !sleep(ctx, wait) {
+			return fmt.Errorf("publish %s: %w", subject, context.Cause(ctx))
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Outcome tells Consume what to do with a message after the handler ran.
+type Outcome int
+
+const (
+	// Ack: the handler's effect is durable.
+	Ack Outcome = iota
+	// Retry: redeliver later (a transient failure).
+	Retry
+	// Drop: the message can never be processed (bad input, closed round);
+	// it is terminated and counted, never retried.
+	Drop
+	// Hold: the handler keeps the message and acks it itself later (an
+	// encoder holds a round's records until its table is durable).
+	Hold
+)
+
+// Handler processes one message.
+type Handler func(ctx context.Context, m jetstream.Msg) Outcome
+
+// ConsumerSpec describes a durable pull consumer.
+type ConsumerSpec struct {
+	Stream     string
+	Durable    string
+	Filters    []string
+	AckWait    time.Duration
+	MaxAck     int // max ack pending
+	Batch      int
+	DeliverNew bool
+}
+
+// Consume runs a durable pull consumer until ctx ends: it (re)creates the
+// consumer with backoff when the stream or server is not there yet, fetches
+// in batches and settles each message by the handler's outcome. This is the
+// one "start JetStream consumer with backoff" helper of the services.
+func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log *slog.Logger, h Handler) error {
+	if spec.AckWait == 0 {
+		spec.AckWait = 30 * time.Second
+	}
+	if spec.Batch == 0 {
+		spec.Batch = 64
+	}
+	if spec.MaxAck == 0 {
+		spec.MaxAck = 4096
+	}
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		cfg := jetstream.ConsumerConfig{
+			Durable:           spec.Durable,
+			AckPolicy:         jetstream.AckExplicitPolicy,
+			AckWait:           spec.AckWait,
+			MaxAckPending:     spec.MaxAck,
+			FilterSubjects:    spec.Filters,
+			InactiveThreshold: time.Hour,
+		}
+		if spec.DeliverNew {
+			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		}
+		if len(spec.Filters) == 1 {
+			cfg.FilterSubject, cfg.FilterSubjects = spec.Filters[0], nil
+		}
+		cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+		if err != nil {
+			log.Warn("consumer not ready, retrying", "stream", spec.Stream, "durable", spec.Durable, "err", err)
+			if !sleep(ctx, wait) {
+				break
+			}
+			wait = min(2*wait, 2*time.Second)
+			continue
+		}
+		wait = 50 * time.Millisecond
+		if err := pull(ctx, cons, spec.Batch, h); err != nil && ctx.Err() == nil {
+			log.Warn("consumer interrupted, restarting", "durable", spec.Durable, "err", err)
+			if !sleep(ctx, wait) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler) error {
+	for ctx.Err() == nil {
+		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		for m := range b.Messages() {
+			settle(ctx, m, h(ctx, m))
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return nil
+}
+
+func settle(ctx context.Context, m jetstream.Msg, o Outcome) {
+	switch o {
+	case Ack:
+		_ = m.DoubleAck(ctx)
+	case Retry:
+		_ = m.NakWithDelay(200 * time.Millisecond)
+	case Drop:
+		_ = m.Term()
+	case Hold:
+	}
+}

@@ -1,0 +1,46 @@
+// Package pda is the cryptographic core of privacy-preserving data aggregation
+// (Ringberg et al., "Collaborative, Privacy-Preserving Data Aggregation at Scale") in the
+// production instantiation of shared/specs/pda.md §3.9, "encrypted 2HashDH" (EOPRF-DH), as
+// plain Go over batches with no transport. A Participant canonicalises each key (U6: Key,
+// IPKey, DomainKey, URLKey, StringKey), encrypts P = H2G(window‖canon(k)) under h_DB, the
+// embedded key (§3.9.3) under the product key h_DB·h_PRX and, when values are used, g^v,
+// and proves knowledge of all randomness with a Fiat–Shamir multi-Schnorr proof plus a CDS
+// OR-proof for v ∈ D, bound to (params digest ⊇ deployment and window, session, index)
+// (§3.9.4). The Proxy verifies, raises E_DB(P) to its OPRF key s, re-randomises every
+// ciphertext including the inner layer with the product key, attaches the dedup tag
+// E_DB(Y^{t_j}) and emits a BlindedItem with no participant identity; Shuffle is the
+// mixer's permutation. The DB front-end opens items into Entries (Y, Z, v, E_PRX(k),
+// entry_id) routed by KeyPosition and the ring subpackage (§4.3); a Table (one shard)
+// counts with per-participant tags, applies f = "≥ τ", and builds RevealRequests that the
+// DB re-randomises under h_PRX and reorders afresh; the proxy's Oracle decrypts, checks
+// F_s(k') = Y per entry (§3.3, §3.9.5) and returns the key and a consistency bitmap, and
+// the Table prunes, re-evaluates f and publishes (k, T[k]) (release variant V2). Every
+// decoder of network bytes (ParseSubmission, ParseBlindedItem, ParseEntry,
+// ParseRevealRequest, ParseRevealResponse, PublicParams.UnmarshalBinary,
+// ParseCanonicalKey, Group.DecodeElement/DecodeScalar) returns sentinel errors and never
+// panics; all formats are fixed-size per deployment (wire.go).
+//
+// [R] decisions taken here. The default group is ristretto255 (RFC 9496) with
+// hash_to_ristretto255 (RFC 9380 / RFC 9496 §4.3.4); P-256 with P256_XMD:SHA-256_SSWU_RO_
+// is the configurable alternative, both through cloudflare/circl, whose RFC 9380, 9496 and
+// 9497 vectors pass through our Group wrapper (testdata/). The spec's security argument
+// (§8.2) needs only a prime-order group in which DDH is hard plus random oracles for H2G
+// and Fiat–Shamir; ristretto255 is exactly a prime-order group (the cofactor of
+// edwards25519 is quotiented out, and its encoding admits no small-order or non-canonical
+// points), so the default changes nothing in that argument. The only group-specific part
+// is the key embedding: ristretto255 has no standard one, so we use a try-and-increment
+// over canonical encodings (ctrLo‖chunk(30)‖ctrHi, ≈ 1/4 success per try, 16k tries),
+// which is public and deterministic and has no security impact (§8.2 d); P-256 follows
+// §3.9.3 exactly. Further: the s₀ term of Naor–Reingold is moot because reference mode
+// (NR + IKNP) is not implemented; count mode defaults to distinct participants (U9) with
+// first-write-wins on tags, tuples mode keys entries by the DB-side entry id so redelivery
+// is idempotent either way; reveal requests carry only window, a fresh random request id,
+// Y and DB-re-randomised ciphertexts in a fresh order (never entry ids, tags, values or
+// anything the proxy forwarded) and the oracle refuses requests with fewer than τ entries
+// (U24); URL canonicalisation drops the fragment and rejects user information; Key.String
+// never prints key material. Fixed-base multiplications by public keys on ristretto255 use
+// a constant-time signed-window comb table (comb.go), because circl precomputes only for the
+// generator. Residual risk, as in the spec (§2.6 #2, T-MAL-9): exponent malleability
+// (submitting H(k)^c) by a participant colluding with the DB is not prevented
+// cryptographically; the junk row it creates never passes the consistency check.
+package pda

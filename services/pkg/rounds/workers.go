@@ -1,0 +1,584 @@
+package rounds
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/roundstate"
+)
+
+// WorkerConfig configures the integrator's stateless and partitioned workers.
+type WorkerConfig struct {
+	Deployment Deployment
+	JS         jetstream.JetStream // integrator account
+	Store      roundstate.Store
+	Key        *mohito.PrivateKey // sk_I (decrypt workers)
+	Partition  int                // encoder partition p
+	AckWait    time.Duration
+	Log        *slog.Logger
+	Metrics    *Metrics
+}
+
+func (c *WorkerConfig) ackWait() time.Duration {
+	if c.AckWait == 0 {
+		return 10 * time.Second
+	}
+	return c.AckWait
+}
+
+// shufflerCache checks that M4 comes from the round's V*.
+type shufflerCache struct {
+	kv jetstream.KeyValue
+	mu sync.Mutex
+	m  map[uint64]uint32
+}
+
+func (s *shufflerCache) shuffler(ctx context.Context, t uint64) (uint32, error) {
+	s.mu.Lock()
+	v, ok := s.m[t]
+	s.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	e, err := s.kv.Get(ctx, "t."+strconv.FormatUint(t, 10))
+	if err != nil {
+		return 0, err
+	}
+	ri, err := mohito.ParseRoundInfo(e.Value())
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.m[t] = ri.Shuffler
+	if len(s.m) > 256 {
+		clear(s.m)
+	}
+	s.mu.Unlock()
+	return ri.Shuffler, nil
+}
+
+// DecryptWorker is Stage A (spec §4.5): stateless, any number of replicas
+// share one durable pull consumer, and each M4 message is one contiguous
+// range of output positions — positions are already unlinkable to users, so
+// partitioning by position is safe.
+type DecryptWorker struct {
+	cfg    WorkerConfig
+	integ  *mohito.Integrator
+	rounds *shufflerCache
+}
+
+// NewDecryptWorker returns a Stage A worker.
+func NewDecryptWorker(ctx context.Context, cfg WorkerConfig) (*DecryptWorker, error) {
+	integ, err := mohito.NewIntegrator(cfg.Deployment.Params, cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &DecryptWorker{cfg: cfg, integ: integ, rounds: &shufflerCache{kv: kv, m: map[uint64]uint32{}}}, nil
+}
+
+// Run consumes until ctx ends.
+func (w *DecryptWorker) Run(ctx context.Context) error {
+	return natsx.Consume(ctx, w.cfg.JS, natsx.ConsumerSpec{
+		Stream: StreamIntegratorIn, Durable: "decrypt", Filters: []string{"mohito.i.in.*.r.*." + kindShuffled},
+		AckWait: w.cfg.ackWait(), Batch: 4, MaxAck: 64,
+	}, w.cfg.Log, w.handle)
+}
+
+func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+	start := time.Now()
+	p, err := parseSubject(m.Subject())
+	if err != nil {
+		return natsx.Drop
+	}
+	s, err := w.rounds.shuffler(ctx, p.T)
+	if err != nil {
+		return natsx.Retry
+	}
+	if int(s) != p.Vendor {
+		w.cfg.Metrics.Dropped.WithLabelValues("not_shuffler").Inc()
+		return natsx.Drop
+	}
+	data := m.Data()
+	if len(data) < 18 {
+		return natsx.Drop
+	}
+	batchStart := int(binary.BigEndian.Uint32(data[10:14]))
+	cmds, void, err := w.integ.OpenShuffled(p.T, data, mohito.MaxRoundMessages, nil)
+	if err != nil {
+		w.cfg.Metrics.Dropped.WithLabelValues("bad_m4").Inc()
+		return natsx.Drop
+	}
+	byVendor, _ := mohito.GroupByVendor(cmds, w.cfg.Deployment.Params.Vendors)
+	// Stage B: one record message per vendor per batch, even empty, so each
+	// encoder knows when it has every batch of the round.
+	for v, vc := range byVendor {
+		id := fmt.Sprintf("part-%d-%d-%d", p.T, batchStart, v)
+		if err := natsx.Publish(ctx, w.cfg.JS, workPart(p.T, v), id, marshalPart(w.cfg.Deployment.Params, batchStart, vc), nil); err != nil {
+			return natsx.Retry
+		}
+	}
+	w.cfg.Metrics.Commands.WithLabelValues("decrypted").Add(float64(len(cmds) - void))
+	if void > 0 {
+		w.cfg.Metrics.Dropped.WithLabelValues("inner_layer").Add(float64(void))
+	}
+	w.cfg.Metrics.StageSeconds.WithLabelValues("decrypt_batch").Observe(time.Since(start).Seconds())
+	return natsx.Ack
+}
+
+// Encoder is Stage C for the vendors its partition owns (weighted
+// rendezvous hash of C_v), and the response decoder for the same vendors.
+type Encoder struct {
+	cfg     WorkerConfig
+	vendors []int
+	objects jetstream.ObjectStore
+	mu      sync.Mutex
+	rounds  map[uint64]*encRound
+	blobs   *natsx.BlobAssembler
+}
+
+type encRound struct {
+	plan     *plan
+	planMsgs []jetstream.Msg
+	vendors  map[int]*encVendor
+	first    time.Time
+}
+
+type encVendor struct {
+	batches map[int][]mohito.ShuffledCommand
+	msgs    []jetstream.Msg
+	sealed  bool
+}
+
+// NewEncoder returns encoder partition cfg.Partition.
+func NewEncoder(ctx context.Context, cfg WorkerConfig) (*Encoder, error) {
+	os, err := natsx.EnsureObjectStore(ctx, cfg.JS, BucketOKVS, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoder{cfg: cfg, vendors: cfg.Deployment.VendorsOf(cfg.Partition), objects: os, rounds: map[uint64]*encRound{}, blobs: natsx.NewBlobAssembler()}, nil
+}
+
+// Vendors returns the vendors this partition owns.
+func (e *Encoder) Vendors() []int { return e.vendors }
+
+// Run consumes the command records and the response tables of its vendors.
+func (e *Encoder) Run(ctx context.Context) error {
+	if len(e.vendors) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	filters := []string{"mohito.r.*.plan"}
+	var rfilters []string
+	for _, v := range e.vendors {
+		filters = append(filters, fmt.Sprintf("mohito.r.*.part.%d", v))
+		rfilters = append(rfilters, fmt.Sprintf("%s.r.*.%s", natsx.IntegratorInbox(v), kindRespTable))
+	}
+	name := fmt.Sprintf("encoder-%d", e.cfg.Partition)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16}, e.cfg.Log, e.handleResponseTable)
+	}()
+	err := natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64}, e.cfg.Log, e.handleRecord)
+	<-done
+	return err
+}
+
+const staleAfter = 2 * time.Minute
+
+func (e *Encoder) round(t uint64) *encRound {
+	r := e.rounds[t]
+	if r == nil {
+		r = &encRound{vendors: map[int]*encVendor{}, first: time.Now()}
+		e.rounds[t] = r
+	}
+	return r
+}
+
+func (e *Encoder) handleRecord(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+	p, err := parseSubject(m.Subject())
+	if err != nil {
+		return natsx.Drop
+	}
+	if md, err := m.Metadata(); err == nil && time.Since(md.Timestamp) > staleAfter {
+		e.cfg.Metrics.Dropped.WithLabelValues("stale").Inc()
+		return natsx.Drop
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.round(p.T)
+	switch p.Kind {
+	case "plan":
+		pl, err := parsePlan(m.Data())
+		if err != nil || len(pl.Counts) != e.cfg.Deployment.Params.Vendors {
+			return natsx.Drop
+		}
+		r.plan = pl
+		r.planMsgs = append(r.planMsgs, m)
+	case "part":
+		ev := r.vendors[p.Vendor]
+		if ev == nil {
+			ev = &encVendor{batches: map[int][]mohito.ShuffledCommand{}}
+			r.vendors[p.Vendor] = ev
+		}
+		if ev.sealed {
+			return natsx.Ack // a redelivery after the table went out
+		}
+		start, cmds, err := parsePart(e.cfg.Deployment.Params, p.Vendor, m.Data())
+		if err != nil {
+			return natsx.Drop
+		}
+		ev.batches[start] = cmds
+		ev.msgs = append(ev.msgs, m)
+	default:
+		return natsx.Drop
+	}
+	e.trySeal(ctx, p.T, r)
+	return natsx.Hold
+}
+
+// trySeal encodes every owned vendor's table once all its batches are in.
+// Called with e.mu held.
+func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
+	if r.plan == nil {
+		return
+	}
+	want := e.cfg.Deployment.Batches(r.plan.N)
+	all := true
+	for _, v := range e.vendors {
+		ev := r.vendors[v]
+		if ev != nil && ev.sealed {
+			continue
+		}
+		if ev == nil || len(ev.batches) < want {
+			all = false
+			continue
+		}
+		if err := e.seal(ctx, t, v, r.plan, ev); err != nil {
+			e.cfg.Log.Warn("seal failed, will retry on redelivery", "t", t, "err", err)
+			all = false
+			continue
+		}
+		for _, m := range ev.msgs {
+			_ = m.DoubleAck(ctx)
+		}
+		ev.msgs, ev.batches, ev.sealed = nil, nil, true
+	}
+	if all {
+		for _, m := range r.planMsgs {
+			_ = m.DoubleAck(ctx)
+		}
+		r.planMsgs = nil
+		// Keep the sealed markers for a while so redeliveries are acked.
+		for k, old := range e.rounds {
+			if k+64 < t || time.Since(old.first) > staleAfter {
+				delete(e.rounds, k)
+			}
+		}
+	}
+}
+
+// seal encodes S_v, makes it and the response slots durable (Object Store,
+// Redis), then streams it to the vendor. A rebuilt encoder reuses a table
+// that is already durable so a vendor never sees two different tables.
+func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVendor) error {
+	start := time.Now()
+	d := &e.cfg.Deployment
+	name := fmt.Sprintf("%d-%d", t, v)
+	m5, err := e.objects.GetBytes(ctx, name)
+	if err == nil {
+		if _, serr := e.cfg.Store.Slots(ctx, t, v); serr != nil {
+			m5 = nil
+		}
+	}
+	if m5 == nil {
+		var cmds []mohito.ShuffledCommand
+		for _, b := range ev.batches {
+			cmds = append(cmds, b...)
+		}
+		capacity := mohito.CommandCapacity(pl.Counts[v], d.Capacity[v])
+		if len(cmds) > capacity {
+			capacity = mohito.CommandCapacity(len(cmds), d.Capacity[v])
+		}
+		table, slots, _, err := mohito.EncodeCommandTable(d.Params, cmds, capacity, rand.Reader)
+		if err != nil {
+			return err
+		}
+		if m5, err = mohito.MarshalTable(mohito.KindCommandTable, t, uint32(v), capacity, table); err != nil {
+			return err
+		}
+		if err := e.cfg.Store.PutSlots(ctx, t, v, marshalSlots(slots)); err != nil {
+			return fmt.Errorf("store slots: %w", err)
+		}
+		if _, err := e.objects.PutBytes(ctx, name, m5); err != nil {
+			return fmt.Errorf("store table: %w", err)
+		}
+		e.cfg.Metrics.StageSeconds.WithLabelValues("okvs_encode").Observe(time.Since(start).Seconds())
+	}
+	if err := natsx.SendBlob(ctx, e.cfg.JS, toVendor(v, t, kindTable), "okvs-"+name, m5); err != nil {
+		return err
+	}
+	return nil
+}
+
+// handleResponseTable decodes S_v^resp at the stored slots (R3 with G1) and
+// hands r′ to the responder.
+func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+	p, err := parseSubject(m.Subject())
+	if err != nil {
+		return natsx.Drop
+	}
+	blob, msgs, err := e.blobs.Add(m)
+	if err != nil {
+		e.cfg.Metrics.Dropped.WithLabelValues("bad_blob").Inc()
+		for _, mm := range msgs {
+			_ = mm.Term()
+		}
+		return natsx.Drop
+	}
+	if blob == nil {
+		return natsx.Hold
+	}
+	settle := func(o natsx.Outcome) natsx.Outcome {
+		for _, mm := range msgs {
+			switch o {
+			case natsx.Ack:
+				_ = mm.DoubleAck(ctx)
+			case natsx.Drop:
+				_ = mm.Term()
+			default:
+				_ = mm.NakWithDelay(500 * time.Millisecond)
+			}
+		}
+		return natsx.Hold
+	}
+	d := &e.cfg.Deployment
+	start := time.Now()
+	table, _, err := mohito.ParseResponseTable(d.Params, p.T, uint32(p.Vendor), d.Quantum, 1<<22, blob)
+	if err != nil {
+		e.cfg.Metrics.Dropped.WithLabelValues("bad_response_table").Inc()
+		return settle(natsx.Drop)
+	}
+	sb, err := e.cfg.Store.Slots(ctx, p.T, p.Vendor)
+	if errors.Is(err, roundstate.ErrNotFound) {
+		return settle(natsx.Drop)
+	} else if err != nil {
+		return settle(natsx.Retry)
+	}
+	slots, err := parseSlots(p.Vendor, sb)
+	if err != nil {
+		return settle(natsx.Drop)
+	}
+	out := make([][]byte, len(slots))
+	if err := mohito.DecodeResponseLayer(d.Params, table, slots, out); err != nil {
+		return settle(natsx.Drop)
+	}
+	if err := natsx.SendBlob(ctx, e.cfg.JS, workLayer(p.T, p.Vendor), fmt.Sprintf("rl-%d-%d", p.T, p.Vendor), marshalLayer(slots, out)); err != nil {
+		return settle(natsx.Retry)
+	}
+	e.cfg.Metrics.StageSeconds.WithLabelValues("response_decode").Observe(time.Since(start).Seconds())
+	return settle(natsx.Ack)
+}
+
+// Responder assembles r′ from every vendor's decoder into M9 for V*, and
+// routes V*'s M10 to the user mailboxes (spec R3–R5, O13).
+type Responder struct {
+	cfg    WorkerConfig
+	mu     sync.Mutex
+	rounds map[uint64]*respRound
+	blobs  *natsx.BlobAssembler
+	OnDone func(t uint64, k int) // called once every response of round t is in a mailbox
+}
+
+type respRound struct {
+	plan   *plan
+	msgs   []jetstream.Msg
+	layers map[int][]byte
+	sent   bool
+	routed int
+	first  time.Time
+}
+
+// NewResponder returns the responder.
+func NewResponder(cfg WorkerConfig) *Responder {
+	return &Responder{cfg: cfg, rounds: map[uint64]*respRound{}, blobs: natsx.NewBlobAssembler()}
+}
+
+// Run consumes plans, r′ blobs and M10.
+func (r *Responder) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: "router", Filters: []string{"mohito.i.in.*.r.*." + kindRespOut}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.route)
+	}()
+	err := natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: "responder", Filters: []string{"mohito.r.*.plan", "mohito.r.*.rl.*"}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.collect)
+	<-done
+	return err
+}
+
+func (r *Responder) round(t uint64) *respRound {
+	rr := r.rounds[t]
+	if rr == nil {
+		rr = &respRound{layers: map[int][]byte{}, first: time.Now()}
+		r.rounds[t] = rr
+		for k, old := range r.rounds {
+			if time.Since(old.first) > staleAfter {
+				delete(r.rounds, k)
+			}
+		}
+	}
+	return rr
+}
+
+func (r *Responder) collect(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+	p, err := parseSubject(m.Subject())
+	if err != nil {
+		return natsx.Drop
+	}
+	if md, err := m.Metadata(); err == nil && time.Since(md.Timestamp) > staleAfter {
+		return natsx.Drop
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rr := r.round(p.T)
+	if rr.sent {
+		return natsx.Ack
+	}
+	switch p.Kind {
+	case "plan":
+		pl, err := parsePlan(m.Data())
+		if err != nil {
+			return natsx.Drop
+		}
+		rr.plan = pl
+		rr.msgs = append(rr.msgs, m)
+	case "rl":
+		blob, msgs, err := r.blobs.Add(m)
+		if err != nil {
+			for _, mm := range msgs {
+				_ = mm.Term()
+			}
+			return natsx.Hold
+		}
+		if blob == nil {
+			return natsx.Hold
+		}
+		rr.layers[p.Vendor] = blob
+		rr.msgs = append(rr.msgs, msgs...)
+	default:
+		return natsx.Drop
+	}
+	if rr.plan == nil || len(rr.layers) < r.cfg.Deployment.Params.Vendors {
+		return natsx.Hold
+	}
+	if err := r.sendLayer(ctx, rr); err != nil {
+		r.cfg.Log.Warn("M9 not sent, will retry", "t", p.T, "err", err)
+		for _, mm := range rr.msgs {
+			_ = mm.NakWithDelay(500 * time.Millisecond)
+		}
+		rr.msgs = nil
+		rr.layers = map[int][]byte{}
+		return natsx.Hold
+	}
+	for _, mm := range rr.msgs {
+		_ = mm.DoubleAck(ctx)
+	}
+	rr.msgs, rr.layers, rr.sent = nil, nil, true
+	return natsx.Hold
+}
+
+func (r *Responder) sendLayer(ctx context.Context, rr *respRound) error {
+	d := &r.cfg.Deployment
+	pl := rr.plan
+	layer := make([][]byte, pl.N)
+	for _, b := range rr.layers {
+		if err := parseLayer(d.Params, b, layer); err != nil {
+			return err
+		}
+	}
+	for i := range layer {
+		if layer[i] == nil {
+			// A position whose inner layer did not open: random r′ (G1).
+			v, err := mohito.VoidResponseLayer(d.Params, nil)
+			if err != nil {
+				return err
+			}
+			layer[i] = v
+		}
+	}
+	for s := 0; s < pl.N; s += d.OutBatch {
+		e := min(s+d.OutBatch, pl.N)
+		m9, err := mohito.MarshalResponseLayer(d.Params, pl.T, s, layer[s:e])
+		if err != nil {
+			return err
+		}
+		if err := natsx.Publish(ctx, r.cfg.JS, toVendor(int(pl.Shuffler), pl.T, kindRespLayer), fmt.Sprintf("m9-%d-%d", pl.T, s), m9, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// route writes each r_i into its user's mailbox; the user is looked up by
+// index in Redis, never derived from anything V* sent.
+func (r *Responder) route(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+	p, err := parseSubject(m.Subject())
+	if err != nil {
+		return natsx.Drop
+	}
+	d := &r.cfg.Deployment
+	start, vals, err := mohito.ParseResponseOut(d.Params, p.T, m.Data(), mohito.MaxRoundMessages)
+	if err != nil {
+		r.cfg.Metrics.Dropped.WithLabelValues("bad_m10").Inc()
+		return natsx.Drop
+	}
+	for i, v := range vals {
+		idx := uint32(start + i)
+		user, err := r.cfg.Store.User(ctx, p.T, idx)
+		if errors.Is(err, roundstate.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return natsx.Retry
+		}
+		m11, err := mohito.MarshalUserResponse(d.Params, p.T, idx, v)
+		if err != nil {
+			return natsx.Drop
+		}
+		if err := r.cfg.Store.PutResponse(ctx, user, p.T, idx, m11); err != nil {
+			return natsx.Retry
+		}
+	}
+	r.cfg.Metrics.Commands.WithLabelValues("responses").Add(float64(len(vals)))
+	r.mu.Lock()
+	rr := r.round(p.T)
+	rr.routed += len(vals)
+	k := -1
+	if rr.plan != nil {
+		k = rr.plan.K
+	}
+	fire := k >= 0 && rr.routed == k
+	r.mu.Unlock()
+	if fire {
+		_ = r.cfg.Store.SetStatus(ctx, p.T, roundstate.StatusDone)
+		r.cfg.Metrics.Rounds.WithLabelValues("done").Inc()
+		if r.OnDone != nil {
+			r.OnDone(p.T, k)
+		}
+	}
+	return natsx.Ack
+}

@@ -1,0 +1,388 @@
+// Package roundstate is the integrator's per-round state that the response
+// path needs (spec §10 "Redis keys, integrator"): admission (index → user,
+// the q limit, the M1 submissions the coordinator replays at close), the
+// encoders' response slots (pos → z, k_I^resp) per vendor, round status and
+// the user mailboxes (spec O13). Redis is the store of record and lives in the
+// integrator's trust domain only; Memory is its in-process twin for the
+// embedded demo. Every key carries a TTL (response deadline + margin).
+package roundstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel errors callers branch on.
+var (
+	ErrClosed    = errors.New("roundstate: round closed")
+	ErrRateLimit = errors.New("roundstate: more than q submissions this round")
+	ErrNotFound  = errors.New("roundstate: not found")
+)
+
+// Status values of a round.
+const (
+	StatusOpen    = "open"
+	StatusDone    = "done"
+	StatusAborted = "aborted"
+)
+
+// Admission is one admitted M1.
+type Admission struct {
+	Index     uint32
+	User      string
+	M1        []byte
+	Forwarded bool
+}
+
+// Store is the integrator's round state.
+type Store interface {
+	// Admit assigns the next index of round t to user's m1, atomically with
+	// the closed check and the per-user limit q.
+	Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error)
+	// MarkForwarded records that M2 of index i is durable at V*.
+	MarkForwarded(ctx context.Context, t uint64, i uint32) error
+	// Close ends admission and returns k.
+	Close(ctx context.Context, t uint64) (int, error)
+	// Admitted returns every admission of round t by index.
+	Admitted(ctx context.Context, t uint64) ([]Admission, error)
+	// User returns the user of index i.
+	User(ctx context.Context, t uint64, i uint32) (string, error)
+	// PutSlots / Slots hold an encoder's response slots for vendor v.
+	PutSlots(ctx context.Context, t uint64, v int, b []byte) error
+	Slots(ctx context.Context, t uint64, v int) ([]byte, error)
+	// SetStatus / Status hold the round's status.
+	SetStatus(ctx context.Context, t uint64, s string) error
+	Status(ctx context.Context, t uint64) (string, error)
+	// PutResponse stores M11 in user's mailbox; Response fetches it.
+	PutResponse(ctx context.Context, user string, t uint64, i uint32, m11 []byte) error
+	Response(ctx context.Context, user string, t uint64, i uint32) ([]byte, error)
+}
+
+// Redis is the Store on a redis-server of the integrator's domain.
+type Redis struct {
+	c   redis.UniversalClient
+	ttl time.Duration
+}
+
+// NewRedis returns a Redis store whose keys expire after ttl.
+func NewRedis(c redis.UniversalClient, ttl time.Duration) *Redis { return &Redis{c: c, ttl: ttl} }
+
+func key(t uint64, parts ...string) string {
+	k := "I:" + strconv.FormatUint(t, 10)
+	for _, p := range parts {
+		k += ":" + p
+	}
+	return k
+}
+
+var admitScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local c = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if c > tonumber(ARGV[1]) then return -2 end
+local i = redis.call('INCR', KEYS[3]) - 1
+redis.call('HSET', KEYS[4], i, ARGV[3])
+redis.call('HSET', KEYS[5], i, ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
+return i
+`)
+
+// Admit implements Store.
+func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
+	keys := []string{key(t, "closed"), key(t, "quota", user), key(t, "seq"), key(t, "m1"), key(t, "user")}
+	n, err := admitScript.Run(ctx, r.c, keys, q, user, m1, r.ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("admit in round %d: %w", t, err)
+	}
+	switch n {
+	case -1:
+		return 0, ErrClosed
+	case -2:
+		return 0, ErrRateLimit
+	}
+	return uint32(n), nil
+}
+
+// MarkForwarded implements Store.
+func (r *Redis) MarkForwarded(ctx context.Context, t uint64, i uint32) error {
+	p := r.c.TxPipeline()
+	p.SAdd(ctx, key(t, "fwd"), i)
+	p.PExpire(ctx, key(t, "fwd"), r.ttl)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+var closeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], 1, 'PX', ARGV[1])
+local k = redis.call('GET', KEYS[2])
+if not k then return 0 end
+return tonumber(k)
+`)
+
+// Close implements Store.
+func (r *Redis) Close(ctx context.Context, t uint64) (int, error) {
+	k, err := closeScript.Run(ctx, r.c, []string{key(t, "closed"), key(t, "seq")}, r.ttl.Milliseconds()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("close round %d: %w", t, err)
+	}
+	return k, nil
+}
+
+// Admitted implements Store.
+func (r *Redis) Admitted(ctx context.Context, t uint64) ([]Admission, error) {
+	m1s, err := r.c.HGetAll(ctx, key(t, "m1")).Result()
+	if err != nil {
+		return nil, err
+	}
+	users, err := r.c.HGetAll(ctx, key(t, "user")).Result()
+	if err != nil {
+		return nil, err
+	}
+	fwd, err := r.c.SMembers(ctx, key(t, "fwd")).Result()
+	if err != nil {
+		return nil, err
+	}
+	isFwd := map[string]bool{}
+	for _, f := range fwd {
+		isFwd[f] = true
+	}
+	out := make([]Admission, 0, len(m1s))
+	for k, m := range m1s {
+		i, err := strconv.ParseUint(k, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("round %d: bad index %q", t, k)
+		}
+		out = append(out, Admission{Index: uint32(i), User: users[k], M1: []byte(m), Forwarded: isFwd[k]})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out, nil
+}
+
+// User implements Store.
+func (r *Redis) User(ctx context.Context, t uint64, i uint32) (string, error) {
+	u, err := r.c.HGet(ctx, key(t, "user"), strconv.FormatUint(uint64(i), 10)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrNotFound
+	}
+	return u, err
+}
+
+// PutSlots implements Store.
+func (r *Redis) PutSlots(ctx context.Context, t uint64, v int, b []byte) error {
+	return r.c.Set(ctx, key(t, "zv", strconv.Itoa(v)), b, r.ttl).Err()
+}
+
+// Slots implements Store.
+func (r *Redis) Slots(ctx context.Context, t uint64, v int) ([]byte, error) {
+	b, err := r.c.Get(ctx, key(t, "zv", strconv.Itoa(v))).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	return b, err
+}
+
+// SetStatus implements Store.
+func (r *Redis) SetStatus(ctx context.Context, t uint64, s string) error {
+	return r.c.Set(ctx, key(t, "status"), s, r.ttl).Err()
+}
+
+// Status implements Store.
+func (r *Redis) Status(ctx context.Context, t uint64) (string, error) {
+	s, err := r.c.Get(ctx, key(t, "status")).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrNotFound
+	}
+	return s, err
+}
+
+func mbox(user string) string { return "I:mbox:" + user }
+
+func mboxField(t uint64, i uint32) string {
+	return strconv.FormatUint(t, 10) + ":" + strconv.FormatUint(uint64(i), 10)
+}
+
+// PutResponse implements Store.
+func (r *Redis) PutResponse(ctx context.Context, user string, t uint64, i uint32, m11 []byte) error {
+	p := r.c.TxPipeline()
+	p.HSet(ctx, mbox(user), mboxField(t, i), m11)
+	p.PExpire(ctx, mbox(user), r.ttl)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// Response implements Store.
+func (r *Redis) Response(ctx context.Context, user string, t uint64, i uint32) ([]byte, error) {
+	b, err := r.c.HGet(ctx, mbox(user), mboxField(t, i)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	return b, err
+}
+
+// Memory is the in-process twin of Redis, for the embedded demo only. It
+// keeps the same semantics (atomic admission, close, mailboxes) without TTLs
+// beyond a bounded number of rounds.
+type Memory struct {
+	mu     sync.Mutex
+	rounds map[uint64]*memRound
+	mbox   map[string][]byte
+	keep   int
+}
+
+type memRound struct {
+	closed bool
+	quota  map[string]int
+	adm    []Admission
+	fwd    map[uint32]bool
+	slots  map[int][]byte
+	status string
+}
+
+// NewMemory returns a Memory store keeping the last keep rounds.
+func NewMemory(keep int) *Memory {
+	return &Memory{rounds: map[uint64]*memRound{}, mbox: map[string][]byte{}, keep: max(keep, 4)}
+}
+
+func (m *Memory) round(t uint64) *memRound {
+	r := m.rounds[t]
+	if r == nil {
+		r = &memRound{quota: map[string]int{}, fwd: map[uint32]bool{}, slots: map[int][]byte{}}
+		m.rounds[t] = r
+		if len(m.rounds) > m.keep {
+			var oldest uint64 = t
+			for k := range m.rounds {
+				oldest = min(oldest, k)
+			}
+			delete(m.rounds, oldest)
+			for k := range m.mbox {
+				if strconv.FormatUint(oldest, 10) == k[:len(strconv.FormatUint(oldest, 10))] {
+					delete(m.mbox, k)
+				}
+			}
+		}
+	}
+	return r
+}
+
+// Admit implements Store.
+func (m *Memory) Admit(_ context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.round(t)
+	if r.closed {
+		return 0, ErrClosed
+	}
+	if r.quota[user] >= q {
+		return 0, ErrRateLimit
+	}
+	r.quota[user]++
+	i := uint32(len(r.adm))
+	r.adm = append(r.adm, Admission{Index: i, User: user, M1: append([]byte(nil), m1...)})
+	return i, nil
+}
+
+// MarkForwarded implements Store.
+func (m *Memory) MarkForwarded(_ context.Context, t uint64, i uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.round(t).fwd[i] = true
+	return nil
+}
+
+// Close implements Store.
+func (m *Memory) Close(_ context.Context, t uint64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.round(t)
+	r.closed = true
+	return len(r.adm), nil
+}
+
+// Admitted implements Store.
+func (m *Memory) Admitted(_ context.Context, t uint64) ([]Admission, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.round(t)
+	out := append([]Admission(nil), r.adm...)
+	for i := range out {
+		out[i].Forwarded = r.fwd[out[i].Index]
+	}
+	return out, nil
+}
+
+// User implements Store.
+func (m *Memory) User(_ context.Context, t uint64, i uint32) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.round(t)
+	if int(i) >= len(r.adm) {
+		return "", ErrNotFound
+	}
+	return r.adm[i].User, nil
+}
+
+// PutSlots implements Store.
+func (m *Memory) PutSlots(_ context.Context, t uint64, v int, b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.round(t).slots[v] = append([]byte(nil), b...)
+	return nil
+}
+
+// Slots implements Store.
+func (m *Memory) Slots(_ context.Context, t uint64, v int) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.round(t).slots[v]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return b, nil
+}
+
+// SetStatus implements Store.
+func (m *Memory) SetStatus(_ context.Context, t uint64, s string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.round(t).status = s
+	return nil
+}
+
+// Status implements Store.
+func (m *Memory) Status(_ context.Context, t uint64) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.round(t).status
+	if s == "" {
+		return "", ErrNotFound
+	}
+	return s, nil
+}
+
+// PutResponse implements Store.
+func (m *Memory) PutResponse(_ context.Context, user string, t uint64, i uint32, m11 []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mbox[mboxField(t, i)+":"+user] = append([]byte(nil), m11...)
+	return nil
+}
+
+// Response implements Store.
+func (m *Memory) Response(_ context.Context, user string, t uint64, i uint32) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.mbox[mboxField(t, i)+":"+user]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return b, nil
+}

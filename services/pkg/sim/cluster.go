@@ -1,0 +1,384 @@
+// Package sim runs a whole Mohito deployment in one process against one
+// NATS server: every integrator and vendor role as in production (separate
+// accounts, separate connections), simulated users and devices, and hooks to
+// kill and restart any role. The embedded demo, the load generator and the
+// integration tests all use it.
+package sim
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/obscura-iot/obscura/services/pkg/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/rounds"
+	"github.com/obscura-iot/obscura/services/pkg/roundstate"
+)
+
+// Config describes a simulated deployment.
+type Config struct {
+	Deployment       rounds.Deployment
+	DevicesPerVendor []int
+	Users            int
+	Gateways         int
+	DecryptWorkers   int
+	NATSURL          string
+	Password         func(user string) string
+	Store            roundstate.Store
+	MaxRounds        int
+	AckWait          time.Duration
+	MQTTAddr         string // if set, MQTTDevices devices of vendor 0 connect over MQTT
+	MQTTDevices      int
+	Log              *slog.Logger
+	Registry         prometheus.Registerer
+	OnRound          func(rounds.RoundReport)
+	OnDone           func(t uint64, k int)
+}
+
+// Cluster is a running simulated deployment.
+type Cluster struct {
+	cfg          Config
+	Metrics      *rounds.Metrics
+	ikey         *mohito.PrivateKey
+	vkeys        []*mohito.PrivateKey
+	Creds        [][]mohito.DeviceCredentials // [vendor][device]
+	secrets      [][]mohito.DeviceSecret
+	Devices      [][]*client.Device
+	Owner        [][]int // [vendor][device] → user
+	Users        []*client.User
+	GatewayAddrs []string
+
+	mu        sync.Mutex
+	procs     map[string]*proc
+	delivered map[string]int
+	conns     []*grpc.ClientConn
+}
+
+type proc struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	nc     *nats.Conn
+	srv    *grpc.Server
+}
+
+// DeviceID names device d of vendor v on the vendor's channel.
+func DeviceID(v, d int) string { return fmt.Sprintf("v%dd%d", v, d) }
+
+// Start builds keys, devices and users and starts every role.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if err := cfg.Deployment.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Gateways == 0 {
+		cfg.Gateways = 1
+	}
+	if cfg.DecryptWorkers == 0 {
+		cfg.DecryptWorkers = 1
+	}
+	p := cfg.Deployment.Params
+	c := &Cluster{cfg: cfg, Metrics: rounds.NewMetrics(cfg.Registry), procs: map[string]*proc{}, delivered: map[string]int{}}
+	var err error
+	if c.ikey, err = mohito.GenerateKey(p.Suite); err != nil {
+		return nil, err
+	}
+	for v := range p.Vendors {
+		k, err := mohito.GenerateKey(p.Suite)
+		if err != nil {
+			return nil, err
+		}
+		c.vkeys = append(c.vkeys, k)
+		n := cfg.DevicesPerVendor[v]
+		creds := make([]mohito.DeviceCredentials, n)
+		secrets := make([]mohito.DeviceSecret, n)
+		owner := make([]int, n)
+		for d := range n {
+			if secrets[d], err = mohito.NewDeviceSecret(rand.Reader); err != nil {
+				return nil, err
+			}
+			creds[d] = mohito.DeviceCredentials{Vendor: uint32(v), Keys: secrets[d].Keys()}
+			owner[d] = (d*p.Vendors + v) % max(cfg.Users, 1)
+		}
+		c.Creds = append(c.Creds, creds)
+		c.secrets = append(c.secrets, secrets)
+		c.Owner = append(c.Owner, owner)
+	}
+	// Vendor side first, so every inbox exists before the first round.
+	for v := range p.Vendors {
+		if err := c.StartRole(ctx, "shuffler", v); err != nil {
+			return nil, err
+		}
+		if err := c.StartRole(ctx, "agent", v); err != nil {
+			return nil, err
+		}
+		if err := c.startDevices(ctx, v); err != nil {
+			return nil, err
+		}
+	}
+	for w := range cfg.DecryptWorkers {
+		if err := c.StartRole(ctx, "decrypt", w); err != nil {
+			return nil, err
+		}
+	}
+	for e := range cfg.Deployment.Encoders {
+		if err := c.StartRole(ctx, "encoder", e); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.StartRole(ctx, "responder", 0); err != nil {
+		return nil, err
+	}
+	for g := range cfg.Gateways {
+		if err := c.StartRole(ctx, "gateway", g); err != nil {
+			return nil, err
+		}
+	}
+	for u := range cfg.Users {
+		conn, err := rounds.DialGateway(c.GatewayAddrs[u%len(c.GatewayAddrs)])
+		if err != nil {
+			return nil, err
+		}
+		c.conns = append(c.conns, conn)
+		c.Users = append(c.Users, &client.User{Name: userName(u), GW: rounds.NewGatewayClient(conn, token(u))})
+	}
+	if err := c.StartRole(ctx, "coordinator", 0); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func userName(u int) string { return fmt.Sprintf("user%d", u) }
+func token(u int) string    { return fmt.Sprintf("token-%d-secret", u) }
+
+func (c *Cluster) connect(user string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(c.cfg.NATSURL, nats.UserInfo(user, c.cfg.Password(user)), nats.Name(user), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", user, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func (c *Cluster) vendorKeys() []*mohito.PublicKey {
+	out := make([]*mohito.PublicKey, len(c.vkeys))
+	for i, k := range c.vkeys {
+		out[i] = k.PublicKey()
+	}
+	return out
+}
+
+// StartRole starts replica i of a role: coordinator, gateway, decrypt,
+// encoder, responder, shuffler (i = vendor) or agent (i = vendor).
+func (c *Cluster) StartRole(ctx context.Context, role string, i int) error {
+	name := fmt.Sprintf("%s-%d", role, i)
+	user := natsx.IntegratorUser
+	if role == "shuffler" || role == "agent" {
+		user = natsx.VendorUser(i)
+	}
+	nc, js, err := c.connect(user)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	pr := &proc{cancel: cancel, done: make(chan struct{}), nc: nc}
+	log := c.cfg.Log.With("role", role, "replica", i)
+	d := c.cfg.Deployment
+	wcfg := rounds.WorkerConfig{Deployment: d, JS: js, Store: c.cfg.Store, Key: c.ikey, Partition: i, AckWait: c.cfg.AckWait, Log: log, Metrics: c.Metrics}
+	vcfg := rounds.VendorConfig{Deployment: d, Vendor: i, NC: nc, JS: js, Integrator: c.ikey.PublicKey(), Log: log, Metrics: c.Metrics}
+	var run func(context.Context) error
+	fail := func(err error) error {
+		cancel()
+		nc.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	switch role {
+	case "coordinator":
+		co, err := rounds.NewCoordinator(rctx, rounds.CoordinatorConfig{
+			Deployment: d, JS: js, Store: c.cfg.Store, Key: c.ikey, VendorKeys: c.vendorKeys(),
+			ID: name, MaxRounds: c.cfg.MaxRounds, Log: log, Metrics: c.Metrics, OnRound: c.cfg.OnRound, LeaseTTL: 2 * time.Second,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		run = co.Run
+	case "gateway":
+		tokens := map[string]string{}
+		for u := range c.cfg.Users {
+			tokens[token(u)] = userName(u)
+		}
+		gw, err := rounds.NewGateway(rctx, rounds.GatewayConfig{Deployment: d, JS: js, Store: c.cfg.Store, Tokens: tokens, Log: log, Metrics: c.Metrics})
+		if err != nil {
+			return fail(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fail(err)
+		}
+		pr.srv = rounds.NewGRPCServer()
+		gw.Register(pr.srv)
+		if i < len(c.GatewayAddrs) {
+			c.GatewayAddrs[i] = l.Addr().String()
+		} else {
+			c.GatewayAddrs = append(c.GatewayAddrs, l.Addr().String())
+		}
+		srv := pr.srv
+		run = func(ctx context.Context) error {
+			go func() { <-ctx.Done(); srv.Stop() }()
+			return srv.Serve(l)
+		}
+	case "decrypt":
+		w, err := rounds.NewDecryptWorker(rctx, wcfg)
+		if err != nil {
+			return fail(err)
+		}
+		run = w.Run
+	case "encoder":
+		e, err := rounds.NewEncoder(rctx, wcfg)
+		if err != nil {
+			return fail(err)
+		}
+		run = e.Run
+	case "responder":
+		r := rounds.NewResponder(wcfg)
+		r.OnDone = c.cfg.OnDone
+		run = r.Run
+	case "shuffler":
+		vcfg.Key = c.vkeys[i]
+		s, err := rounds.NewShufflerService(rctx, vcfg)
+		if err != nil {
+			return fail(err)
+		}
+		run = s.Run
+	case "agent":
+		for d, cr := range c.Creds[i] {
+			vcfg.Devices = append(vcfg.Devices, rounds.RegisteredDevice{ID: DeviceID(i, d), PRF: cr.Keys.PRF})
+		}
+		a, err := rounds.NewVendorAgent(rctx, vcfg)
+		if err != nil {
+			return fail(err)
+		}
+		run = a.Run
+	default:
+		return fail(fmt.Errorf("unknown role %q", role))
+	}
+	c.mu.Lock()
+	c.procs[name] = pr
+	c.mu.Unlock()
+	go func() {
+		defer close(pr.done)
+		if err := run(rctx); err != nil && rctx.Err() == nil {
+			log.Error("role stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Kill stops replica i of role abruptly: its connection is closed and
+// whatever it had not acked is redelivered to the next replica.
+func (c *Cluster) Kill(role string, i int) {
+	name := fmt.Sprintf("%s-%d", role, i)
+	c.mu.Lock()
+	pr := c.procs[name]
+	delete(c.procs, name)
+	c.mu.Unlock()
+	if pr == nil {
+		return
+	}
+	pr.nc.Close()
+	pr.cancel()
+	<-pr.done
+}
+
+func (c *Cluster) startDevices(ctx context.Context, v int) error {
+	p := c.cfg.Deployment.Params
+	devs := make([]*client.Device, len(c.Creds[v]))
+	nc, _, err := c.connect(natsx.DeviceUser(v))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.procs[fmt.Sprintf("devices-%d", v)] = &proc{cancel: func() {}, done: closedChan(), nc: nc}
+	c.mu.Unlock()
+	for d := range devs {
+		var tr client.Transport = client.NATSTransport{NC: nc}
+		if v == 0 && d < c.cfg.MQTTDevices && c.cfg.MQTTAddr != "" {
+			m, err := client.DialMQTT(c.cfg.MQTTAddr, DeviceID(v, d), natsx.DeviceUser(v), c.cfg.Password(natsx.DeviceUser(v)))
+			if err != nil {
+				return err
+			}
+			tr = m
+		}
+		devs[d] = client.NewDevice(DeviceID(v, d), &c.secrets[v][d], p, tr, func(cmd *mohito.Command) []byte {
+			c.mu.Lock()
+			c.delivered[string(cmd.Payload)]++
+			c.mu.Unlock()
+			return append([]byte("ack:"), cmd.Payload...)
+		})
+		if err := devs[d].Start(); err != nil {
+			return err
+		}
+	}
+	c.Devices = append(c.Devices, devs)
+	return nil
+}
+
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// Delivered returns how many times each payload reached a device.
+func (c *Cluster) Delivered() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.delivered))
+	for k, v := range c.delivered {
+		out[k] = v
+	}
+	return out
+}
+
+// Stop stops every role.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	var names []string
+	for n := range c.procs {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		c.mu.Lock()
+		pr := c.procs[n]
+		delete(c.procs, n)
+		c.mu.Unlock()
+		pr.cancel()
+		<-pr.done
+		pr.nc.Close()
+	}
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	for _, devs := range c.Devices {
+		for _, d := range devs {
+			_ = d
+		}
+	}
+}

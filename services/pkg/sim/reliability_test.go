@@ -1,0 +1,146 @@
+package sim_test
+
+import (
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/sim"
+)
+
+// TestKillWorkersMidRound kills a decrypt worker and an encoder while rounds
+// are in flight, ten times, restarting them at once: their unacked messages
+// are redelivered and nothing is lost or duplicated.
+func TestKillWorkersMidRound(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 12, 2, nil)
+	var kills atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		for i := range 10 {
+			target := h.planned.Load() + 2
+			waitFor(t, 60*time.Second, "next planned round", func() bool { return h.planned.Load() >= target })
+			// The plan is out and V*'s output is streaming: mid-round.
+			h.cluster.Kill("decrypt", i%2)
+			h.cluster.Kill("encoder", i%2)
+			if err := h.cluster.StartRole(t.Context(), "decrypt", i%2); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := h.cluster.StartRole(t.Context(), "encoder", i%2); err != nil {
+				t.Error(err)
+				return
+			}
+			kills.Add(1)
+		}
+		target := h.planned.Load() + 3
+		waitFor(t, 60*time.Second, "rounds after the last kill", func() bool { return h.planned.Load() >= target })
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs); err != nil {
+		t.Fatal(err)
+	}
+	if kills.Load() != 10 {
+		t.Fatalf("%d kill cycles", kills.Load())
+	}
+	t.Logf("%d commands, %d rounds, 10 kill cycles, exactly once", len(recs), h.planned.Load())
+}
+
+// TestShufflerStopAbortsRound stops one vendor's shuffler: every round that
+// selects it is aborted and reported, never processed without it, and the
+// users retry into later rounds and are answered exactly once.
+func TestShufflerStopAbortsRound(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 9, 1, nil)
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		waitFor(t, 60*time.Second, "rounds carrying commands", func() bool {
+			for _, r := range h.Reports() {
+				if r.K > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		h.cluster.Kill("shuffler", 2)
+		waitFor(t, 60*time.Second, "two aborted rounds", func() bool { return h.aborted.Load() >= 2 })
+		if err := h.cluster.StartRole(t.Context(), "shuffler", 2); err != nil {
+			t.Error(err)
+		}
+		target := h.planned.Load() + 6
+		waitFor(t, 60*time.Second, "rounds after restart", func() bool { return h.planned.Load() >= target })
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.CheckRetried(h.cluster, recs); err != nil {
+		t.Fatal(err)
+	}
+	retried := 0
+	for _, r := range recs {
+		if r.Result.Attempts > 1 {
+			retried++
+		}
+	}
+	var abortedBy2, plannedBy2 int
+	for _, r := range h.Reports() {
+		switch {
+		case r.Aborted && r.Shuffler == 2:
+			abortedBy2++
+		case r.Aborted:
+			t.Logf("round %d (V*=%d) aborted: %s", r.T, r.Shuffler, r.Reason)
+		case r.Shuffler == 2:
+			plannedBy2++
+		}
+	}
+	if abortedBy2 < 2 || retried == 0 || plannedBy2 == 0 {
+		t.Fatalf("aborted by V*=2: %d, planned with V*=2 after restart: %d, retried commands: %d", abortedBy2, plannedBy2, retried)
+	}
+	t.Logf("%d commands, %d retried after aborts, %d aborted rounds", len(recs), retried, abortedBy2)
+}
+
+// TestCoordinatorRestart replaces the coordinator by another replica mid-run:
+// the new leader aborts what the old one left half-done, rounds resume, and
+// no round id is ever reused.
+func TestCoordinatorRestart(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 9, 1, nil)
+	stop := make(chan struct{})
+	var before uint64
+	go func() {
+		defer close(stop)
+		waitFor(t, 60*time.Second, "first rounds", func() bool { return h.planned.Load() >= 5 })
+		h.cluster.Kill("coordinator", 0)
+		for _, r := range h.Reports() {
+			before = max(before, r.T)
+		}
+		if err := h.cluster.StartRole(t.Context(), "coordinator", 1); err != nil {
+			t.Error(err)
+			return
+		}
+		target := h.planned.Load() + 8
+		waitFor(t, 60*time.Second, "rounds under the new leader", func() bool { return h.planned.Load() >= target })
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs); err != nil {
+		t.Fatal(err)
+	}
+	var planned []uint64
+	seen := map[uint64]bool{}
+	after := 0
+	for _, r := range h.Reports() {
+		if r.Aborted {
+			continue
+		}
+		if seen[r.T] {
+			t.Fatalf("round id %d used twice", r.T)
+		}
+		seen[r.T] = true
+		planned = append(planned, r.T)
+		if r.T > before {
+			after++
+		}
+	}
+	if !slices.IsSorted(planned) || after < 8 {
+		t.Fatalf("planned rounds %v (before restart ≤ %d)", planned, before)
+	}
+	t.Logf("%d commands; rounds %v", len(recs), planned)
+}

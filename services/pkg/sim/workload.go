@@ -1,0 +1,145 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/client"
+)
+
+// Record is one command of a workload.
+type Record struct {
+	User    int
+	Vendor  int
+	Device  int
+	Payload string
+	Result  *client.Result
+	Err     error
+	Sent    time.Time
+}
+
+// Workload drives users: each user repeatedly sends a command to one of its
+// devices (vendors picked with skew: vendor v weighted by its device count),
+// waits for the response, and stops when stop is closed.
+type Workload struct {
+	PayloadSize int           // command payload bytes (≤ L_c − header)
+	Think       time.Duration // pause between a user's commands
+	Users       int           // active users (≤ configured users); 0 = all
+	Timeout     time.Duration // per command budget
+}
+
+// Run drives c until stop closes, then lets in-flight commands finish.
+func (w Workload) Run(ctx context.Context, c *Cluster, stop <-chan struct{}) []Record {
+	owned := make([][][2]int, len(c.Users))
+	for v := range c.Owner {
+		for d, u := range c.Owner[v] {
+			owned[u] = append(owned[u], [2]int{v, d})
+		}
+	}
+	n := w.Users
+	if n == 0 || n > len(c.Users) {
+		n = len(c.Users)
+	}
+	if w.Timeout == 0 {
+		w.Timeout = 30 * time.Second
+	}
+	var mu sync.Mutex
+	var out []Record
+	var wg sync.WaitGroup
+	for u := range n {
+		if len(owned[u]) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(u), 1))
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				dv := owned[u][rng.IntN(len(owned[u]))]
+				payload := fmt.Sprintf("u%d-%d-v%dd%d;", u, seq, dv[0], dv[1])
+				if len(payload) < w.PayloadSize {
+					payload += string(bytes.Repeat([]byte{'x'}, w.PayloadSize-len(payload)))
+				}
+				rec := Record{User: u, Vendor: dv[0], Device: dv[1], Payload: payload, Sent: time.Now()}
+				cctx, cancel := context.WithTimeout(ctx, w.Timeout)
+				rec.Result, rec.Err = c.Users[u].Send(cctx, &c.Creds[dv[0]][dv[1]], []byte(payload))
+				cancel()
+				mu.Lock()
+				out = append(out, rec)
+				mu.Unlock()
+				if w.Think > 0 && !sleepCtx(ctx, w.Think) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// CheckRetried is Check for runs with aborted rounds: commands answered on
+// their first attempt must be exactly once; a command re-sent after its round
+// was aborted in the response phase may have reached its device twice
+// (once per attempt), never more.
+func CheckRetried(c *Cluster, recs []Record) error {
+	del := c.Delivered()
+	for _, r := range recs {
+		if r.Err != nil {
+			return fmt.Errorf("command %q: %w", r.Payload, r.Err)
+		}
+		if want := "ack:" + r.Payload; string(r.Result.Response) != want {
+			return fmt.Errorf("command %q: response %q", r.Payload, r.Result.Response)
+		}
+		if n := del[r.Payload]; n < 1 || n > r.Result.Attempts || (r.Result.Attempts == 1 && n != 1) {
+			return fmt.Errorf("command %q delivered %d times in %d attempts", r.Payload, n, r.Result.Attempts)
+		}
+	}
+	return nil
+}
+
+// Check verifies exactly-once: every answered command reached its device
+// exactly once with the right response, and no device saw a command twice.
+func Check(c *Cluster, recs []Record) error {
+	del := c.Delivered()
+	sent := map[string]bool{}
+	for _, r := range recs {
+		sent[r.Payload] = true
+		if r.Err != nil {
+			return fmt.Errorf("command %q: %w", r.Payload, r.Err)
+		}
+		if want := "ack:" + r.Payload; string(r.Result.Response) != want {
+			return fmt.Errorf("command %q: response %q", r.Payload, r.Result.Response)
+		}
+		if del[r.Payload] != 1 {
+			return fmt.Errorf("command %q delivered %d times", r.Payload, del[r.Payload])
+		}
+	}
+	for p, n := range del {
+		if !sent[p] || n != 1 {
+			return fmt.Errorf("device saw %q %d times (sent: %v)", p, n, sent[p])
+		}
+	}
+	return nil
+}

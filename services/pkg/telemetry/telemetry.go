@@ -1,0 +1,148 @@
+// Package telemetry gives every Obscura service the same observability and
+// lifecycle: a JSON slog logger, a Prometheus registry, an HTTP server with
+// /metrics, /healthz and /readyz, and a runner that shuts everything down
+// gracefully on SIGINT/SIGTERM. Loggers never receive keys, plaintexts or
+// identifiers a spec hides from the logging party; callers log counts.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewLogger returns a JSON logger for role at level ("debug", "info", "warn", "error").
+func NewLogger(w io.Writer, role, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})).With("role", role)
+}
+
+// Discard is a logger that drops everything (tests, the demo's quiet mode).
+func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// NewRegistry returns a registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+// Health tracks liveness and readiness checks.
+type Health struct {
+	ready atomic.Bool
+	mu    sync.Mutex
+	why   string
+}
+
+// SetReady marks the process ready (or not, with a reason).
+func (h *Health) SetReady(ok bool, why string) {
+	h.ready.Store(ok)
+	h.mu.Lock()
+	h.why = why
+	h.mu.Unlock()
+}
+
+// Ready reports readiness.
+func (h *Health) Ready() bool { return h.ready.Load() }
+
+// Handler serves /metrics, /healthz and /readyz.
+func Handler(reg *prometheus.Registry, h *Health) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if h.Ready() {
+			io.WriteString(w, "ready\n")
+			return
+		}
+		h.mu.Lock()
+		why := h.why
+		h.mu.Unlock()
+		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+	})
+	return mux
+}
+
+// Serve runs the observability server on addr ("" disables it) until ctx ends.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, h *Health, log *slog.Logger) error {
+	if addr == "" {
+		<-ctx.Done()
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: Handler(reg, h), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("observability server listening", "addr", l.Addr().String())
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// SignalContext returns a context cancelled on SIGINT or SIGTERM.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+// Group runs functions until the first fails or ctx ends, then cancels the
+// rest and waits for them: the graceful-shutdown runner.
+type Group struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+}
+
+// NewGroup returns a group bound to ctx.
+func NewGroup(ctx context.Context) (*Group, context.Context) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return &Group{ctx: ctx, cancel: cancel}, ctx
+}
+
+// Go starts f.
+func (g *Group) Go(name string, f func(ctx context.Context) error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := f(g.ctx); err != nil && g.ctx.Err() == nil {
+			g.once.Do(func() { g.err = fmt.Errorf("%s: %w", name, err) })
+			g.cancel(err)
+		}
+	}()
+}
+
+// Wait waits for every function and returns the first error.
+func (g *Group) Wait() error {
+	g.wg.Wait()
+	g.cancel(nil)
+	return g.err
+}
+
+// Stop cancels the group.
+func (g *Group) Stop() { g.cancel(nil) }
