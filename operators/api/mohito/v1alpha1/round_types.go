@@ -57,6 +57,13 @@ type RoundSpec struct {
 	// +kubebuilder:validation:Enum=Hardened;PaperLiteral
 	Mode ProtocolMode `json:"mode,omitempty"`
 
+	// Suite is the HPKE suite of the onion layers: X25519 (DHKEM X25519, HKDF-SHA256,
+	// ChaCha20-Poly1305) or the post-quantum hybrid MLKEM768X25519.
+	// +optional
+	// +kubebuilder:default=X25519
+	// +kubebuilder:validation:Enum=X25519;MLKEM768X25519
+	Suite string `json:"suite,omitempty"`
+
 	// Capacity is the round-level capacity policy; per-vendor figures are on each Vendor.
 	// +optional
 	// +kubebuilder:default={}
@@ -72,6 +79,11 @@ type RoundSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	DecryptWorkers DecryptWorkers `json:"decryptWorkers,omitempty"`
+
+	// Gateway sizes the user-facing gateways.
+	// +optional
+	// +kubebuilder:default={}
+	Gateway Gateway `json:"gateway,omitempty"`
 
 	// Encoders partitions the integrator's OKVS encoders by vendor (spec §4.5 stage C).
 	// +optional
@@ -151,9 +163,12 @@ type ShufflerPolicy struct {
 	ResponseTimeout metav1.Duration `json:"responseTimeout"`
 }
 
-// DecryptWorkers bounds the integrator's decryption worker pool.
+// DecryptWorkers bounds the integrator's decryption worker pool. The operator scales it from
+// JetStream consumer lag and round durations; an HPA or KEDA can drive it instead through the
+// Round's scale subresource, which writes replicas.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="decryptWorkers.min must not exceed decryptWorkers.max"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || ((!has(self.min) || self.replicas >= self.min) && (!has(self.max) || self.replicas <= self.max))",message="decryptWorkers.replicas must lie within [min, max]"
 type DecryptWorkers struct {
 	// Min is the fewest workers.
 	// +optional
@@ -175,6 +190,24 @@ type DecryptWorkers struct {
 	// +kubebuilder:default=10000
 	// +kubebuilder:validation:Minimum=1
 	TargetLag int64 `json:"targetLag,omitempty"`
+
+	// Replicas, when set, fixes the worker count and turns the operator's own autoscaler off.
+	// It is what the scale subresource reads and writes, so an HPA or KEDA ScaledObject that
+	// targets the Round drives the workers through it. Unset lets the operator decide.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	Replicas *int32 `json:"replicas,omitempty"`
+}
+
+// Gateway configures the user API gateways.
+type Gateway struct {
+	// Replicas of the gateway; each keeps its own partial state, so any number can run.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	Replicas int32 `json:"replicas,omitempty"`
 }
 
 // Encoders configures the OKVS encoder partitions.
@@ -243,18 +276,33 @@ type RoundStatus struct {
 	// WorkerReplicas is the current number of decryption workers.
 	// +optional
 	WorkerReplicas int32 `json:"workerReplicas,omitempty"`
+
+	// WorkerSelector is the label selector of the decryption worker pods (for the scale
+	// subresource, so an HPA can read their metrics).
+	// +optional
+	WorkerSelector string `json:"workerSelector,omitempty"`
+
+	// LastScaleTime is when the operator last changed the worker count.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+
+	// StatusUpdated is when the coordinator last reported round figures.
+	// +optional
+	StatusUpdated *metav1.Time `json:"statusUpdated,omitempty"`
 }
 
 // Round is a series of fixed-period Mohito rounds.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.decryptWorkers.replicas,statuspath=.status.workerReplicas,selectorpath=.status.workerSelector
 // +kubebuilder:resource:categories=obscura;mohito
 // +kubebuilder:printcolumn:name="Period",type=string,JSONPath=`.spec.period`
 // +kubebuilder:printcolumn:name="Q",type=integer,JSONPath=`.spec.commandsPerUser`
 // +kubebuilder:printcolumn:name="Vendors",type=integer,JSONPath=`.status.vendors`
 // +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
 // +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
+// +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerReplicas`
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.completedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Aborted",type=integer,JSONPath=`.status.abortedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

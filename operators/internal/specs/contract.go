@@ -1,0 +1,55 @@
+package specs
+
+// The services contract (docs/services.md): one image runs every role as `mohito <role>`.
+const (
+	RoleCoordinator   = "coordinator"
+	RoleGateway       = "gateway"
+	RoleDecryptWorker = "decrypt-worker"
+	RoleEncoder       = "encoder"
+	RoleResponder     = "responder"
+	RoleShuffler      = "shuffler"
+	RoleVendorAgent   = "vendor-agent"
+
+	// DeploymentKey is the ConfigMap key of the deployment JSON the services read.
+	DeploymentKey = "deployment.json"
+	// ConfigDir is where the deployment ConfigMap is mounted.
+	ConfigDir = "/etc/obscura"
+	// KeysDir is where the party's key Secret is mounted; the key file is private.key.
+	KeysDir = "/etc/obscura/keys"
+	// KeyFile is the Secret key (and file name) of a party's X25519 private key.
+	KeyFile = "private.key"
+	// NATSDir is where the party's NATS password is mounted.
+	NATSDir = "/etc/obscura/nats"
+
+	MetricsPort = 9090
+	HealthPort  = 8081
+	GatewayPort = 7443
+
+	// Labels on every object the operator creates.
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelPartOf    = "app.kubernetes.io/part-of"
+	ManagedBy      = "obscura-operator"
+
+	// ConfigHashAnnotation on a pod template carries the hash of what the pods read at start,
+	// so a parameter change rolls them.
+	ConfigHashAnnotation = "mohito.obscura.dev/config-hash"
+)
+
+// Environment variable names of the contract.
+const (
+	EnvDeployment       = "OBSCURA_DEPLOYMENT"
+	EnvNATSURL          = "OBSCURA_NATS_URL"
+	EnvNATSUser         = "OBSCURA_NATS_USER"
+	EnvNATSPasswordFile = "OBSCURA_NATS_PASSWORD_FILE"
+	EnvRedisAddr        = "OBSCURA_REDIS_ADDR"
+	EnvKeyFile          = "OBSCURA_KEY_FILE"
+	EnvVendorIndex      = "OBSCURA_VENDOR_INDEX"
+	EnvPartition        = "OBSCURA_PARTITION"
+	EnvMetricsAddr      = "OBSCURA_METRICS_ADDR"
+	EnvHealthAddr       = "OBSCURA_HEALTH_ADDR"
+	EnvListen           = "OBSCURA_LISTEN"
+	EnvPodName          = "POD_NAME"
+)

@@ -1,0 +1,215 @@
+package specs
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/yaml"
+
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+var platform = Platform{Image: "obscura/mohito:dev", ImagePullPolicy: corev1.PullIfNotPresent,
+	NATSURL: "nats://nats.obscura-system.svc:4222", IntegratorRedis: "redis-integrator.obscura-system.svc:6379"}
+
+// samples reads the CRs of config/samples as the API server would default them for the
+// fields the builders read.
+func samples(t *testing.T) (*mohitov1.Round, *mohitov1.Vendor, *mohitov1.Shuffler) {
+	t.Helper()
+	read := func(name string, into runtime.Object) {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "samples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(b, into); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	rd, v, s := &mohitov1.Round{}, &mohitov1.Vendor{}, &mohitov1.Shuffler{}
+	read("mohito_v1alpha1_round.yaml", rd)
+	read("mohito_v1alpha1_vendor.yaml", v)
+	read("mohito_v1alpha1_shuffler.yaml", s)
+	for _, o := range []interface{ SetNamespace(string) }{rd, v, s} {
+		o.SetNamespace("home")
+	}
+	// Schema defaults the samples leave out.
+	rd.Spec.Mode, rd.Spec.Suite, rd.Spec.AsyncWindow = mohitov1.ProtocolHardened, "X25519", 0
+	rd.Spec.Gateway.Replicas = 2
+	return rd, v, s
+}
+
+func golden(t *testing.T, name string, objs ...any) {
+	t.Helper()
+	var b strings.Builder
+	for _, o := range objs {
+		// Name each object's kind, as kubectl would show it.
+		ro := o.(runtime.Object)
+		gvk, err := apiutil.GVKForObject(ro, clientgoscheme.Scheme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro.GetObjectKind().SetGroupVersionKind(gvk)
+		y, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got := b.String(); got != string(want) {
+		t.Errorf("%s differs from the golden file; if the change is intended run `go test ./internal/specs -update` and review the diff.\n%s",
+			path, firstDiff(got, string(want)))
+	}
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + al[i] + "\n  want: " + bl[i]
+		}
+	}
+	return "lengths differ"
+}
+
+func TestRoundObjectsGolden(t *testing.T) {
+	rd, v, _ := samples(t)
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, hash, err := DeploymentConfigMap(rd, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []any{cm, IntegratorServiceAccount(rd), RoundNATSSecret(rd, []byte("not-a-real-password")),
+		Coordinator(rd, platform, hash), Gateway(rd, platform, hash), GatewayService(rd),
+		DecryptWorkers(rd, platform, hash, 3), Responder(rd, platform, hash), Encoders(rd, platform, hash), EncoderService(rd)}
+	for _, pdb := range DisruptionBudgets(rd) {
+		objs = append(objs, pdb)
+	}
+	golden(t, "round.yaml", objs...)
+}
+
+func TestVendorObjectsGolden(t *testing.T) {
+	rd, v, s := samples(t)
+	golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password")),
+		VendorAgent(v, rd, platform, "0123456789abcdef"), Shuffler(s, v, rd, platform, "0123456789abcdef"))
+}
+
+// TestPodsAreRestricted checks every pod the operator runs against the restricted Pod
+// Security profile and the services contract: no API token, non-root, read-only root file
+// system, all capabilities dropped, probes on the health port, the config hash annotation.
+func TestPodsAreRestricted(t *testing.T) {
+	rd, v, s := samples(t)
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hash, err := DeploymentConfigMap(rd, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	templates := map[string]corev1.PodTemplateSpec{
+		RoleCoordinator:   Coordinator(rd, platform, hash).Spec.Template,
+		RoleGateway:       Gateway(rd, platform, hash).Spec.Template,
+		RoleDecryptWorker: DecryptWorkers(rd, platform, hash, 1).Spec.Template,
+		RoleResponder:     Responder(rd, platform, hash).Spec.Template,
+		RoleEncoder:       Encoders(rd, platform, hash).Spec.Template,
+		RoleVendorAgent:   VendorAgent(v, rd, platform, hash).Spec.Template,
+		RoleShuffler:      Shuffler(s, v, rd, platform, hash).Spec.Template,
+	}
+	for role, tpl := range templates {
+		ps := tpl.Spec
+		c := ps.Containers[0]
+		switch {
+		case ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken:
+			t.Errorf("%s mounts an API token", role)
+		case ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot:
+			t.Errorf("%s may run as root", role)
+		case c.SecurityContext == nil || !*c.SecurityContext.ReadOnlyRootFilesystem || *c.SecurityContext.AllowPrivilegeEscalation ||
+			len(c.SecurityContext.Capabilities.Drop) != 1 || c.SecurityContext.Capabilities.Drop[0] != "ALL":
+			t.Errorf("%s container security context is not restricted: %+v", role, c.SecurityContext)
+		case len(c.Args) != 1 || c.Args[0] != role:
+			t.Errorf("%s runs %v", role, c.Args)
+		case tpl.Annotations[ConfigHashAnnotation] != hash:
+			t.Errorf("%s lacks the config hash", role)
+		case c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
+			t.Errorf("%s has no readiness probe on /readyz", role)
+		}
+		needsKey := role == RoleDecryptWorker || role == RoleResponder || role == RoleShuffler || role == RoleVendorAgent
+		if hasEnv(c.Env, EnvKeyFile) != needsKey {
+			t.Errorf("%s: key file mounted = %v, want %v (least privilege: only roles that decrypt hold a key)", role, hasEnv(c.Env, EnvKeyFile), needsKey)
+		}
+	}
+}
+
+func hasEnv(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestParameterChangeRollsPods: a new round parameter changes the hash every pod carries.
+func TestParameterChangeRollsPods(t *testing.T) {
+	rd, v, _ := samples(t)
+	hashOf := func() string {
+		doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, h, err := DeploymentConfigMap(rd, doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	before := hashOf()
+	rd.Spec.CommandSize = 2048
+	if hashOf() == before {
+		t.Fatal("changing commandSize left the config hash unchanged: pods would keep the old size")
+	}
+}
+
+func TestDeploymentNeedsContiguousIndices(t *testing.T) {
+	rd, v, _ := samples(t)
+	v2 := v.DeepCopy()
+	v2.Name, v2.Spec.Index = "globex", 2
+	if _, err := Deployment(rd, []mohitov1.Vendor{*v, *v2}); err == nil || !strings.Contains(err.Error(), "without gaps") {
+		t.Fatalf("indices 0 and 2 accepted: %v", err)
+	}
+	v2.Spec.Index = 1
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v2, *v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Vendors[0].Name != "acme" || doc.Vendors[1].Name != "globex" {
+		t.Fatalf("vendors not ordered by index: %+v", doc.Vendors)
+	}
+}
