@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/internal/controller"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Config is the manager's configuration, from flags with environment fallbacks.
@@ -26,6 +29,12 @@ type Config struct {
 	LeaderElect   bool
 	LeaderElectNS string
 	VaultAddress  string
+	// Platform for Mohito workloads; without an image and a NATS URL resources are only
+	// validated.
+	MohitoImage     string
+	ImagePullPolicy string
+	NATSURL         string
+	IntegratorRedis string
 }
 
 func (c Config) validate() error {
@@ -44,6 +53,17 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("--vault-address %q: want an http(s)://host:port URL", c.VaultAddress))
 		}
 	}
+	switch c.ImagePullPolicy {
+	case "Always", "IfNotPresent", "Never":
+	default:
+		errs = append(errs, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", c.ImagePullPolicy))
+	}
+	if (c.MohitoImage == "") != (c.NATSURL == "") {
+		errs = append(errs, errors.New("--mohito-image and --nats-url go together: set both to run Mohito workloads, or neither to only validate resources"))
+	}
+	if c.MohitoImage != "" && c.IntegratorRedis == "" {
+		errs = append(errs, errors.New("--integrator-redis is required with --mohito-image: the integrator keeps round state in its own Redis"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -61,6 +81,10 @@ func main() {
 	flag.BoolVar(&cfg.LeaderElect, "leader-elect", envOr("OBSCURA_LEADER_ELECT", "false") == "true", "elect a leader so that only one manager reconciles (env OBSCURA_LEADER_ELECT)")
 	flag.StringVar(&cfg.LeaderElectNS, "leader-election-namespace", envOr("OBSCURA_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader-election Lease; empty uses the pod's namespace")
 	flag.StringVar(&cfg.VaultAddress, "vault-address", envOr("VAULT_ADDR", ""), "default Vault address for key references without their own (env VAULT_ADDR)")
+	flag.StringVar(&cfg.MohitoImage, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
+	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
+	flag.StringVar(&cfg.NATSURL, "nats-url", envOr("OBSCURA_NATS_URL", ""), "NATS URL the workloads connect to (env OBSCURA_NATS_URL)")
+	flag.StringVar(&cfg.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -89,7 +113,13 @@ func run(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controller.SetupAll(mgr, controller.Options{VaultAddress: cfg.VaultAddress}); err != nil {
+	if err := controller.SetupAll(mgr, controller.Options{
+		VaultAddress: cfg.VaultAddress,
+		Platform: specs.Platform{
+			Image: cfg.MohitoImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
+			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis,
+		},
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -66,6 +66,7 @@ func TestShufflerWaitsForItsVendor(t *testing.T) {
 	waitReady(t, s, conds, metav1.ConditionFalse, ReasonVendorNotReady)
 
 	keySecret(t, ns, "acme-key", X25519KeySize)
+	// No Round selects the vendor, so it runs nothing and is ready at once.
 	waitReady(t, v, func() []metav1.Condition { return v.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
 	waitReady(t, s, conds, metav1.ConditionTrue, common.ReasonReconciled)
 	waitEvent(t, s, "Normal", common.ReasonReconciled)
@@ -171,17 +172,21 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	update(t, small)
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
 
-	// A shuffler with weight 0 is out of the rotation and does not count.
+	// A shuffler with weight 0 is out of the rotation and does not count. It is healthy, and
+	// waits for the series to publish its deployment before its workload can run.
 	s := shuffler(ns, "large-shuffler", "large")
 	s.Spec.Weight = ptr.To[int64](0)
 	create(t, s)
-	waitReady(t, s, func() []metav1.Condition { return s.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
+	waitRollingOut(t, s, func() []metav1.Condition { return s.Status.Conditions })
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
 	s.Spec.Weight = nil
 	update(t, s)
 
 	waitReady(t, rd, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
 	keySecret(t, ns, "integrator-key", X25519KeySize)
+	// Checks pass: the workloads roll out, and the Round is ready once they are available.
+	waitRollingOut(t, rd, conds)
+	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
 	waitEvent(t, rd, "Normal", common.ReasonReconciled)
 	if rd.Status.Vendors != 2 || rd.Status.Shufflers != 1 || rd.Status.PaddedCapacity != 160+200 {
@@ -202,6 +207,9 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonResponseCapacityTooSmall)
 	large.Spec.Capacity.ResponsePaddedEntries = 2048
 	update(t, large)
+	// q changed the deployment: the workloads roll again.
+	waitRollingOut(t, rd, conds)
+	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
 
 	// A selector that matches nothing any more.

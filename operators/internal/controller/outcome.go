@@ -18,16 +18,25 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 )
 
-// outcome is what one reconcile concluded about an object: either ready, or degraded for a
-// reason. Checks return the first failing outcome; the reconciler writes it as conditions.
+// outcome is what one reconcile concluded about an object: ready, rolling its workloads out,
+// or degraded for a reason. Checks return the first failing outcome; the reconciler writes it
+// as conditions.
 type outcome struct {
-	ready   bool
-	reason  string
-	message string
+	ready       bool // every check passed
+	progressing bool // checks passed and workloads are still catching up
+	reason      string
+	message     string
 }
+
+// ReasonRollingOut: the checks passed and the operator is waiting for workloads to catch up.
+const ReasonRollingOut = "RollingOut"
 
 func ready(message string) outcome {
 	return outcome{ready: true, reason: common.ReasonReconciled, message: message}
+}
+
+func rollingOut(format string, args ...any) outcome {
+	return outcome{ready: true, progressing: true, reason: ReasonRollingOut, message: fmt.Sprintf(format, args...)}
 }
 
 func degraded(reason, format string, args ...any) *outcome {
@@ -37,25 +46,30 @@ func degraded(reason, format string, args ...any) *outcome {
 // apply writes the outcome into conditions as Ready/Degraded/Progressing for generation gen
 // and reports whether the Ready condition changed (status, reason or message).
 func (o outcome) apply(conds *[]metav1.Condition, gen int64) bool {
-	readyStatus, degradedStatus := metav1.ConditionFalse, metav1.ConditionTrue
-	if o.ready {
-		readyStatus, degradedStatus = metav1.ConditionTrue, metav1.ConditionFalse
+	status := func(b bool) metav1.ConditionStatus {
+		if b {
+			return metav1.ConditionTrue
+		}
+		return metav1.ConditionFalse
 	}
 	changed := meta.SetStatusCondition(conds, metav1.Condition{
-		Type: common.ConditionReady, Status: readyStatus, Reason: o.reason, Message: o.message, ObservedGeneration: gen,
+		Type: common.ConditionReady, Status: status(o.ready && !o.progressing), Reason: o.reason, Message: o.message, ObservedGeneration: gen,
 	})
-	degradedReason := o.reason
 	degradedMessage := o.message
 	if o.ready {
 		degradedMessage = "no problem found"
 	}
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: common.ConditionDegraded, Status: degradedStatus, Reason: degradedReason, Message: degradedMessage, ObservedGeneration: gen,
+		Type: common.ConditionDegraded, Status: status(!o.ready), Reason: o.reason, Message: degradedMessage, ObservedGeneration: gen,
 	})
-	// Workloads arrive with later releases; until then nothing is ever in flight.
+	progressMessage := "the workloads match the desired state"
+	if o.progressing {
+		progressMessage = o.message
+	} else if !o.ready {
+		progressMessage = "waiting for the problem to be fixed"
+	}
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: common.ConditionProgressing, Status: metav1.ConditionFalse, Reason: o.reason,
-		Message: "the desired state has been evaluated", ObservedGeneration: gen,
+		Type: common.ConditionProgressing, Status: status(o.progressing), Reason: o.reason, Message: progressMessage, ObservedGeneration: gen,
 	})
 	return changed
 }

@@ -6,7 +6,9 @@ import (
 	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Reasons a Round reports.
@@ -33,6 +36,9 @@ const (
 	ReasonCapacityTooSmall = "CapacityTooSmall"
 	// ReasonResponseCapacityTooSmall: a vendor's response OKVS capacity is below q × devices.
 	ReasonResponseCapacityTooSmall = "ResponseCapacityTooSmall"
+	// ReasonVendorIndicesNotContiguous: the selected vendors' indices are not 0..n−1, so they do
+	// not form the vendor vector every user's shares are built over.
+	ReasonVendorIndicesNotContiguous = "VendorIndicesNotContiguous"
 )
 
 // RoundReconciler checks that a round series can run: it selects vendors and shufflers, every
@@ -42,10 +48,18 @@ type RoundReconciler struct {
 	client.Client
 	Keys     KeyCheck
 	Recorder events.EventRecorder
+	// Platform says where workloads run; without an image and a NATS URL the reconciler only
+	// validates.
+	Platform specs.Platform
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds,verbs=get;list;watch
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile evaluates one Round series.
 func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -55,39 +69,51 @@ func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := rd.Status.DeepCopy()
 
-	o, err := r.evaluate(ctx, &rd)
+	o, vendors, err := r.evaluate(ctx, &rd)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if o.ready && r.Platform.Validate() == nil {
+		if o, err = r.applyWorkloads(ctx, &rd, vendors); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return writeStatus(ctx, r.Client, r.Recorder, &rd, before, &rd.Status, &rd.Status.Conditions, &rd.Status.ObservedGeneration, o)
 }
 
-func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, error) {
+func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, []mohitov1.Vendor, error) {
 	rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity = 0, 0, 0
 
 	vendors, o, err := r.selectedVendors(ctx, rd)
 	if err != nil || o != nil {
-		return deref(o), err
+		return deref(o), nil, err
 	}
 	rd.Status.Vendors = int32(len(vendors))
 	for _, v := range vendors {
 		rd.Status.PaddedCapacity += int64(v.Spec.Capacity.PaddedEntries)
 	}
 	if o := checkCapacities(rd, vendors); o != nil {
-		return *o, nil
+		return *o, nil, nil
+	}
+	for i, v := range vendors {
+		if v.Spec.Index != int32(i) {
+			return *degraded(ReasonVendorIndicesNotContiguous,
+				"the %d selected vendors must have indices 0..%d; vendor %s has index %d where %d is missing",
+				len(vendors), len(vendors)-1, v.Name, v.Spec.Index, i), nil, nil
+		}
 	}
 
 	shufflers, o, err := r.eligibleShufflers(ctx, rd, vendors)
 	if err != nil || o != nil {
-		return deref(o), err
+		return deref(o), nil, err
 	}
 	rd.Status.Shufflers = int32(len(shufflers))
 
 	if o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize); err != nil || o != nil {
-		return deref(o), err
+		return deref(o), nil, err
 	}
 	return ready(fmt.Sprintf("%d vendors (Σ K_v = %d), %d shufflers, period %s",
-		len(vendors), rd.Status.PaddedCapacity, len(shufflers), rd.Spec.Period.Duration)), nil
+		len(vendors), rd.Status.PaddedCapacity, len(shufflers), rd.Spec.Period.Duration)), vendors, nil
 }
 
 // selectedVendors returns the ready vendors the series selects, or why it cannot use them.
@@ -105,13 +131,13 @@ func (r *RoundReconciler) selectedVendors(ctx context.Context, rd *mohitov1.Roun
 	}
 	var notReady []string
 	for _, v := range list.Items {
-		if !isReady(v.Status.Conditions) {
+		if !isHealthy(v.Status.Conditions) {
 			notReady = append(notReady, v.Name)
 		}
 	}
 	if len(notReady) > 0 {
 		sort.Strings(notReady)
-		return nil, degraded(ReasonVendorNotReady, "selected vendors not ready: %s", strings.Join(notReady, ", ")), nil
+		return nil, degraded(ReasonVendorNotReady, "selected vendors degraded or not evaluated yet: %s", strings.Join(notReady, ", ")), nil
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Spec.Index < list.Items[j].Spec.Index })
 	return list.Items, nil, nil
@@ -164,20 +190,23 @@ func (r *RoundReconciler) eligibleShufflers(ctx context.Context, rd *mohitov1.Ro
 	}
 	var out []mohitov1.Shuffler
 	for _, s := range list.Items {
-		if selected[s.Spec.VendorRef.Name] && isReady(s.Status.Conditions) && s.Status.EffectiveWeight > 0 {
+		if selected[s.Spec.VendorRef.Name] && isHealthy(s.Status.Conditions) && s.Status.EffectiveWeight > 0 {
 			out = append(out, s)
 		}
 	}
 	if len(out) == 0 {
 		return nil, degraded(ReasonNoShufflerAvailable,
-			"no ready Shuffler with a positive weight runs for the %d selected vendors; rounds cannot run without one (they are never processed without a shuffler, spec G7)",
+			"no healthy Shuffler with a positive weight runs for the %d selected vendors; rounds cannot run without one (they are never processed without a shuffler, spec G7)",
 			len(vendors)), nil
 	}
 	return out, nil, nil
 }
 
-func isReady(conds []metav1.Condition) bool {
-	return meta.IsStatusConditionTrue(conds, common.ConditionReady)
+// isHealthy is true for an object that has been evaluated and is not degraded: ready, or
+// rolling out its workloads. A Round counts its vendors and shufflers by this, since their
+// workloads can only roll out once the Round has published its deployment.
+func isHealthy(conds []metav1.Condition) bool {
+	return meta.IsStatusConditionFalse(conds, common.ConditionDegraded)
 }
 
 // SetupWithManager registers the reconciler and its watches. Vendors and Shufflers change the
@@ -190,6 +219,11 @@ func (r *RoundReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&mohitov1.Round{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&mohitov1.Vendor{}, handler.EnqueueRequestsFromMapFunc(r.roundsInNamespace)).
 		Watches(&mohitov1.Shuffler{}, handler.EnqueueRequestsFromMapFunc(r.roundsInNamespace)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.roundsUsingSecret)).

@@ -4,12 +4,16 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Options configures the reconcilers.
 type Options struct {
 	// VaultAddress is the default Vault address for key references without their own.
 	VaultAddress string
+	// Platform says where Mohito workloads run; the zero value only validates resources.
+	Platform specs.Platform
 }
 
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
@@ -20,9 +24,9 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller")}).SetupWithManager},
-		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller")}).SetupWithManager},
-		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller")}).SetupWithManager},
+		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: opts.Platform}).SetupWithManager},
+		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: opts.Platform}).SetupWithManager},
+		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform}).SetupWithManager},
 		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller")}).SetupWithManager},
 	}
 	for _, r := range reconcilers {

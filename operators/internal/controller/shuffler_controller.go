@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Reasons a Shuffler reports.
@@ -31,6 +34,8 @@ const shufflerVendorIndex = ".spec.vendorRef.name"
 type ShufflerReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// Platform says where workloads run; without it the reconciler only validates.
+	Platform specs.Platform
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=shufflers,verbs=get;list;watch
@@ -44,23 +49,28 @@ func (r *ShufflerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := s.Status.DeepCopy()
 
-	o, err := r.evaluate(ctx, &s)
+	o, v, err := r.evaluate(ctx, &s)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if o.ready && r.Platform.Validate() == nil {
+		if o, err = r.applyWorkloads(ctx, &s, v); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return writeStatus(ctx, r.Client, r.Recorder, &s, before, &s.Status, &s.Status.Conditions, &s.Status.ObservedGeneration, o)
 }
 
-func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler) (outcome, error) {
+func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler) (outcome, *mohitov1.Vendor, error) {
 	var v mohitov1.Vendor
 	err := r.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Spec.VendorRef.Name}, &v)
 	if apierrors.IsNotFound(err) {
 		s.Status.VendorIndex = nil
 		s.Status.EffectiveWeight = 0
-		return *degraded(ReasonVendorNotFound, "Vendor %s not found in namespace %s", s.Spec.VendorRef.Name, s.Namespace), nil
+		return *degraded(ReasonVendorNotFound, "Vendor %s not found in namespace %s", s.Spec.VendorRef.Name, s.Namespace), nil, nil
 	}
 	if err != nil {
-		return outcome{}, fmt.Errorf("get vendor %s: %w", s.Spec.VendorRef.Name, err)
+		return outcome{}, nil, fmt.Errorf("get vendor %s: %w", s.Spec.VendorRef.Name, err)
 	}
 	idx := v.Spec.Index
 	s.Status.VendorIndex = &idx
@@ -73,9 +83,34 @@ func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler)
 		if c != nil {
 			why = c.Reason + ": " + c.Message
 		}
-		return *degraded(ReasonVendorNotReady, "Vendor %s is not ready (%s)", v.Name, why), nil
+		return *degraded(ReasonVendorNotReady, "Vendor %s is not ready (%s)", v.Name, why), nil, nil
 	}
-	return ready(fmt.Sprintf("shuffles for vendor %s (index %d) with weight %d", v.Name, idx, s.Status.EffectiveWeight)), nil
+	return ready(fmt.Sprintf("shuffles for vendor %s (index %d) with weight %d", v.Name, idx, s.Status.EffectiveWeight)), &v, nil
+}
+
+// applyWorkloads runs the shuffler in its vendor's trust domain (the vendor's key, NATS user
+// and service account) with the parameters of the vendor's series.
+func (r *ShufflerReconciler) applyWorkloads(ctx context.Context, s *mohitov1.Shuffler, v *mohitov1.Vendor) (outcome, error) {
+	sr, o, err := seriesOf(ctx, r.Client, v)
+	if err != nil || o != nil {
+		return deref(o), err
+	}
+	if sr == nil {
+		return ready(fmt.Sprintf("vendor %s is in no Round series yet, so the shuffler does not run", v.Name)), nil
+	}
+	d := specs.Shuffler(s, v, sr.round, r.Platform, sr.configHash)
+	if err := applyOwned(ctx, r.Client, s, d); err != nil {
+		return outcome{}, err
+	}
+	var ro rollout
+	if err := ro.observe(ctx, r.Client, d); err != nil {
+		return outcome{}, err
+	}
+	if !ro.done() {
+		return rollingOut("shuffler %s is not available yet", d.Name), nil
+	}
+	return ready(fmt.Sprintf("shuffles for vendor %s (index %d) in series %s with weight %d",
+		v.Name, v.Spec.Index, sr.round.Name, s.Status.EffectiveWeight)), nil
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -84,8 +119,14 @@ func (r *ShufflerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.(*mohitov1.Shuffler).Spec.VendorRef.Name} }); err != nil {
 		return fmt.Errorf("index shufflers by vendor: %w", err)
 	}
+	followSeries := handler.EnqueueRequestsFromMapFunc(vendorsOfRoundChange(r.Client,
+		func() *mohitov1.ShufflerList { return &mohitov1.ShufflerList{} },
+		func(l *mohitov1.ShufflerList) []reconcile.Request { return requestsFor(l.Items, "") }))
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&mohitov1.Shuffler{}).
+		Owns(&appsv1.Deployment{}).
+		Watches(&mohitov1.Round{}, followSeries).
+		Watches(&corev1.ConfigMap{}, followSeries).
 		Watches(&mohitov1.Vendor{}, handler.EnqueueRequestsFromMapFunc(r.shufflersOfVendor)).
 		Named("shuffler").
 		Complete(r)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,12 +21,18 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 // One real kube-apiserver + etcd and one manager running the production wiring (SetupAll)
 // serve every test of this package; each test works in its own namespace.
 var k8s client.Client
+
+// testPlatform makes the reconcilers run workloads. envtest runs no kube-controller-manager,
+// so no pod ever starts: tests play its part with markAvailable.
+var testPlatform = specs.Platform{Image: "obscura/mohito:test", ImagePullPolicy: corev1.PullNever,
+	NATSURL: "nats://127.0.0.1:4222", IntegratorRedis: "127.0.0.1:6379"}
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -56,7 +63,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "create manager:", err)
 		return 1
 	}
-	if err := SetupAll(mgr, Options{}); err != nil {
+	if err := SetupAll(mgr, Options{Platform: testPlatform}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -155,5 +162,53 @@ func waitEvent(t *testing.T, obj client.Object, eventType, reason string) {
 			}
 		}
 		return fmt.Errorf("not among %d events", len(list.Items))
+	})
+}
+
+// markAvailable plays the Deployment and StatefulSet controllers: it reports every workload in
+// ns as rolled out and available, as they would once the pods run.
+func markAvailable(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	var ds appsv1.DeploymentList
+	if err := k8s.List(ctx, &ds, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds.Items {
+		d := &ds.Items[i]
+		n := *d.Spec.Replicas
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+		if err := k8s.Status().Update(ctx, d); err != nil {
+			t.Fatalf("mark %s available: %v", d.Name, err)
+		}
+	}
+	var ss appsv1.StatefulSetList
+	if err := k8s.List(ctx, &ss, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ss.Items {
+		s := &ss.Items[i]
+		n := *s.Spec.Replicas
+		s.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n, CurrentReplicas: n}
+		if err := k8s.Status().Update(ctx, s); err != nil {
+			t.Fatalf("mark %s available: %v", s.Name, err)
+		}
+	}
+}
+
+// waitRollingOut waits until obj reports its workloads rolling out: not Ready, not Degraded,
+// Progressing.
+func waitRollingOut(t *testing.T, obj client.Object, conds func() []metav1.Condition) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s rolling out", obj.GetName()), func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		p := meta.FindStatusCondition(conds(), common.ConditionProgressing)
+		d := meta.FindStatusCondition(conds(), common.ConditionDegraded)
+		if p == nil || p.Status != metav1.ConditionTrue || d == nil || d.Status != metav1.ConditionFalse || p.ObservedGeneration != obj.GetGeneration() {
+			return fmt.Errorf("Progressing %v, Degraded %v", p, d)
+		}
+		return nil
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Reasons a Vendor reports.
@@ -30,6 +32,8 @@ type VendorReconciler struct {
 	client.Client
 	Keys     KeyCheck
 	Recorder events.EventRecorder
+	// Platform says where workloads run; without it the reconciler only validates.
+	Platform specs.Platform
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=vendors,verbs=get;list;watch
@@ -55,6 +59,11 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if o.ready && r.Platform.Validate() == nil {
+		if o, err = r.applyWorkloads(ctx, &v, o); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return writeStatus(ctx, r.Client, r.Recorder, &v, before, &v.Status, &v.Status.Conditions, &v.Status.ObservedGeneration, o)
 }
 
@@ -76,6 +85,39 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 	return ready(fmt.Sprintf("vendor index %d, %d devices, K_v %d", v.Spec.Index, v.Spec.Devices, v.Spec.Capacity.PaddedEntries)), nil
 }
 
+// applyWorkloads gives the vendor its NATS credentials and service account and, when the
+// operator hosts its agent, the agent Deployment of the series that selects it.
+func (r *VendorReconciler) applyWorkloads(ctx context.Context, v *mohitov1.Vendor, validated outcome) (outcome, error) {
+	if err := ensureSecret(ctx, r.Client, v, specs.VendorNATSSecret(v, newPassword())); err != nil {
+		return outcome{}, err
+	}
+	if err := applyOwned(ctx, r.Client, v, specs.VendorServiceAccount(v)); err != nil {
+		return outcome{}, err
+	}
+	if v.Spec.Agent == nil {
+		return validated, nil
+	}
+	sr, o, err := seriesOf(ctx, r.Client, v)
+	if err != nil || o != nil {
+		return deref(o), err
+	}
+	if sr == nil {
+		return ready(fmt.Sprintf("vendor index %d: no Round selects it yet, so its agent does not run", v.Spec.Index)), nil
+	}
+	agent := specs.VendorAgent(v, sr.round, r.Platform, sr.configHash)
+	if err := applyOwned(ctx, r.Client, v, agent); err != nil {
+		return outcome{}, err
+	}
+	var ro rollout
+	if err := ro.observe(ctx, r.Client, agent); err != nil {
+		return outcome{}, err
+	}
+	if !ro.done() {
+		return rollingOut("vendor agent %s is not available yet", agent.Name), nil
+	}
+	return ready(fmt.Sprintf("vendor index %d in series %s, agent running", v.Spec.Index, sr.round.Name)), nil
+}
+
 // SetupWithManager registers the reconciler and its watches.
 func (r *VendorReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
@@ -90,8 +132,15 @@ func (r *VendorReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index vendors by key secret: %w", err)
 	}
+	followSeries := handler.EnqueueRequestsFromMapFunc(vendorsOfRoundChange(r.Client,
+		func() *mohitov1.VendorList { return &mohitov1.VendorList{} },
+		func(l *mohitov1.VendorList) []reconcile.Request { return requestsFor(l.Items, "") }))
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&mohitov1.Vendor{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.ServiceAccount{}).
+		Watches(&mohitov1.Round{}, followSeries).
+		Watches(&corev1.ConfigMap{}, followSeries).
 		// A vendor's index change can fix or break the other vendors with the same index.
 		Watches(&mohitov1.Vendor{}, handler.EnqueueRequestsFromMapFunc(r.vendorsWithSameIndex)).
 		Watches(&mohitov1.Shuffler{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

@@ -97,11 +97,18 @@ func DeploymentConfigMap(rd *mohitov1.Round, doc DeploymentDoc) (*corev1.ConfigM
 	if err != nil {
 		return nil, "", fmt.Errorf("encode deployment of round %s: %w", rd.Name, err)
 	}
-	sum := sha256.Sum256(b)
+	data := string(b) + "\n"
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: DeploymentConfigName(rd), Namespace: rd.Namespace, Labels: roundLabels(rd, "config")},
-		Data:       map[string]string{DeploymentKey: string(b) + "\n"},
-	}, hex.EncodeToString(sum[:8]), nil
+		Data:       map[string]string{DeploymentKey: data},
+	}, ConfigHash(data), nil
+}
+
+// ConfigHash is the hash pod templates carry for a deployment document's contents; vendor
+// roles compute it from the series' ConfigMap as the integrator's roles do from the document.
+func ConfigHash(deploymentJSON string) string {
+	sum := sha256.Sum256([]byte(deploymentJSON))
+	return hex.EncodeToString(sum[:8])
 }
 
 // DeploymentConfigName is the name of a Round's deployment ConfigMap.

@@ -168,7 +168,6 @@ type ShufflerPolicy struct {
 // Round's scale subresource, which writes replicas.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="decryptWorkers.min must not exceed decryptWorkers.max"
-// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || ((!has(self.min) || self.replicas >= self.min) && (!has(self.max) || self.replicas <= self.max))",message="decryptWorkers.replicas must lie within [min, max]"
 type DecryptWorkers struct {
 	// Min is the fewest workers.
 	// +optional
@@ -191,14 +190,28 @@ type DecryptWorkers struct {
 	// +kubebuilder:validation:Minimum=1
 	TargetLag int64 `json:"targetLag,omitempty"`
 
-	// Replicas, when set, fixes the worker count and turns the operator's own autoscaler off.
-	// It is what the scale subresource reads and writes, so an HPA or KEDA ScaledObject that
-	// targets the Round drives the workers through it. Unset lets the operator decide.
+	// Autoscaler says who sets replicas: Operator (the operator scales from consumer lag and
+	// round time) or External (an HPA or KEDA ScaledObject targeting the Round's scale
+	// subresource, or a person with kubectl scale).
+	// +optional
+	// +kubebuilder:default=Operator
+	// +kubebuilder:validation:Enum=Operator;External
+	Autoscaler string `json:"autoscaler,omitempty"`
+
+	// Replicas is the worker count, read and written through the Round's scale subresource.
+	// The operator initialises it to min and, with autoscaler Operator, updates it with every
+	// scaling decision. Values outside [min, max] are clamped.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
 	Replicas *int32 `json:"replicas,omitempty"`
 }
+
+// Autoscaler values.
+const (
+	AutoscalerOperator = "Operator"
+	AutoscalerExternal = "External"
+)
 
 // Gateway configures the user API gateways.
 type Gateway struct {
