@@ -23,6 +23,9 @@ type NATS struct {
 	MQTTPort int
 	// LogPath is the server's log, under the test's temporary directory.
 	LogPath string
+
+	stop     func()
+	stopOnce sync.Once
 }
 
 // URL returns the client URL, "nats://127.0.0.1:<port>".
@@ -99,15 +102,25 @@ func WithServerName(name string) NATSOption {
 // listening on 127.0.0.1 and a random port, and shuts it down at cleanup.
 func StartNATS(t testing.TB, opts ...NATSOption) *NATS {
 	t.Helper()
+	n, err := StartNATSServer(t.TempDir(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// StartNATSServer is StartNATS for callers without a testing.TB (a TestMain that serves a
+// whole package): JetStream is stored under dir, and the caller calls Stop.
+func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 	var cfg natsConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	dir := t.TempDir()
 	sopts := &server.Options{}
 	if cfg.conf != "" {
 		if err := sopts.ProcessConfigString(cfg.conf); err != nil {
-			t.Fatalf("testenv: start NATS: parse config: %v", err)
+			return nil, fmt.Errorf("testenv: start NATS: parse config: %w", err)
 		}
 	}
 	if cfg.name != "" {
@@ -128,42 +141,43 @@ func StartNATS(t testing.TB, opts ...NATSOption) *NATS {
 		m(sopts)
 	}
 	if err := natsLoopbackOnly(sopts); err != nil {
-		t.Fatalf("testenv: start NATS: %v", err)
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
 	}
 
 	s, err := server.NewServer(sopts)
 	if err != nil {
-		t.Fatalf("testenv: start NATS: %v", err)
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
 	}
 	logPath := filepath.Join(dir, "nats.log")
 	logger, err := newFileLogger(logPath)
 	if err != nil {
-		t.Fatalf("testenv: start NATS: %v", err)
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
 	}
 	s.SetLogger(logger, false, false)
 	s.Start()
-	stop := func() {
+	n := &NATS{Server: s, LogPath: logPath, stop: func() {
 		s.Shutdown()
 		s.WaitForShutdown()
 		logger.close()
-	}
+	}}
 	if !s.ReadyForConnections(10 * time.Second) {
-		stop()
-		t.Fatalf("testenv: embedded NATS (server %q on %s, MQTT %v, store %s) not ready for connections in 10s\n%s",
+		n.Stop()
+		return nil, fmt.Errorf("testenv: embedded NATS (server %q on %s, MQTT %v, store %s) not ready for connections in 10s\n%s",
 			sopts.ServerName, Host, sopts.MQTT.Port != 0, sopts.StoreDir, logTail(logPath, 30))
 	}
-	t.Cleanup(stop)
-
-	n := &NATS{Server: s, LogPath: logPath}
 	if sopts.MQTT.Port != 0 {
 		vz, err := s.Varz(nil)
 		if err != nil {
-			t.Fatalf("testenv: NATS MQTT port: %v", err)
+			n.Stop()
+			return nil, fmt.Errorf("testenv: NATS MQTT port: %w", err)
 		}
 		n.MQTTPort = vz.MQTT.Port
 	}
-	return n
+	return n, nil
 }
+
+// Stop shuts the server down and waits for it; calling it again does nothing.
+func (n *NATS) Stop() { n.stopOnce.Do(n.stop) }
 
 // natsLoopbackOnly fills empty hosts of enabled listeners with 127.0.0.1 and refuses any
 // other address.
