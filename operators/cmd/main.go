@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/internal/controller"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
@@ -35,6 +36,9 @@ type Config struct {
 	ImagePullPolicy string
 	NATSURL         string
 	IntegratorRedis string
+	// The operator's own NATS user (integrator account), to read figures and register vendors.
+	NATSUser         string
+	NATSPasswordFile string
 }
 
 func (c Config) validate() error {
@@ -61,6 +65,9 @@ func (c Config) validate() error {
 	if (c.MohitoImage == "") != (c.NATSURL == "") {
 		errs = append(errs, errors.New("--mohito-image and --nats-url go together: set both to run Mohito workloads, or neither to only validate resources"))
 	}
+	if (c.NATSUser == "") != (c.NATSPasswordFile == "") {
+		errs = append(errs, errors.New("--nats-user and --nats-password-file go together"))
+	}
 	if c.MohitoImage != "" && c.IntegratorRedis == "" {
 		errs = append(errs, errors.New("--integrator-redis is required with --mohito-image: the integrator keeps round state in its own Redis"))
 	}
@@ -85,6 +92,8 @@ func main() {
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
 	flag.StringVar(&cfg.NATSURL, "nats-url", envOr("OBSCURA_NATS_URL", ""), "NATS URL the workloads connect to (env OBSCURA_NATS_URL)")
 	flag.StringVar(&cfg.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
+	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
+	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -113,8 +122,16 @@ func run(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	var services *roundstatus.Client
+	if cfg.NATSURL != "" {
+		if services, err = roundstatus.Connect(roundstatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
+			return err
+		}
+		defer services.Close()
+	}
 	if err := controller.SetupAll(mgr, controller.Options{
 		VaultAddress: cfg.VaultAddress,
+		Services:     services,
 		Platform: specs.Platform{
 			Image: cfg.MohitoImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
 			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis,

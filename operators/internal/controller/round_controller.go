@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -36,6 +38,9 @@ const (
 	ReasonCapacityTooSmall = "CapacityTooSmall"
 	// ReasonResponseCapacityTooSmall: a vendor's response OKVS capacity is below q × devices.
 	ReasonResponseCapacityTooSmall = "ResponseCapacityTooSmall"
+	// ReasonUnsupportedByServices: the protocol library has the option but the running services
+	// do not offer it yet, so its pods would refuse to start.
+	ReasonUnsupportedByServices = "UnsupportedByServices"
 	// ReasonVendorIndicesNotContiguous: the selected vendors' indices are not 0..n−1, so they do
 	// not form the vendor vector every user's shares are built over.
 	ReasonVendorIndicesNotContiguous = "VendorIndicesNotContiguous"
@@ -51,6 +56,10 @@ type RoundReconciler struct {
 	// Platform says where workloads run; without an image and a NATS URL the reconciler only
 	// validates.
 	Platform specs.Platform
+	// Services reads the coordinator's figures and the workers' backlog; nil without NATS.
+	Services *roundstatus.Client
+
+	history roundHistory
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds,verbs=get;list;watch
@@ -73,17 +82,34 @@ func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	poll := time.Duration(0)
 	if o.ready && r.Platform.Validate() == nil {
 		if o, err = r.applyWorkloads(ctx, &rd, vendors); err != nil {
 			return ctrl.Result{}, err
 		}
+		if r.Services != nil {
+			r.observeServices(ctx, &rd)
+			poll = pollInterval(&rd)
+		}
 	}
-	return writeStatus(ctx, r.Client, r.Recorder, &rd, before, &rd.Status, &rd.Status.Conditions, &rd.Status.ObservedGeneration, o)
+	res, err := writeStatus(ctx, r.Client, r.Recorder, &rd, before, &rd.Status, &rd.Status.Conditions, &rd.Status.ObservedGeneration, o)
+	if err == nil && poll > 0 {
+		res.RequeueAfter = poll
+	}
+	return res, err
 }
 
 func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, []mohitov1.Vendor, error) {
 	rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity = 0, 0, 0
 
+	switch {
+	case rd.Spec.Mode == mohitov1.ProtocolPaperLiteral:
+		return *degraded(ReasonUnsupportedByServices,
+			"mode PaperLiteral exists in the protocol library for benchmarks only; the services run Hardened rounds"), nil, nil
+	case rd.Spec.AsyncWindow > 0:
+		return *degraded(ReasonUnsupportedByServices,
+			"asyncWindow %d: asynchronous responses exist in the protocol library but the services do not run them yet; use 0", rd.Spec.AsyncWindow), nil, nil
+	}
 	vendors, o, err := r.selectedVendors(ctx, rd)
 	if err != nil || o != nil {
 		return deref(o), nil, err

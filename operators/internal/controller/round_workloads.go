@@ -81,5 +81,9 @@ func (r *RoundReconciler) setWorkerReplicas(ctx context.Context, rd *mohitov1.Ro
 	if err := r.SubResource("scale").Update(ctx, rd, client.WithSubResourceBody(scale)); err != nil {
 		return fmt.Errorf("scale round %s/%s decrypt workers to %d: %w", rd.Namespace, rd.Name, n, err)
 	}
+	// Carry on with the Round as it now is, so this reconcile's status write (which records
+	// the scaling time) does not conflict with the write just made.
+	rd.ResourceVersion = scale.ResourceVersion
+	rd.Spec.DecryptWorkers.Replicas = &n
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -14,6 +15,9 @@ type Options struct {
 	VaultAddress string
 	// Platform says where Mohito workloads run; the zero value only validates resources.
 	Platform specs.Platform
+	// Services connects the reconcilers to the services' KV figures, the workers' backlog and
+	// the vendor registry; nil leaves status figures empty and scaling to the scale subresource.
+	Services *roundstatus.Client
 }
 
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
@@ -24,9 +28,9 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: opts.Platform}).SetupWithManager},
-		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: opts.Platform}).SetupWithManager},
-		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform}).SetupWithManager},
+		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
+		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
+		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
 		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller")}).SetupWithManager},
 	}
 	for _, r := range reconcilers {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -36,6 +37,8 @@ type ShufflerReconciler struct {
 	Recorder events.EventRecorder
 	// Platform says where workloads run; without it the reconciler only validates.
 	Platform specs.Platform
+	// Services reads the coordinator's figures; nil without NATS.
+	Services *roundstatus.Client
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=shufflers,verbs=get;list;watch
@@ -58,7 +61,17 @@ func (r *ShufflerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, err
 		}
 	}
-	return writeStatus(ctx, r.Client, r.Recorder, &s, before, &s.Status, &s.Status.Conditions, &s.Status.ObservedGeneration, o)
+	if r.Services != nil && v != nil {
+		if st, err := r.Services.Shuffler(ctx, v.Spec.Index); err == nil {
+			last := int64(st.LastRound)
+			s.Status.RoundsShuffled, s.Status.LastRound, s.Status.LastResult = st.RoundsShuffled, &last, st.LastResult
+		}
+	}
+	res, err := writeStatus(ctx, r.Client, r.Recorder, &s, before, &s.Status, &s.Status.Conditions, &s.Status.ObservedGeneration, o)
+	if err == nil && r.Services != nil {
+		res.RequeueAfter = servicesPoll // the coordinator's figures change every round
+	}
+	return res, err
 }
 
 func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler) (outcome, *mohitov1.Vendor, error) {

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -28,6 +29,10 @@ import (
 // One real kube-apiserver + etcd and one manager running the production wiring (SetupAll)
 // serve every test of this package; each test works in its own namespace.
 var k8s client.Client
+
+// natsServer is a real embedded NATS JetStream server: the reconcilers read the services'
+// figures from its KV and the workers' backlog from its consumer, as in production.
+var natsServer *testenv.NATS
 
 // testPlatform makes the reconcilers run workloads. envtest runs no kube-controller-manager,
 // so no pod ever starts: tests play its part with markAvailable.
@@ -49,6 +54,23 @@ func runSuite(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stop API server:", err)
 		}
 	}()
+	natsDir, err := os.MkdirTemp("", "operator-nats-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(natsDir)
+	if natsServer, err = testenv.StartNATSServer(natsDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer natsServer.Stop()
+	services, err := roundstatus.Connect(roundstatus.Config{URL: natsServer.URL()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer services.Close()
 	if k8s, err = api.Client(scheme.New()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -63,7 +85,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "create manager:", err)
 		return 1
 	}
-	if err := SetupAll(mgr, Options{Platform: testPlatform}); err != nil {
+	if err := SetupAll(mgr, Options{Platform: testPlatform, Services: services}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -10,11 +10,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -34,9 +36,16 @@ type VendorReconciler struct {
 	Recorder events.EventRecorder
 	// Platform says where workloads run; without it the reconciler only validates.
 	Platform specs.Platform
+	// Services holds the vendor registry and the coordinator's figures; nil without NATS.
+	Services *roundstatus.Client
 }
 
-// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=vendors,verbs=get;list;watch
+// registryFinalizer keeps a Vendor until its registration is removed from the registry in
+// NATS KV, the one piece of state the operator keeps outside the cluster.
+const registryFinalizer = "mohito.obscura.dev/registry"
+
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=vendors,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=vendors/finalizers,verbs=update
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=vendors/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -46,6 +55,11 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	var v mohitov1.Vendor
 	if err := r.Get(ctx, req.NamespacedName, &v); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.Services != nil {
+		if done, err := r.registry(ctx, &v); done || err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	before := v.Status.DeepCopy()
 
@@ -64,7 +78,22 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, err
 		}
 	}
-	return writeStatus(ctx, r.Client, r.Recorder, &v, before, &v.Status, &v.Status.Conditions, &v.Status.ObservedGeneration, o)
+	if r.Services != nil && o.ready {
+		if err := r.Services.Register(ctx, registration(&v)); err != nil {
+			return ctrl.Result{}, err
+		}
+		if st, err := r.Services.Vendor(ctx, v.Spec.Index); err == nil {
+			v.Status.RoundsServed, v.Status.ShufflerDuty = st.RoundsServed, st.ShufflerDuty
+			if st.ActiveDevices != nil {
+				v.Status.ActiveDevices = *st.ActiveDevices
+			}
+		}
+	}
+	res, err := writeStatus(ctx, r.Client, r.Recorder, &v, before, &v.Status, &v.Status.Conditions, &v.Status.ObservedGeneration, o)
+	if err == nil && r.Services != nil {
+		res.RequeueAfter = servicesPoll // the coordinator's figures change every round
+	}
+	return res, err
 }
 
 func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (outcome, error) {
@@ -116,6 +145,36 @@ func (r *VendorReconciler) applyWorkloads(ctx context.Context, v *mohitov1.Vendo
 		return rollingOut("vendor agent %s is not available yet", agent.Name), nil
 	}
 	return ready(fmt.Sprintf("vendor index %d in series %s, agent running", v.Spec.Index, sr.round.Name)), nil
+}
+
+// registry keeps the finalizer that removes the vendor's registration when the Vendor goes.
+// done is true when the Vendor is being deleted and nothing else is to be done.
+func (r *VendorReconciler) registry(ctx context.Context, v *mohitov1.Vendor) (done bool, err error) {
+	if !v.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(v, registryFinalizer) {
+			return true, nil
+		}
+		if err := r.Services.Deregister(ctx, v.Spec.Index); err != nil {
+			return true, err
+		}
+		controllerutil.RemoveFinalizer(v, registryFinalizer)
+		if err := r.Update(ctx, v); err != nil {
+			return true, client.IgnoreNotFound(err)
+		}
+		return true, nil
+	}
+	if controllerutil.AddFinalizer(v, registryFinalizer) {
+		if err := r.Update(ctx, v); err != nil {
+			return false, fmt.Errorf("add registry finalizer to vendor %s: %w", v.Name, err)
+		}
+	}
+	return false, nil
+}
+
+func registration(v *mohitov1.Vendor) roundstatus.Registration {
+	c := v.Spec.Capacity
+	return roundstatus.Registration{Index: v.Spec.Index, Name: v.Name, Namespace: v.Namespace, Devices: v.Spec.Devices,
+		Base: c.Base, Jitter: c.Jitter, PaddedEntries: c.PaddedEntries, ResponsePaddedEntries: c.ResponsePaddedEntries}
 }
 
 // SetupWithManager registers the reconciler and its watches.

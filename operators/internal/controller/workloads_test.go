@@ -115,7 +115,10 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 		t.Errorf("status workers %d selector %q", rd.Status.WorkerReplicas, rd.Status.WorkerSelector)
 	}
 
-	// An HPA drives the workers through the scale subresource.
+	// An HPA drives the workers through the scale subresource once the Round hands scaling
+	// to it (with autoscaler Operator, the operator's next decision would replace the count).
+	rd.Spec.DecryptWorkers.Autoscaler = mohitov1.AutoscalerExternal
+	update(t, rd)
 	scale := &autoscalingv1.Scale{}
 	if err := k8s.SubResource("scale").Get(context.Background(), rd, scale); err != nil {
 		t.Fatalf("get scale: %v", err)

@@ -60,7 +60,7 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor) (DeploymentDoc, e
 	vs := append([]mohitov1.Vendor(nil), vendors...)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].Spec.Index < vs[j].Spec.Index })
 	doc := DeploymentDoc{
-		Series:           rd.Name,
+		Series:           SeriesName(rd),
 		Mode:             string(rd.Spec.Mode),
 		Suite:            rd.Spec.Suite,
 		CommandsPerUser:  rd.Spec.CommandsPerUser,
@@ -109,6 +109,18 @@ func DeploymentConfigMap(rd *mohitov1.Round, doc DeploymentDoc) (*corev1.ConfigM
 func ConfigHash(deploymentJSON string) string {
 	sum := sha256.Sum256([]byte(deploymentJSON))
 	return hex.EncodeToString(sum[:8])
+}
+
+// SeriesName names a Round series to the services (status keys in KV): namespace and name
+// joined by "_" (which neither contains), so equally named Rounds of two namespaces never share
+// figures. The services accept at most 63 characters; longer pairs keep a prefix and a hash.
+func SeriesName(rd *mohitov1.Round) string {
+	s := rd.Namespace + "_" + rd.Name
+	if len(s) <= 63 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return s[:46] + "_" + hex.EncodeToString(sum[:8])
 }
 
 // DeploymentConfigName is the name of a Round's deployment ConfigMap.

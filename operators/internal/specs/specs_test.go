@@ -160,7 +160,7 @@ func TestPodsAreRestricted(t *testing.T) {
 		case c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
 			t.Errorf("%s has no readiness probe on /readyz", role)
 		}
-		needsKey := role == RoleDecryptWorker || role == RoleResponder || role == RoleShuffler || role == RoleVendorAgent
+		needsKey := role == RoleCoordinator || role == RoleDecryptWorker || role == RoleResponder || role == RoleShuffler || role == RoleVendorAgent
 		if hasEnv(c.Env, EnvKeyFile) != needsKey {
 			t.Errorf("%s: key file mounted = %v, want %v (least privilege: only roles that decrypt hold a key)", role, hasEnv(c.Env, EnvKeyFile), needsKey)
 		}

@@ -231,8 +231,11 @@ func roundKey(rd *mohitov1.Round) (string, string) {
 
 // Coordinator is the round clock: one replica, with leader election in JetStream KV so that a
 // second one during a rollout never runs rounds. Recreate keeps two from overlapping.
+//
+// It holds sk_I: it announces pk_I to the vendors and takes part in the G2 share check.
 func Coordinator(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
-	p := pod{redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
+	secret, item := roundKey(rd)
+	p := pod{keySecret: secret, keyItem: item, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
 	return deployment(rd.Name+"-"+RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RecreateDeploymentStrategyType)
 }
 

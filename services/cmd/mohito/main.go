@@ -8,11 +8,19 @@
 //	                 table, JSON and CSV results; -nats-url/-redis-addr to use
 //	                 external servers
 //
-// Every flag has an environment fallback: -rounds ↔ MOHITO_ROUNDS, etc.
+// and one long-running daemon per role, as the operator deploys them
+// (docs/services.md has the full contract):
+//
+//	mohito gateway | coordinator | decrypt-worker | encoder | responder    (integrator)
+//	mohito shuffler | vendor-agent                                         (vendor)
+//
+// Demo and loadgen flags fall back to MOHITO_<FLAG>; the daemons' flags fall
+// back to OBSCURA_* variables. A configuration error exits with status 2.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -38,18 +46,29 @@ func main() {
 		err = run(os.Args[2:], true)
 	case "loadgen":
 		err = run(os.Args[2:], false)
+	case "gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent":
+		var cfg any
+		if cfg, err = parseRole(os.Args[1], os.Args[2:]); err == nil {
+			err = runRole(os.Args[1], cfg)
+		}
 	default:
 		usage()
 		os.Exit(2)
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mohito:", err)
+		fmt.Fprintf(os.Stderr, "mohito %s: %v\n", os.Args[1], err)
+		if errors.Is(err, errConfig) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mohito demo|loadgen [flags]   (mohito <cmd> -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: mohito demo|loadgen|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent [flags]   (mohito <cmd> -h for flags)")
 }
 
 // env returns MOHITO_<NAME> or def.
@@ -109,6 +128,7 @@ func run(args []string, demo bool) error {
 	fs.StringVar(&c.RedisAddr, "redis-addr", env("redis-addr", ""), "integrator Redis (empty: in-memory, demo only)")
 	fs.StringVar(&c.JSONPath, "json", env("json", ""), "write the summary as JSON here")
 	fs.StringVar(&c.CSVPath, "csv", env("csv", ""), "write the per-round table as CSV here")
+	fs.BoolVar(&c.Baseline, "jetstream-baseline", env("jetstream-baseline", "") == "true", "after the run, measure raw JetStream publish+consume at -command-size on the same server")
 	fs.StringVar(&c.Metrics, "metrics-addr", env("metrics-addr", ""), "serve /metrics /healthz /readyz here (e.g. 127.0.0.1:9090)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 	"github.com/obscura-iot/obscura/services/pkg/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/sim"
@@ -48,6 +49,9 @@ type Options struct {
 	JSONPath       string
 	CSVPath        string
 	Quiet          bool // no live table
+	// Baseline also measures raw JetStream publish+consume of CommandSize
+	// messages on the same server after the run (JetStreamMsgsPerS).
+	Baseline bool
 }
 
 // RoundRow is one line of the per-round table.
@@ -66,18 +70,26 @@ type RoundRow struct {
 
 // Summary is the whole run.
 type Summary struct {
-	Rounds       int        `json:"rounds"`
-	Aborted      int        `json:"aborted"`
-	Commands     int        `json:"commands"`
-	Failed       int        `json:"failed"`
-	Fakes        int        `json:"fakes"`
-	BurstRounds  int        `json:"burst_rounds"`
-	Seconds      float64    `json:"seconds"`
-	CommandsPerS float64    `json:"commands_per_s"`
-	LatencyP50MS float64    `json:"latency_p50_ms"`
-	LatencyP99MS float64    `json:"latency_p99_ms"`
-	ExactlyOnce  bool       `json:"exactly_once"`
-	Rows         []RoundRow `json:"per_round"`
+	Rounds       int     `json:"rounds"`
+	Aborted      int     `json:"aborted"`
+	Commands     int     `json:"commands"`
+	Failed       int     `json:"failed"`
+	Fakes        int     `json:"fakes"`
+	BurstRounds  int     `json:"burst_rounds"`
+	Seconds      float64 `json:"seconds"`
+	CommandsPerS float64 `json:"commands_per_s"`
+	LatencyP50MS float64 `json:"latency_p50_ms"`
+	LatencyP99MS float64 `json:"latency_p99_ms"`
+	ExactlyOnce  bool    `json:"exactly_once"`
+	// WallCommandsPerS is commands answered over the whole wall time,
+	// cluster start-up and drain included (a lower bound).
+	WallCommandsPerS float64 `json:"wall_commands_per_s"`
+	// JetStreamMsgsPerS is the raw JetStream publish+consume rate at the
+	// same message size on the same server (with Options.Baseline), and
+	// PipelineToJetStream = CommandsPerS ÷ JetStreamMsgsPerS.
+	JetStreamMsgsPerS   float64    `json:"jetstream_msgs_per_s,omitempty"`
+	PipelineToJetStream float64    `json:"pipeline_to_jetstream,omitempty"`
+	Rows                []RoundRow `json:"per_round"`
 }
 
 type roundAcc struct {
@@ -268,6 +280,22 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	s.LatencyP50MS, s.LatencyP99MS = ms(pct(all, 0.5)), ms(pct(all, 0.99))
 	s.ExactlyOnce = sim.Check(c, okOnly(recs)) == nil
+	if s.Seconds > 0 {
+		s.WallCommandsPerS = float64(s.Commands) / s.Seconds
+	}
+	if o.Baseline {
+		c.Stop()
+		rate, err := JetStreamBaseline(ctx, url, natsx.IntegratorUser, password(natsx.IntegratorUser), max(5000, s.Commands), o.CommandSize)
+		if err != nil {
+			return s, fmt.Errorf("jetstream baseline: %w", err)
+		}
+		s.JetStreamMsgsPerS = rate
+		if rate > 0 {
+			s.PipelineToJetStream = s.CommandsPerS / rate
+		}
+		fmt.Fprintf(o.Out, "baseline: raw JetStream publish+consume %.0f msgs/s at %d B; pipeline %.0f commands/s = %.4f of it (wall, with start-up: %.0f/s)\n",
+			rate, o.CommandSize, s.CommandsPerS, s.PipelineToJetStream, s.WallCommandsPerS)
+	}
 	fmt.Fprintf(o.Out, "\nsummary: %d rounds (%d aborted), %d commands answered (%d unfinished at stop), %d fakes, %d burst rounds\n",
 		s.Rounds, s.Aborted, s.Commands, s.Failed, s.Fakes, s.BurstRounds)
 	fmt.Fprintf(o.Out, "         %.0f commands/s, latency p50 %.0f ms p99 %.0f ms, exactly-once delivery: %v, wall %.1fs\n",

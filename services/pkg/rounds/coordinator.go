@@ -54,6 +54,7 @@ type Coordinator struct {
 	mu     sync.Mutex
 	active map[uint64]*coordRound
 	opened int
+	status *statusBook
 }
 
 type coordRound struct {
@@ -98,6 +99,9 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 		return nil, err
 	}
 	if _, err := natsx.EnsureStream(ctx, cfg.JS, StreamWork, "mohito.r.>"); err != nil {
+		return nil, err
+	}
+	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -195,6 +199,7 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 			_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusAborted)
 			c.cfg.Metrics.Rounds.WithLabelValues("aborted").Inc()
 			c.notifyAbort(ctx, t)
+			c.status.aborted(ctx, t, -1)
 			c.report(RoundReport{T: t, Aborted: true, Reason: "coordinator restarted"})
 			c.cfg.Log.Warn("round aborted", "t", t, "reason", "coordinator restarted")
 		}
@@ -288,6 +293,7 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 	if _, err := c.info.Put(ctx, "current", m0); err != nil {
 		return nil, err
 	}
+	c.status.opened(ctx, t, s)
 	c.cfg.Log.Info("round opened", "t", t, "shuffler", s)
 	return r, nil
 }
@@ -361,6 +367,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		c.cfg.Metrics.Rounds.WithLabelValues("aborted").Inc()
 		c.cfg.Log.Warn("round aborted", "t", t, "reason", reason, "err", err)
 		c.notifyAbort(actx, t)
+		c.status.aborted(actx, t, rep.Shuffler)
 		c.report(rep)
 	}
 	k, err := c.cfg.Store.Close(ctx, t)
@@ -459,6 +466,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		c.cfg.Metrics.BurstExcess.Add(float64(sum.S))
 	}
 	c.cfg.Log.Info("round planned", "t", t, "k", k, "n", sum.N, "burst", sum.S)
+	c.status.planned(ctx, rep)
 	c.report(rep)
 	// Response phase deadline (spec O12): if V* never returns M10 the
 	// round is aborted so users re-send. Commands of such a round may have
@@ -466,6 +474,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	deadline := time.Now().Add(c.cfg.Deployment.ShufflerTimeout + 3*c.cfg.Deployment.ResponseDeadline)
 	for time.Now().Before(deadline) {
 		if st, _ := c.cfg.Store.Status(ctx, t); st == roundstate.StatusDone {
+			c.status.completed(ctx, rep, time.Now())
 			return
 		}
 		if !sleep(ctx, 100*time.Millisecond) {
@@ -476,5 +485,6 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusAborted)
 	c.cfg.Metrics.Rounds.WithLabelValues("aborted").Inc()
 	c.cfg.Log.Warn("round aborted", "t", t, "reason", rep.Reason)
+	c.status.aborted(ctx, t, rep.Shuffler)
 	c.report(rep)
 }

@@ -13,6 +13,7 @@ import (
 
 // Deployment is the public configuration every role agrees on.
 type Deployment struct {
+	Series   string // the round series (status key series.<series>)
 	Params   mohito.Params
 	Policy   []mohito.TargetPolicy // public per-vendor target policy (G3a draw is secret)
 	Delta    uint64                // δ
@@ -25,6 +26,9 @@ type Deployment struct {
 	Round            time.Duration // T, the collection period
 	ShufflerTimeout  time.Duration // abort when V* does not answer in time (G7)
 	ResponseDeadline time.Duration // vendor's fixed deadline for device responses (O12)
+
+	VendorNames      []string // display names (optional, logs and status only)
+	ResponseCapacity []int    // declared response-table capacity per vendor (informational: tables are sized by Quantum)
 }
 
 // Validate checks the deployment.

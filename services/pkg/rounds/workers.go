@@ -94,7 +94,7 @@ func NewDecryptWorker(ctx context.Context, cfg WorkerConfig) (*DecryptWorker, er
 // Run consumes until ctx ends.
 func (w *DecryptWorker) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, w.cfg.JS, natsx.ConsumerSpec{
-		Stream: StreamIntegratorIn, Durable: "decrypt", Filters: []string{"mohito.i.in.*.r.*." + kindShuffled},
+		Stream: StreamIntegratorIn, Durable: ConsumerDecryptWorkers, Filters: []string{"mohito.i.in.*.r.*." + kindShuffled},
 		AckWait: w.cfg.ackWait(), Batch: 4, MaxAck: 64,
 	}, w.cfg.Log, w.handle)
 }

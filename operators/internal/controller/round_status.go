@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/autoscale"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+)
+
+// roundHistory remembers the last round durations the coordinator reported for each series;
+// the autoscaler looks at their p90. It lives in the operator's memory: after a restart the
+// autoscaler starts from the backlog alone until a few rounds are reported again.
+type roundHistory struct {
+	mu     sync.Mutex
+	series map[types.UID]*durations
+}
+
+type durations struct {
+	lastUpdated string
+	values      []time.Duration
+}
+
+const historyLen = 20
+
+func (h *roundHistory) observe(uid types.UID, s roundstatus.Series) []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.series == nil {
+		h.series = map[types.UID]*durations{}
+	}
+	d := h.series[uid]
+	if d == nil {
+		d = &durations{}
+		h.series[uid] = d
+	}
+	if s.Updated != d.lastUpdated && s.LastRoundSeconds > 0 {
+		d.lastUpdated = s.Updated
+		d.values = append(d.values, time.Duration(s.LastRoundSeconds*float64(time.Second)))
+		if len(d.values) > historyLen {
+			d.values = d.values[len(d.values)-historyLen:]
+		}
+	}
+	return append([]time.Duration(nil), d.values...)
+}
+
+// observeServices copies the coordinator's figures into the Round's status and, when the
+// operator scales the workers, makes the scaling decision. It never fails the reconcile: the
+// services may not have reported yet, and NATS may be briefly away.
+func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Round) {
+	log := logf.FromContext(ctx)
+	s, err := r.Services.Series(ctx, specs.SeriesName(rd))
+	switch {
+	case errors.Is(err, roundstatus.ErrNotReported):
+	case err != nil:
+		log.Info("round figures unavailable", "err", err.Error())
+	default:
+		cur := int64(s.CurrentRound)
+		rd.Status.CurrentRound = &cur
+		rd.Status.CompletedRounds, rd.Status.AbortedRounds, rd.Status.Bursts = s.CompletedRounds, s.AbortedRounds, s.Bursts
+		rd.Status.CommandsPerSecond = s.CommandsPerSecond
+		rd.Status.LastRoundSeconds = quantity(s.LastRoundSeconds)
+		rd.Status.FakeRatio = quantity(s.FakeRatio)
+		if t := s.UpdatedTime(); !t.IsZero() {
+			rd.Status.StatusUpdated = &metav1.Time{Time: t}
+		}
+	}
+	if rd.Spec.DecryptWorkers.Autoscaler == mohitov1.AutoscalerExternal || rd.Spec.DecryptWorkers.Replicas == nil {
+		return
+	}
+	lag, err := r.Services.WorkerLag(ctx)
+	if err != nil && !errors.Is(err, roundstatus.ErrNotReported) {
+		log.Info("decrypt worker backlog unavailable; not scaling", "err", err.Error())
+		return
+	}
+	obs := autoscale.Observation{
+		Current: *rd.Spec.DecryptWorkers.Replicas, Min: rd.Spec.DecryptWorkers.Min, Max: rd.Spec.DecryptWorkers.Max,
+		TargetLag: rd.Spec.DecryptWorkers.TargetLag, Lag: lag,
+		RoundDurations: r.history.observe(rd.UID, s), Period: rd.Spec.Period.Duration, Now: time.Now(),
+	}
+	if rd.Status.LastScaleTime != nil {
+		obs.LastChange = rd.Status.LastScaleTime.Time
+	}
+	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
+	if !d.Changed(obs.Current) {
+		return
+	}
+	if err := r.setWorkerReplicas(ctx, rd, d.Replicas); err != nil {
+		log.Error(err, "scale decrypt workers")
+		return
+	}
+	rd.Status.LastScaleTime = &metav1.Time{Time: obs.Now}
+	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "Scale", "%s", d.Message)
+	log.Info("scaled decrypt workers", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+}
+
+// quantity renders a figure with three decimals as a resource.Quantity ("1.934").
+func quantity(f float64) *resource.Quantity {
+	q, err := resource.ParseQuantity(strconv.FormatFloat(f, 'f', 3, 64))
+	if err != nil {
+		return nil
+	}
+	return &q
+}
+
+// servicesPoll is how often vendors' and shufflers' figures are read.
+const servicesPoll = 30 * time.Second
+
+// pollInterval is how often a running series' figures are read: every period, but not more
+// than once a second nor less than every 30 s.
+func pollInterval(rd *mohitov1.Round) time.Duration {
+	return min(max(rd.Spec.Period.Duration, time.Second), 30*time.Second)
+}

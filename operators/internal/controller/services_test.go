@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+)
+
+// js connects to the suite's NATS server as the services would.
+func js(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(natsServer.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	j, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func putJSON(t *testing.T, kv jetstream.KeyValue, key string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatusFromTheServicesKV writes what a coordinator writes after a round and expects the
+// Round, Vendor and Shuffler status to show it.
+func TestStatusFromTheServicesKV(t *testing.T) {
+	ns, rd, vs, ss := newSeries(t)
+	markAvailableWhenCreated(t, ns)
+	ctx := context.Background()
+	kv, err := js(t).CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: roundstatus.BucketStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putJSON(t, kv, roundstatus.SeriesKey(specs.SeriesName(rd)), roundstatus.Series{CurrentRound: 42, CompletedRounds: 40, AbortedRounds: 1,
+		LastRoundSeconds: 1.934, CommandsPerSecond: 5100, FakeRatio: 0.41, Bursts: 2, Updated: time.Now().UTC().Format(time.RFC3339)})
+	putJSON(t, kv, roundstatus.VendorKey(1), roundstatus.Vendor{RoundsServed: 40, ShufflerDuty: 27, ActiveDevices: ptr.To[int64](180)})
+	putJSON(t, kv, roundstatus.ShufflerKey(1), roundstatus.Shuffler{RoundsShuffled: 26, LastRound: 41, LastResult: "Completed"})
+
+	eventually(t, "round status from KV", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+			return err
+		}
+		st := rd.Status
+		if st.CurrentRound == nil || *st.CurrentRound != 42 || st.CompletedRounds != 40 || st.AbortedRounds != 1 || st.Bursts != 2 ||
+			st.CommandsPerSecond != 5100 || st.LastRoundSeconds == nil || math.Abs(st.LastRoundSeconds.AsApproximateFloat64()-1.934) > 1e-9 ||
+			st.FakeRatio == nil || math.Abs(st.FakeRatio.AsApproximateFloat64()-0.41) > 1e-9 {
+			return fmt.Errorf("status %+v (current round %v)", st, st.CurrentRound)
+		}
+		return nil
+	})
+	eventually(t, "vendor status from KV", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(vs[1]), vs[1]); err != nil {
+			return err
+		}
+		if vs[1].Status.RoundsServed != 40 || vs[1].Status.ShufflerDuty != 27 || vs[1].Status.ActiveDevices != 180 {
+			return fmt.Errorf("status %+v", vs[1].Status)
+		}
+		return nil
+	})
+	eventually(t, "shuffler status from KV", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ss[1]), ss[1]); err != nil {
+			return err
+		}
+		if ss[1].Status.RoundsShuffled != 26 || ss[1].Status.LastRound == nil || *ss[1].Status.LastRound != 41 || ss[1].Status.LastResult != "Completed" {
+			return fmt.Errorf("status %+v", ss[1].Status)
+		}
+		return nil
+	})
+}
+
+// markAvailableWhenCreated plays the workload controllers for a namespace until the test ends.
+func markAvailableWhenCreated(t *testing.T, ns string) {
+	t.Helper()
+	eventually(t, "workloads created", func() error {
+		var ds appsv1.DeploymentList
+		if err := k8s.List(context.Background(), &ds, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(ds.Items) < 4 {
+			return fmt.Errorf("%d deployments", len(ds.Items))
+		}
+		return nil
+	})
+	markAvailable(t, ns)
+}
+
+// TestVendorRegistry: the operator registers every vendor in NATS KV and removes the entry
+// (through its finalizer) when the Vendor is deleted.
+func TestVendorRegistry(t *testing.T) {
+	ns := namespace(t)
+	keySecret(t, ns, "initech-key", X25519KeySize)
+	v := vendor(ns, "initech", 40, 77)
+	create(t, v)
+	ctx := context.Background()
+	j := js(t)
+	var reg roundstatus.Registration
+	eventually(t, "vendor registered", func() error {
+		kv, err := j.KeyValue(ctx, roundstatus.BucketVendors)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(ctx, "40")
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(e.Value(), &reg)
+	})
+	if reg.Name != "initech" || reg.Devices != 77 || reg.PaddedEntries != 200 || reg.Namespace != ns {
+		t.Errorf("registration %+v", reg)
+	}
+	if err := k8s.Delete(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "vendor deregistered and gone", func() error {
+		kv, err := j.KeyValue(ctx, roundstatus.BucketVendors)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Get(ctx, "40"); err == nil {
+			return fmt.Errorf("registration still present")
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(v), v); err == nil {
+			return fmt.Errorf("vendor still present (finalizers %v)", v.Finalizers)
+		}
+		return nil
+	})
+}
+
+// TestAutoscalerScalesOnConsumerLag puts a real backlog on the decrypt workers' consumer and
+// expects the operator to add workers, with an Event carrying the figures.
+func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
+	ns, rd, _, _ := newSeries(t)
+	markAvailableWhenCreated(t, ns)
+	ctx := context.Background()
+	j := js(t)
+	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: roundstatus.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: roundstatus.ConsumerDecryptWorkers, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), roundstatus.StreamIntegratorIn) })
+	// 4,500 pending at a target of 1,000 per worker: 5 workers (max 6).
+	for i := range 4500 {
+		if _, err := j.PublishAsync("mohito.i.in.v0.r.1.shuffled", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-j.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishes not acknowledged")
+	}
+	eventually(t, "decrypt workers scaled to the backlog", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+			return err
+		}
+		if r := rd.Spec.DecryptWorkers.Replicas; r == nil || *r != 5 {
+			return fmt.Errorf("replicas %v", r)
+		}
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "home-decrypt-worker"}, d); err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 5 {
+			return fmt.Errorf("deployment runs %d", *d.Spec.Replicas)
+		}
+		return nil
+	})
+	waitEvent(t, rd, "Normal", "ScaleUp")
+	if rd.Status.LastScaleTime == nil {
+		t.Error("no lastScaleTime after scaling")
+	}
+
+	// With the autoscaler External, the operator leaves the count to the scale subresource.
+	rd.Spec.DecryptWorkers.Autoscaler = mohitov1.AutoscalerExternal
+	rd.Spec.DecryptWorkers.Replicas = ptr.To[int32](3)
+	update(t, rd)
+	eventually(t, "external count applied and kept", func() error {
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "home-decrypt-worker"}, d); err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 3 {
+			return fmt.Errorf("deployment runs %d", *d.Spec.Replicas)
+		}
+		return nil
+	})
+	markAvailable(t, ns)
+	waitReady(t, rd, func() []metav1.Condition { return rd.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
+	if *rd.Spec.DecryptWorkers.Replicas != 3 {
+		t.Errorf("the operator overrode an external count: %d", *rd.Spec.DecryptWorkers.Replicas)
+	}
+}

@@ -1,0 +1,495 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/rounds"
+)
+
+// Default paths of the files the operator mounts (docs/services.md).
+const (
+	DefaultDeploymentPath = "/etc/obscura/deployment.json"
+	DefaultKeyPath        = "/etc/obscura/keys/private.key"
+	DefaultTokensPath     = "/etc/obscura/tokens/tokens.json"
+	DefaultDevicesPath    = "/etc/obscura/devices/devices.json"
+)
+
+// errConfig marks a configuration error: the process exits with status 2.
+var errConfig = errors.New("invalid configuration")
+
+// flags binds flags with OBSCURA_* environment fallbacks and collects the
+// environment values that do not parse.
+type flags struct {
+	fs   *flag.FlagSet
+	errs []error
+}
+
+func newFlags(role string) *flags {
+	fs := flag.NewFlagSet(role, flag.ContinueOnError)
+	return &flags{fs: fs}
+}
+
+func (f *flags) str(p *string, name, env, def, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		def = v
+	}
+	f.fs.StringVar(p, name, def, usage+" (env "+env+")")
+}
+
+func (f *flags) int(p *int, name, env string, def int, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q is not an integer", env, v))
+		} else {
+			def = n
+		}
+	}
+	f.fs.IntVar(p, name, def, usage+" (env "+env+")")
+}
+
+func (f *flags) parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if f.fs.NArg() > 0 {
+		f.errs = append(f.errs, fmt.Errorf("unexpected arguments %q", f.fs.Args()))
+	}
+	if len(f.errs) > 0 {
+		return fmt.Errorf("%w: %w", errConfig, errors.Join(f.errs...))
+	}
+	return nil
+}
+
+// Common is the configuration every role shares.
+type Common struct {
+	DeploymentPath   string
+	NATSURL          string
+	NATSUser         string
+	NATSPasswordFile string
+	NATSCreds        string
+	MetricsAddr      string
+	HealthAddr       string
+	LogLevel         string
+
+	Deployment   rounds.Deployment `json:"-"`
+	natsPassword string
+}
+
+func (c *Common) bind(f *flags) {
+	f.str(&c.DeploymentPath, "deployment", "OBSCURA_DEPLOYMENT", DefaultDeploymentPath, "deployment JSON (ConfigMap <round>-deployment, key deployment.json)")
+	f.str(&c.NATSURL, "nats-url", "OBSCURA_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL")
+	f.str(&c.NATSUser, "nats-user", "OBSCURA_NATS_USER", "", "NATS user of the party's account")
+	f.str(&c.NATSPasswordFile, "nats-password-file", "OBSCURA_NATS_PASSWORD_FILE", "", "file holding the NATS user's password")
+	f.str(&c.NATSCreds, "nats-creds", "OBSCURA_NATS_CREDS", "", "NATS .creds file (instead of user and password)")
+	f.str(&c.MetricsAddr, "metrics-addr", "OBSCURA_METRICS_ADDR", ":9090", "Prometheus /metrics listen address")
+	f.str(&c.HealthAddr, "health-addr", "OBSCURA_HEALTH_ADDR", ":8081", "/healthz and /readyz listen address")
+	f.str(&c.LogLevel, "log-level", "OBSCURA_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+func (c *Common) validate() []error {
+	var errs []error
+	d, err := rounds.LoadDeployment(c.DeploymentPath)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--deployment: %w", err))
+	}
+	c.Deployment = d
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("--nats-url is required"))
+	}
+	switch {
+	case c.NATSCreds != "" && (c.NATSUser != "" || c.NATSPasswordFile != ""):
+		errs = append(errs, errors.New("set either --nats-creds or --nats-user with --nats-password-file, not both"))
+	case c.NATSCreds != "":
+		if _, err := os.Stat(c.NATSCreds); err != nil {
+			errs = append(errs, fmt.Errorf("--nats-creds: %w", err))
+		}
+	case c.NATSUser != "" || c.NATSPasswordFile != "":
+		if c.NATSUser == "" || c.NATSPasswordFile == "" {
+			errs = append(errs, errors.New("--nats-user and --nats-password-file go together"))
+		} else if b, err := os.ReadFile(c.NATSPasswordFile); err != nil {
+			errs = append(errs, fmt.Errorf("--nats-password-file: %w", err))
+		} else {
+			c.natsPassword = strings.TrimRight(string(b), "\r\n")
+		}
+	}
+	for name, addr := range map[string]string{"--metrics-addr": c.MetricsAddr, "--health-addr": c.HealthAddr} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q must be debug, info, warn or error", c.LogLevel))
+	}
+	return errs
+}
+
+func joinConfig(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errConfig, errors.Join(errs...))
+}
+
+// loadKey reads a party's raw private key (32 bytes for X25519) once.
+func loadKey(path string, suite mohito.Suite) (*mohito.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	k, err := mohito.ParsePrivateKey(suite, b)
+	clear(b)
+	if err != nil {
+		// Never echo the file's content.
+		return nil, fmt.Errorf("--key-file %s: not a raw %d-byte private key of the deployment's suite", path, len(b))
+	}
+	return k, nil
+}
+
+func checkRedis(addr string) error {
+	if addr == "" {
+		return errors.New("--redis-addr is required")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--redis-addr %q: %w", addr, err)
+	}
+	return nil
+}
+
+// GatewayConfig configures `mohito gateway`.
+type GatewayConfig struct {
+	Common
+	RedisAddr  string
+	GRPCAddr   string
+	TokensFile string
+
+	tokens map[string]string
+}
+
+// CoordinatorConfig configures `mohito coordinator`.
+type CoordinatorConfig struct {
+	Common
+	RedisAddr string
+	KeyFile   string
+	MaxRounds int
+	ReplicaID string
+
+	key *mohito.PrivateKey
+}
+
+// DecryptWorkerConfig configures `mohito decrypt-worker`.
+type DecryptWorkerConfig struct {
+	Common
+	KeyFile string
+
+	key *mohito.PrivateKey
+}
+
+// EncoderConfig configures `mohito encoder`.
+type EncoderConfig struct {
+	Common
+	RedisAddr string
+	Partition string // an integer or "auto"
+
+	partition int
+}
+
+// ResponderConfig configures `mohito responder`.
+type ResponderConfig struct {
+	Common
+	RedisAddr string
+}
+
+// ShufflerConfig configures `mohito shuffler`.
+type ShufflerConfig struct {
+	Common
+	KeyFile  string
+	Vendor   int
+	FakePool int
+
+	key *mohito.PrivateKey
+}
+
+// VendorAgentConfig configures `mohito vendor-agent`.
+type VendorAgentConfig struct {
+	Common
+	KeyFile     string
+	Vendor      int
+	DevicesFile string
+
+	key     *mohito.PrivateKey
+	devices []rounds.RegisteredDevice
+}
+
+func (c *GatewayConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkRedis(c.RedisAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--grpc-addr %q: %w", c.GRPCAddr, err))
+	}
+	c.tokens = map[string]string{}
+	if b, err := os.ReadFile(c.TokensFile); err == nil {
+		if err := json.Unmarshal(b, &c.tokens); err != nil {
+			errs = append(errs, fmt.Errorf("--tokens-file %s: want a JSON object {\"<token>\": \"<user>\"}: %w", c.TokensFile, err))
+		}
+	} else if c.TokensFile != DefaultTokensPath || !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("--tokens-file: %w", err))
+	}
+	return joinConfig(errs)
+}
+
+func (c *CoordinatorConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkRedis(c.RedisAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxRounds < 0 {
+		errs = append(errs, errors.New("--max-rounds must be ≥ 0"))
+	}
+	if len(errs) == 0 {
+		var err error
+		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = podName()
+	}
+	return joinConfig(errs)
+}
+
+func (c *DecryptWorkerConfig) validate() error {
+	errs := c.Common.validate()
+	if len(errs) == 0 {
+		var err error
+		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinConfig(errs)
+}
+
+var ordinal = regexp.MustCompile(`-([0-9]+)$`)
+
+// partitionOf resolves --partition: an integer, or "auto" = the ordinal
+// suffix of $POD_NAME (StatefulSet pod x-encoder-3 → 3), else of the hostname.
+func partitionOf(s string) (int, error) {
+	if s != "auto" {
+		p, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, fmt.Errorf("--partition %q must be an integer or auto", s)
+		}
+		return p, nil
+	}
+	for _, name := range []string{os.Getenv("POD_NAME"), hostname()} {
+		if m := ordinal.FindStringSubmatch(name); m != nil {
+			return strconv.Atoi(m[1])
+		}
+	}
+	return 0, fmt.Errorf("--partition auto: neither $POD_NAME nor the hostname %q ends in -<ordinal>", hostname())
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func podName() string {
+	if p := os.Getenv("POD_NAME"); p != "" {
+		return p
+	}
+	return fmt.Sprintf("%s-%d", hostname(), os.Getpid())
+}
+
+func (c *EncoderConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkRedis(c.RedisAddr); err != nil {
+		errs = append(errs, err)
+	}
+	p, err := partitionOf(c.Partition)
+	if err != nil {
+		errs = append(errs, err)
+	} else if c.Deployment.Encoders > 0 && (p < 0 || p >= c.Deployment.Encoders) {
+		errs = append(errs, fmt.Errorf("partition %d is outside the deployment's %d encoders", p, c.Deployment.Encoders))
+	}
+	c.partition = p
+	return joinConfig(errs)
+}
+
+func (c *ResponderConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkRedis(c.RedisAddr); err != nil {
+		errs = append(errs, err)
+	}
+	return joinConfig(errs)
+}
+
+func checkVendor(v int, d *rounds.Deployment) error {
+	if v < 0 {
+		return errors.New("--vendor (OBSCURA_VENDOR_INDEX) is required")
+	}
+	if d.Params.Vendors > 0 && v >= d.Params.Vendors {
+		return fmt.Errorf("--vendor %d is outside the deployment's %d vendors", v, d.Params.Vendors)
+	}
+	return nil
+}
+
+func (c *ShufflerConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkVendor(c.Vendor, &c.Deployment); err != nil {
+		errs = append(errs, err)
+	}
+	if c.FakePool < 1 {
+		errs = append(errs, errors.New("--fake-pool must be ≥ 1"))
+	}
+	if len(errs) == 0 {
+		var err error
+		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinConfig(errs)
+}
+
+// deviceEntry is one line of the vendor's device registry: the device id on
+// the vendor's channel and k_D^prf (spec §3.4; never k_D^ae).
+type deviceEntry struct {
+	ID  string `json:"id"`
+	PRF []byte `json:"prf"` // base64 in JSON, 32 bytes
+}
+
+var deviceID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func (c *VendorAgentConfig) validate() error {
+	errs := c.Common.validate()
+	if err := checkVendor(c.Vendor, &c.Deployment); err != nil {
+		errs = append(errs, err)
+	}
+	if b, err := os.ReadFile(c.DevicesFile); err == nil {
+		var list []deviceEntry
+		if err := json.Unmarshal(b, &list); err != nil {
+			errs = append(errs, fmt.Errorf("--devices-file %s: want a JSON list of {\"id\", \"prf\"}: %w", c.DevicesFile, err))
+		}
+		seen := map[string]bool{}
+		for i, d := range list {
+			if !deviceID.MatchString(d.ID) || seen[d.ID] || len(d.PRF) != mohito.KeySize {
+				errs = append(errs, fmt.Errorf("--devices-file entry %d: id must be unique [A-Za-z0-9_-]{1,128} and prf %d bytes", i, mohito.KeySize))
+				continue
+			}
+			seen[d.ID] = true
+			var r rounds.RegisteredDevice
+			r.ID = d.ID
+			copy(r.PRF[:], d.PRF)
+			c.devices = append(c.devices, r)
+		}
+	} else if c.DevicesFile != DefaultDevicesPath || !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("--devices-file: %w", err))
+	}
+	if len(errs) == 0 {
+		var err error
+		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinConfig(errs)
+}
+
+// parseRole binds and parses the flags of role into its Config struct.
+func parseRole(role string, args []string) (any, error) {
+	f := newFlags(role)
+	var (
+		gw  GatewayConfig
+		co  CoordinatorConfig
+		dw  DecryptWorkerConfig
+		en  EncoderConfig
+		re  ResponderConfig
+		sh  ShufflerConfig
+		va  VendorAgentConfig
+		cfg interface{ validate() error }
+	)
+	redis := func(p *string) {
+		f.str(p, "redis-addr", "OBSCURA_REDIS_ADDR", "", "the integrator's Redis (host:port)")
+	}
+	key := func(p *string, whose string) {
+		f.str(p, "key-file", "OBSCURA_KEY_FILE", DefaultKeyPath, "raw private key "+whose+", read once at start")
+	}
+	vendor := func(p *int) {
+		f.int(p, "vendor", "OBSCURA_VENDOR_INDEX", -1, "this vendor's index in the deployment")
+	}
+	switch role {
+	case "gateway":
+		gw.Common.bind(f)
+		redis(&gw.RedisAddr)
+		f.str(&gw.GRPCAddr, "grpc-addr", "OBSCURA_GRPC_ADDR", envOr("OBSCURA_LISTEN", ":50051"), "user API (gRPC) listen address; OBSCURA_LISTEN is accepted too")
+		f.str(&gw.TokensFile, "tokens-file", "OBSCURA_TOKENS_FILE", DefaultTokensPath, "JSON object access token → user")
+		cfg = &gw
+	case "coordinator":
+		co.Common.bind(f)
+		redis(&co.RedisAddr)
+		key(&co.KeyFile, "sk_I (the coordinator publishes pk_I)")
+		f.int(&co.MaxRounds, "max-rounds", "OBSCURA_MAX_ROUNDS", 0, "stop opening rounds after this many (0: forever)")
+		f.str(&co.ReplicaID, "replica-id", "OBSCURA_REPLICA_ID", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
+		cfg = &co
+	case "decrypt-worker":
+		dw.Common.bind(f)
+		key(&dw.KeyFile, "sk_I")
+		cfg = &dw
+	case "encoder":
+		en.Common.bind(f)
+		redis(&en.RedisAddr)
+		f.str(&en.Partition, "partition", "OBSCURA_PARTITION", "auto", "encoder partition: an integer, or auto (ordinal suffix of $POD_NAME, else the hostname)")
+		cfg = &en
+	case "responder":
+		re.Common.bind(f)
+		redis(&re.RedisAddr)
+		cfg = &re
+	case "shuffler":
+		sh.Common.bind(f)
+		key(&sh.KeyFile, "sk_V")
+		vendor(&sh.Vendor)
+		pool := 64
+		if v, err := strconv.Atoi(os.Getenv("OBSCURA_FAKE_POOL_SIZE")); err == nil {
+			pool = v
+		}
+		f.int(&sh.FakePool, "fake-pool", "OBSCURA_FAKE_POOL", pool, "pre-generated fakes kept per vendor (spec G7); OBSCURA_FAKE_POOL_SIZE is accepted too")
+		cfg = &sh
+	case "vendor-agent":
+		va.Common.bind(f)
+		key(&va.KeyFile, "sk_V (the agent announces pk_V)")
+		vendor(&va.Vendor)
+		f.str(&va.DevicesFile, "devices-file", "OBSCURA_DEVICES_FILE", DefaultDevicesPath, "JSON list of the vendor's devices {\"id\", \"prf\": base64 k_D^prf}")
+		cfg = &va
+	default:
+		return nil, fmt.Errorf("%w: unknown role %q", errConfig, role)
+	}
+	if err := f.parse(args); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}

@@ -1,0 +1,377 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/obscura-iot/obscura/services/pkg/rounds"
+	"github.com/obscura-iot/obscura/services/pkg/roundstate"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+)
+
+// daemon is what every role shares at run time.
+type daemon struct {
+	role    string
+	common  *Common
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *rounds.Metrics
+	health  *telemetry.Health
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	rdb     *redis.Client
+}
+
+// checks are the readiness probes of a role after setup: streams and
+// consumers that must exist.
+type check func(ctx context.Context) error
+
+func streamExists(js jetstream.JetStream, name string) check {
+	return func(ctx context.Context) error {
+		if _, err := js.Stream(ctx, name); err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		return nil
+	}
+}
+
+func consumerExists(js jetstream.JetStream, stream, durable string) check {
+	return func(ctx context.Context) error {
+		if _, err := js.Consumer(ctx, stream, durable); err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", durable, stream, err)
+		}
+		return nil
+	}
+}
+
+// runRole runs a parsed role configuration until SIGTERM/SIGINT.
+func runRole(role string, cfg any) error {
+	var common *Common
+	var redisAddr string
+	switch c := cfg.(type) {
+	case *GatewayConfig:
+		common, redisAddr = &c.Common, c.RedisAddr
+	case *CoordinatorConfig:
+		common, redisAddr = &c.Common, c.RedisAddr
+	case *DecryptWorkerConfig:
+		common = &c.Common
+	case *EncoderConfig:
+		common, redisAddr = &c.Common, c.RedisAddr
+	case *ResponderConfig:
+		common, redisAddr = &c.Common, c.RedisAddr
+	case *ShufflerConfig:
+		common = &c.Common
+	case *VendorAgentConfig:
+		common = &c.Common
+	}
+	d := &daemon{role: role, common: common, log: telemetry.NewLogger(os.Stderr, role, common.LogLevel), reg: telemetry.NewRegistry(), health: &telemetry.Health{}}
+	d.metrics = rounds.NewMetrics(d.reg)
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_role_info", Help: "The role this process runs (always 1)."}, []string{"role", "series"})
+	d.reg.MustRegister(info)
+	info.WithLabelValues(role, common.Deployment.Series).Set(1)
+	d.health.SetReady(false, "starting")
+
+	ctx, stop := telemetry.SignalContext(context.Background())
+	defer stop()
+	g, gctx := telemetry.NewGroup(ctx)
+	g.Go("metrics server", func(ctx context.Context) error {
+		return telemetry.Serve(ctx, common.MetricsAddr, d.reg, d.health, d.log)
+	})
+	if common.HealthAddr != common.MetricsAddr {
+		g.Go("health server", func(ctx context.Context) error {
+			return telemetry.Serve(ctx, common.HealthAddr, d.reg, d.health, d.log)
+		})
+	}
+	opts := []nats.Option{nats.Name("obscura-" + role), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(500 * time.Millisecond)}
+	if common.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(common.NATSCreds))
+	} else if common.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(common.NATSUser, common.natsPassword))
+	}
+	nc, err := nats.Connect(common.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", common.NATSURL, err)
+	}
+	d.nc = nc
+	if d.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return err
+	}
+	if redisAddr != "" {
+		d.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
+		defer d.rdb.Close()
+	}
+	d.log.Info("starting", "series", common.Deployment.Series, "vendors", common.Deployment.Params.Vendors, "nats", common.NATSURL)
+
+	// Setup (streams, buckets, keys) is retried until it succeeds: NATS,
+	// Redis or the other party may come up after this process.
+	var run func(ctx context.Context) error
+	var checks []check
+	wait := 100 * time.Millisecond
+	for gctx.Err() == nil {
+		if nc.IsClosed() {
+			// nats.go gives up after repeated authorization failures.
+			return fmt.Errorf("NATS connection closed: %v", nc.LastError())
+		}
+		sctx, cancel := context.WithTimeout(gctx, 10*time.Second)
+		run, checks, err = d.setup(sctx, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		d.health.SetReady(false, err.Error())
+		d.log.Warn("setup not complete, retrying", "err", err)
+		select {
+		case <-gctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	if gctx.Err() == nil {
+		g.Go(role, run)
+		g.Go("readiness", func(ctx context.Context) error { return d.watchReadiness(ctx, checks) })
+	}
+	err = g.Wait()
+	// Graceful shutdown: the consumers have stopped fetching; drain flushes
+	// the acks and publishes still in flight before the connection closes.
+	if derr := nc.Drain(); derr == nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for !nc.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	nc.Close()
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	d.log.Info("stopped")
+	return nil
+}
+
+// watchReadiness keeps /readyz in step with the connections and the
+// streams and consumers the role needs.
+func (d *daemon) watchReadiness(ctx context.Context, checks []check) error {
+	for {
+		if d.nc.IsClosed() {
+			return fmt.Errorf("NATS connection closed: %v", d.nc.LastError())
+		}
+		why := ""
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if !d.nc.IsConnected() {
+			why = "NATS not connected"
+		} else if d.rdb != nil {
+			if err := d.rdb.Ping(cctx).Err(); err != nil {
+				why = "redis: " + err.Error()
+			}
+		}
+		if why == "" {
+			for _, c := range checks {
+				if err := c(cctx); err != nil {
+					why = err.Error()
+					break
+				}
+			}
+		}
+		cancel()
+		d.health.SetReady(why == "", why)
+		next := 2 * time.Second
+		if why != "" {
+			next = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			d.health.SetReady(false, "shutting down")
+			return nil
+		case <-time.After(next):
+		}
+	}
+}
+
+func (d *daemon) store() roundstate.Store {
+	// Keys live for the response deadline plus a generous margin (spec §10 TTL).
+	return roundstate.NewRedis(d.rdb, 10*time.Minute)
+}
+
+// setup builds the role; it is retried until it succeeds.
+func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) error, []check, error) {
+	if d.rdb != nil {
+		if err := d.rdb.Ping(ctx).Err(); err != nil {
+			return nil, nil, fmt.Errorf("redis: %w", err)
+		}
+	}
+	dep := d.common.Deployment
+	js := d.js
+	switch c := cfg.(type) {
+	case *GatewayConfig:
+		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+			return nil, nil, err
+		}
+		gw, err := rounds.NewGateway(ctx, rounds.GatewayConfig{Deployment: dep, JS: js, Store: d.store(), Tokens: c.tokens, Log: d.log, Metrics: d.metrics})
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := net.Listen("tcp", c.GRPCAddr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listen for gRPC on %s: %w", c.GRPCAddr, err)
+		}
+		srv := rounds.NewGRPCServer()
+		gw.Register(srv)
+		d.log.Info("user API listening", "addr", l.Addr().String(), "users", len(c.tokens))
+		run := func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				done := make(chan struct{})
+				go func() { srv.GracefulStop(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					srv.Stop()
+				}
+			}()
+			return srv.Serve(l)
+		}
+		return run, []check{streamExists(js, rounds.StreamIntegratorIn)}, nil
+
+	case *CoordinatorConfig:
+		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+			return nil, nil, err
+		}
+		pk := c.key.PublicKey()
+		for v := range dep.Params.Vendors {
+			if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
+				return nil, nil, fmt.Errorf("announce pk_I to vendor %d: %w", v, err)
+			}
+		}
+		vkeys, err := rounds.FetchVendorKeys(ctx, js, dep.Params)
+		if err != nil {
+			return nil, nil, fmt.Errorf("waiting for the vendors' keys: %w", err)
+		}
+		co, err := rounds.NewCoordinator(ctx, rounds.CoordinatorConfig{
+			Deployment: dep, JS: js, Store: d.store(), Key: c.key, VendorKeys: vkeys,
+			ID: c.ReplicaID, MaxRounds: c.MaxRounds, Log: d.log, Metrics: d.metrics,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		run := func(ctx context.Context) error {
+			go d.reannounce(ctx, func(ctx context.Context) error {
+				for v := range dep.Params.Vendors {
+					if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err := co.Run(ctx); err != nil {
+				return err
+			}
+			// --max-rounds reached: stay up (a Deployment would restart an
+			// exited coordinator and open more rounds) until told to stop.
+			<-ctx.Done()
+			return nil
+		}
+		return run, []check{streamExists(js, rounds.StreamIntegratorIn), streamExists(js, rounds.StreamWork)}, nil
+
+	case *DecryptWorkerConfig:
+		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+			return nil, nil, err
+		}
+		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Key: c.key, Log: d.log, Metrics: d.metrics})
+		if err != nil {
+			return nil, nil, err
+		}
+		return w.Run, []check{consumerExists(js, rounds.StreamIntegratorIn, rounds.ConsumerDecryptWorkers)}, nil
+
+	case *EncoderConfig:
+		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+			return nil, nil, err
+		}
+		e, err := rounds.NewEncoder(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Partition: c.partition, Log: d.log, Metrics: d.metrics})
+		if err != nil {
+			return nil, nil, err
+		}
+		d.log.Info("encoder partition", "partition", c.partition, "vendors", e.Vendors())
+		var checks []check
+		if len(e.Vendors()) > 0 {
+			name := fmt.Sprintf("encoder-%d", c.partition)
+			checks = append(checks, consumerExists(js, rounds.StreamWork, name), consumerExists(js, rounds.StreamIntegratorIn, name+"-resp"))
+		}
+		return e.Run, checks, nil
+
+	case *ResponderConfig:
+		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+			return nil, nil, err
+		}
+		r := rounds.NewResponder(rounds.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Log: d.log, Metrics: d.metrics})
+		return r.Run, []check{consumerExists(js, rounds.StreamWork, "responder"), consumerExists(js, rounds.StreamIntegratorIn, "router")}, nil
+
+	case *ShufflerConfig:
+		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+			return nil, nil, err
+		}
+		pk := c.key.PublicKey()
+		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
+			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
+		}
+		ipk, err := rounds.FetchIntegratorKey(ctx, js, c.Vendor, dep.Params)
+		if err != nil {
+			return nil, nil, fmt.Errorf("waiting for the integrator's key: %w", err)
+		}
+		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Key: c.key, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
+		if err != nil {
+			return nil, nil, err
+		}
+		run := func(ctx context.Context) error {
+			go d.reannounce(ctx, func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk) })
+			return s.Run(ctx)
+		}
+		return run, []check{consumerExists(js, rounds.StreamVendorIn, "shuffler")}, nil
+
+	case *VendorAgentConfig:
+		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+			return nil, nil, err
+		}
+		pk := c.key.PublicKey()
+		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
+			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
+		}
+		a, err := rounds.NewVendorAgent(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, Log: d.log, Metrics: d.metrics})
+		if err != nil {
+			return nil, nil, err
+		}
+		d.log.Info("vendor agent", "vendor", c.Vendor, "devices", len(c.devices))
+		run := func(ctx context.Context) error {
+			go d.reannounce(ctx, func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk) })
+			return a.Run(ctx)
+		}
+		return run, []check{consumerExists(js, rounds.StreamVendorIn, "agent")}, nil
+	}
+	return nil, nil, errors.New("unknown role configuration")
+}
+
+// reannounce re-publishes a key every rounds.KeyAnnounceInterval so the
+// directory outlives the inbox streams' retention.
+func (d *daemon) reannounce(ctx context.Context, f func(context.Context) error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(rounds.KeyAnnounceInterval):
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := f(actx); err != nil && ctx.Err() == nil {
+			d.log.Warn("key re-announcement failed", "err", err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+
+	"context"
+)
+
+type netListen struct{}
+
+func (netListen) listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// progressBar draws "[#####.....]  50%  500/1000" on w.
+func progressBar(w io.Writer) pdasvc.Progress {
+	return func(done, total int) {
+		const width = 30
+		n := width * done / max(total, 1)
+		fmt.Fprintf(w, "\r[%s%s] %3d%%  %d/%d", strings.Repeat("#", n), strings.Repeat(".", width-n), 100*done/max(total, 1), done, total)
+		if done == total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func runSubmit(args []string) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	proxy := fs.String("proxy", env("proxy", "https://127.0.0.1:8443"), "proxy ingress URL")
+	cert := fs.String("cert", env("cert", "participant.crt"), "participant certificate (its CN is the identity)")
+	key := fs.String("key", env("key", "participant.key"), "participant key")
+	ca := fs.String("ca", env("ca", "ca.crt"), "CA of the proxy's certificate")
+	keyType := fs.String("key-type", env("key-type", "ip"), "ip|domain|url|string|hex")
+	batch := fs.Int("batch", envInt("batch", 500), "items per request (≤ 1000)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: pda submit [flags] observations.csv   (lines: key[,value]; - for stdin)")
+	}
+	in := os.Stdin
+	if fs.Arg(0) != "-" {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	obs, err := pdasvc.ReadObservations(in, *keyType)
+	if err != nil {
+		return err
+	}
+	tc, err := tls.LoadX509KeyPair(*cert, *key)
+	if err != nil {
+		return fmt.Errorf("participant certificate: %w", err)
+	}
+	pem, err := os.ReadFile(*ca)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return errors.New("-ca: no certificate")
+	}
+	c := pdasvc.NewClient(*proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
+	c.Batch = *batch
+	ctx, cancel := telemetry.SignalContext(context.Background())
+	defer cancel()
+	rep, err := c.Submit(ctx, obs, progressBar(os.Stderr))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("window %d: %d accepted, rejected %v\n", rep.Window, rep.Accepted, rep.Rejected)
+	return nil
+}
