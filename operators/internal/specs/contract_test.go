@@ -57,4 +57,3 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 		t.Errorf("services read a different deployment: %+v", d)
 	}
 }
-
