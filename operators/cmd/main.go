@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/internal/controller"
+	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
@@ -36,6 +37,11 @@ type Config struct {
 	ImagePullPolicy string
 	NATSURL         string
 	IntegratorRedis string
+	// PDA workloads (AggregationJob): the image running every PDA role, and the operator's
+	// NATS users in the proxy and database accounts (ring, window progress, results).
+	PDAImage                                   string
+	PDAProxyNATSUser, PDAProxyNATSPasswordFile string
+	PDADBNATSUser, PDADBNATSPasswordFile       string
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -90,6 +96,11 @@ func main() {
 	flag.StringVar(&cfg.VaultAddress, "vault-address", envOr("VAULT_ADDR", ""), "default Vault address for key references without their own (env VAULT_ADDR)")
 	flag.StringVar(&cfg.MohitoImage, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
+	flag.StringVar(&cfg.PDAImage, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
+	flag.StringVar(&cfg.PDAProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
+	flag.StringVar(&cfg.PDAProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
+	flag.StringVar(&cfg.PDADBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
+	flag.StringVar(&cfg.PDADBNATSPasswordFile, "pda-db-nats-password-file", envOr("OBSCURA_PDA_DB_NATS_PASSWORD_FILE", ""), "file holding that user's password")
 	flag.StringVar(&cfg.NATSURL, "nats-url", envOr("OBSCURA_NATS_URL", ""), "NATS URL the workloads connect to (env OBSCURA_NATS_URL)")
 	flag.StringVar(&cfg.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
@@ -129,7 +140,18 @@ func run(cfg Config) error {
 		}
 		defer services.Close()
 	}
+	var pdaServices *pdastatus.Client
+	if cfg.NATSURL != "" && cfg.PDAImage != "" {
+		if pdaServices, err = pdastatus.Connect(pdastatus.Config{URL: cfg.NATSURL,
+			Proxy: pdastatus.Credentials{User: cfg.PDAProxyNATSUser, PasswordFile: cfg.PDAProxyNATSPasswordFile},
+			DB:    pdastatus.Credentials{User: cfg.PDADBNATSUser, PasswordFile: cfg.PDADBNATSPasswordFile}}); err != nil {
+			return err
+		}
+		defer pdaServices.Close()
+	}
 	if err := controller.SetupAll(mgr, controller.Options{
+		PDAPlatform:  specs.PDAPlatform{Image: cfg.PDAImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL},
+		PDAServices:  pdaServices,
 		VaultAddress: cfg.VaultAddress,
 		Services:     services,
 		Platform: specs.Platform{

@@ -3,18 +3,23 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
 // Reasons an AggregationJob reports.
@@ -31,17 +36,32 @@ const (
 
 const jobNamespaceIndex = ".spec.trustDomainNamespaces"
 
-// AggregationJobReconciler checks that a PDA aggregation can run: its two trust domains exist
-// and hold their keys, participant identities are distinct, and the window resolves.
+// AggregationJobReconciler runs a PDA aggregation: it checks that the job can run (its two
+// trust domains exist and hold their keys, participant identities are distinct, the window
+// resolves), runs the proxy's and the database's workloads in their namespaces, keeps the
+// shard ring in NATS KV in step with spec.shards, follows the window through its phases from
+// the clock and from what the services report, and publishes the results to the sink.
 type AggregationJobReconciler struct {
 	client.Client
-	Keys     KeyCheck
-	Recorder events.EventRecorder
+	// APIReader reads what the cache may not have seen yet (cleanup); nil uses Client.
+	APIReader client.Reader
+	Keys      KeyCheck
+	Recorder  events.EventRecorder
+	// Platform says where the PDA services run; without an image and a NATS URL the
+	// reconciler validates and follows the window clock only.
+	Platform specs.PDAPlatform
+	// Services reads the services' progress and writes the ring; nil without NATS, when
+	// phases past Collecting cannot be observed.
+	Services *pdastatus.Client
 }
 
-// +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=pda.obscura.dev,resources=aggregationjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile evaluates one AggregationJob.
 func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -49,13 +69,27 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, &job); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !job.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, &job)
+	}
+	runs := r.Platform.Validate() == nil
+	if runs && !controllerutil.ContainsFinalizer(&job, WorkloadsFinalizer) {
+		// Workloads live in the trust domains' namespaces, out of reach of owner references:
+		// the finalizer is what removes them when the job goes.
+		controllerutil.AddFinalizer(&job, WorkloadsFinalizer)
+		if err := r.Update(ctx, &job); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("add finalizer to aggregation job %s/%s: %w", job.Namespace, job.Name, err)
+		}
+	}
 	before := job.Status.DeepCopy()
 
 	start, end := resolveWindow(&job)
 	job.Status.WindowStart, job.Status.WindowEnd = &start, &end
 	if job.Status.Phase == "" {
-		// The proxy and database workloads that move a job past Pending come with the PDA
-		// services; until they exist a job stays Pending.
+		// A job that cannot run stays Pending.
 		job.Status.Phase = pdav1.PhasePending
 	}
 
@@ -63,7 +97,20 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return writeStatus(ctx, r.Client, r.Recorder, &job, before, &job.Status, &job.Status.Conditions, &job.Status.ObservedGeneration, o)
+	if o.ready && runs {
+		if o, err = r.applyWorkloads(ctx, &job, start, end); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	var next time.Duration
+	if o.ready {
+		o, next = r.advance(ctx, &job, start, end, o)
+	}
+	res, err := writeStatus(ctx, r.Client, r.Recorder, &job, before, &job.Status, &job.Status.Conditions, &job.Status.ObservedGeneration, o)
+	if err == nil && next > 0 {
+		res.RequeueAfter = next
+	}
+	return res, err
 }
 
 // resolveWindow fills in the defaults of the window: it starts when the job was created unless
@@ -130,6 +177,10 @@ func (r *AggregationJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&pdav1.AggregationJob{}).
+		// The job's workloads are in other namespaces: no owner references, so map them back
+		// by their labels. The sink is in the job's namespace and owned.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(jobOfWorkload)).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(jobOfWorkload)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.jobsInTrustDomain(ctx, o.GetName())
 		})).

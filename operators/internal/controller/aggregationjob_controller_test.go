@@ -26,8 +26,9 @@ func aggregationJob(ns, proxyNS, dbNS string) *pdav1.AggregationJob {
 				{Name: "globex", Identity: "CN=globex"},
 				{Name: "initech", Identity: "CN=initech"},
 			},
-			Proxy:      pdav1.TrustDomain{Namespace: proxyNS, Keys: secret("proxy-keys")},
-			Database:   pdav1.TrustDomain{Namespace: dbNS, Keys: secret("db-keys")},
+			Proxy:      pdav1.TrustDomain{Namespace: proxyNS, Keys: secret("proxy-keys"), PublicKey: "e2f2ae0a6abc4e71"},
+			Database:   pdav1.TrustDomain{Namespace: dbNS, Keys: secret("db-keys"), PublicKey: "8c4b5f3e6f9f5b8f"},
+			Shards:     1,
 			ResultSink: pdav1.ResultSink{NATSSubject: "pda.v1.results.attackers"},
 		},
 	}
@@ -38,6 +39,7 @@ func TestAggregationJobTrustDomains(t *testing.T) {
 	proxyNS, dbNS := ns+"-proxy", ns+"-db"
 	job := aggregationJob(ns, proxyNS, dbNS)
 	create(t, job)
+	t.Cleanup(func() { deleteJob(t, job) })
 	conds := func() []metav1.Condition { return job.Status.Conditions }
 	waitReady(t, job, conds, metav1.ConditionFalse, ReasonNamespaceNotFound)
 	waitEvent(t, job, "Warning", ReasonNamespaceNotFound)
@@ -59,6 +61,10 @@ func TestAggregationJobTrustDomains(t *testing.T) {
 	keySecret(t, proxyNS, "proxy-keys", 32)
 	waitReady(t, job, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
 	keySecret(t, dbNS, "db-keys", 32)
+	// Valid: the workloads roll out in both trust domains, then the job is Ready.
+	waitRollingOut(t, job, conds)
+	markAvailable(t, proxyNS)
+	markAvailable(t, dbNS)
 	waitReady(t, job, conds, metav1.ConditionTrue, common.ReasonReconciled)
 
 	// One party under two names would count twice towards τ.

@@ -5,6 +5,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
@@ -18,6 +19,10 @@ type Options struct {
 	// Services connects the reconcilers to the services' KV figures, the workers' backlog and
 	// the vendor registry; nil leaves status figures empty and scaling to the scale subresource.
 	Services *roundstatus.Client
+	// PDAPlatform says where the PDA services run; the zero value only validates jobs.
+	PDAPlatform specs.PDAPlatform
+	// PDAServices reads the PDA services' progress and writes the shard ring; nil without NATS.
+	PDAServices *pdastatus.Client
 }
 
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
@@ -31,7 +36,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
 		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
 		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
-		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller")}).SetupWithManager},
+		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller"),
+			Platform: opts.PDAPlatform, Services: opts.PDAServices}).SetupWithManager},
 	}
 	for _, r := range reconcilers {
 		if err := r.setup(mgr); err != nil {

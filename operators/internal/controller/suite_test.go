@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
@@ -38,6 +39,13 @@ var natsServer *testenv.NATS
 // so no pod ever starts: tests play its part with markAvailable.
 var testPlatform = specs.Platform{Image: "obscura/mohito:test", ImagePullPolicy: corev1.PullNever,
 	NATSURL: "nats://127.0.0.1:4222", IntegratorRedis: "127.0.0.1:6379"}
+
+// testPDAPlatform makes the AggregationJob reconciler run the PDA workloads; pdaServices is its
+// connection to the PDA services' KV on natsServer (one account for both domains here).
+var (
+	testPDAPlatform = specs.PDAPlatform{Image: "obscura/pda:test", ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}
+	pdaServices     *pdastatus.Client
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -71,6 +79,11 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer services.Close()
+	if pdaServices, err = pdastatus.Connect(pdastatus.Config{URL: natsServer.URL()}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pdaServices.Close()
 	if k8s, err = api.Client(scheme.New()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -85,7 +98,8 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "create manager:", err)
 		return 1
 	}
-	if err := SetupAll(mgr, Options{Platform: testPlatform, Services: services}); err != nil {
+	if err := SetupAll(mgr, Options{Platform: testPlatform, Services: services,
+		PDAPlatform: testPDAPlatform, PDAServices: pdaServices}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

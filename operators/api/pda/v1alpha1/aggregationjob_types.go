@@ -207,8 +207,35 @@ type TrustDomain struct {
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
 
-	// Keys references the party's long-term key material, read in its own namespace.
+	// Keys references the party's long-term key material, read in its own namespace: the key
+	// file `pda keygen` writes (proxy: s, a_PRX, K_dedup, K_mix; database: a_DB).
 	Keys common.KeyReference `json:"keys"`
+
+	// PublicKey is the party's public key as `pda keygen` prints it (hex): h_PRX for the proxy,
+	// h_DB for the database. Both are public parameters every role of both domains needs; the
+	// operator never derives them from the private keys, which it does not read.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{2})+$`
+	// +kubebuilder:validation:MaxLength=266
+	PublicKey string `json:"publicKey,omitempty"`
+
+	// Replicas of the domain's stateless roles: the proxy's ingress and oracle, or the
+	// database's front-ends.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Redis is the party's own Redis. For the proxy, host:port of the Redis holding sessions,
+	// quotas and rates (default redis:6379 in the proxy namespace). For the database, the
+	// address of each shard's own Redis, where {ordinal} stands for the shard's ordinal and
+	// {shard} for its id (default redis-{ordinal}.redis:6379: one Redis StatefulSet pod per
+	// shard in the database namespace).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9{}.-]+:[0-9]{1,5}$`
+	Redis string `json:"redis,omitempty"`
 }
 
 // ResultSink says where revealed keys go.
@@ -276,13 +303,30 @@ type AggregationJobStatus struct {
 	// +optional
 	RevealedKeys int64 `json:"revealedKeys,omitempty"`
 
-	// RingVersion is the version of the shard ring in force.
+	// RingVersion is the version of the shard ring in force: the ring pinned for the window
+	// once the database routes it, the current ring before.
 	// +optional
 	RingVersion int64 `json:"ringVersion,omitempty"`
+
+	// Window is the services' id of the job's window (start in Unix seconds ÷ window length):
+	// the key of the window in the services' KV buckets.
+	// +optional
+	Window *int64 `json:"window,omitempty"`
+
+	// RingShards is the number of shards on the ring in force.
+	// +optional
+	RingShards int32 `json:"ringShards,omitempty"`
+
+	// ResultsPublished is when the revealed keys were written to the result sink.
+	// +optional
+	ResultsPublished *metav1.Time `json:"resultsPublished,omitempty"`
 }
 
 // AggregationJob is one private threshold aggregation window.
 //
+// The name becomes part of shard ids (<name>-db-shard-<i>), which are NATS subject tokens.
+//
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && !self.metadata.name.contains('.')",message="an AggregationJob name is at most 40 characters without dots: it becomes part of the shard ids"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=obscura;pda,shortName=aggjob
