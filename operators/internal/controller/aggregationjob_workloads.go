@@ -13,11 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -65,7 +62,7 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 		return *degraded(ReasonUnsupportedByServices, "%v", err), nil
 	}
 	for _, d := range []specs.PDADomain{specs.PDAProxyDomain, specs.PDADBDomain} {
-		if err := ensureDomainSecret(ctx, r.Client, specs.PDANATSSecret(job, d, newPassword())); err != nil {
+		if err := ensureSecret(ctx, r.Client, nil, specs.PDANATSSecret(job, d, newPassword())); err != nil {
 			return outcome{}, err
 		}
 	}
@@ -81,7 +78,7 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 		dbCM, specs.PDAServiceAccount(job, specs.PDADBDomain), frontend, shardSet, specs.PDAShardService(job),
 	}
 	for _, o := range objs {
-		if err := applyInTrustDomain(ctx, r.Client, o); err != nil {
+		if err := applyOwned(ctx, r.Client, nil, o); err != nil {
 			return outcome{}, fmt.Errorf("aggregation job %s/%s: %w", job.Namespace, job.Name, err)
 		}
 	}
@@ -244,46 +241,6 @@ func (r *AggregationJobReconciler) finalize(ctx context.Context, job *pdav1.Aggr
 func deleteBackground(ctx context.Context, c client.Client, o client.Object) error {
 	if err := c.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
-	}
-	return nil
-}
-
-// applyInTrustDomain server-side applies an object in a trust domain's namespace. It is
-// applyOwned without the owner reference, which cannot cross namespaces; the labels and the
-// job's finalizer take its place.
-func applyInTrustDomain(ctx context.Context, c client.Client, obj client.Object) error {
-	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
-	if err != nil {
-		return err
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return fmt.Errorf("convert %T %s: %w", obj, obj.GetName(), err)
-	}
-	delete(m, "status")
-	unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(m, "spec", "template", "metadata", "creationTimestamp")
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
-	}
-	return nil
-}
-
-// ensureDomainSecret creates a generated Secret once; an existing one is kept, so a
-// generated password never changes under running pods.
-func ensureDomainSecret(ctx context.Context, c client.Client, s *corev1.Secret) error {
-	var cur corev1.Secret
-	err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur)
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
 }

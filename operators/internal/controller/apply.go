@@ -22,9 +22,13 @@ const fieldOwner = "obscura-operator"
 // applyOwned server-side applies the desired object, owned (and garbage-collected) by owner.
 // Server-side apply makes reconciles idempotent: fields the API server defaults, or that other
 // controllers own (an HPA's replicas through the Round's scale subresource), are left alone.
+// A nil owner applies the object unowned: owner references cannot cross namespaces, so an
+// AggregationJob's trust-domain workloads carry labels and the job's finalizer instead.
 func applyOwned(ctx context.Context, c client.Client, owner, obj client.Object) error {
-	if err := controllerutil.SetControllerReference(owner, obj, c.Scheme()); err != nil {
-		return fmt.Errorf("own %T %s: %w", obj, obj.GetName(), err)
+	if owner != nil {
+		if err := controllerutil.SetControllerReference(owner, obj, c.Scheme()); err != nil {
+			return fmt.Errorf("own %T %s: %w", obj, obj.GetName(), err)
+		}
 	}
 	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
 	if err != nil {
@@ -47,8 +51,8 @@ func applyOwned(ctx context.Context, c client.Client, owner, obj client.Object) 
 	return nil
 }
 
-// ensureSecret creates a generated Secret once, owned by owner; an existing one is kept as it
-// is, so a generated password never changes under running pods.
+// ensureSecret creates a generated Secret once, owned by owner (unless nil, see applyOwned);
+// an existing one is kept as it is, so a generated password never changes under running pods.
 func ensureSecret(ctx context.Context, c client.Client, owner client.Object, s *corev1.Secret) error {
 	var cur corev1.Secret
 	err := c.Get(ctx, client.ObjectKeyFromObject(s), &cur)
@@ -58,8 +62,10 @@ func ensureSecret(ctx context.Context, c client.Client, owner client.Object, s *
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	if err := controllerutil.SetControllerReference(owner, s, c.Scheme()); err != nil {
-		return err
+	if owner != nil {
+		if err := controllerutil.SetControllerReference(owner, s, c.Scheme()); err != nil {
+			return err
+		}
 	}
 	if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Secret %s/%s: %w", s.Namespace, s.Name, err)

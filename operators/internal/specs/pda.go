@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -325,11 +324,7 @@ func (p pdaPod) template(pl PDAPlatform) corev1.PodTemplateSpec {
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           pdaServiceAccountName(p.job, p.domain),
 			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](65532),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:              restrictedPod(),
 			Containers: []corev1.Container{{
 				Name:            p.role,
 				Image:           pl.Image,
@@ -337,32 +332,17 @@ func (p pdaPod) template(pl PDAPlatform) corev1.PodTemplateSpec {
 				Args:            []string{p.role},
 				EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: PDAParamsName(p.job)}}}},
-				Env:            env,
-				Ports:          ports,
-				VolumeMounts:   mounts,
-				LivenessProbe:  pdaProbe("/healthz"),
-				ReadinessProbe: pdaProbe("/readyz"),
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(p.cpu), corev1.ResourceMemory: resource.MustParse(p.memory)},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(p.memory)},
-				},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					RunAsNonRoot:             ptr.To(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
+				Env:             env,
+				Ports:           ports,
+				VolumeMounts:    mounts,
+				LivenessProbe:   httpProbe("/healthz", "metrics"),
+				ReadinessProbe:  httpProbe("/readyz", "metrics"),
+				Resources:       resources(p.cpu, p.memory),
+				SecurityContext: restrictedContainer(),
 			}},
 			Volumes:                       volumes,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 		},
-	}
-}
-
-func pdaProbe(path string) *corev1.Probe {
-	return &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}},
-		PeriodSeconds: 5, FailureThreshold: 3,
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -158,11 +157,7 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           p.sa,
 			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](65532),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:              restrictedPod(),
 			Containers: []corev1.Container{{
 				Name:            p.role,
 				Image:           pl.Image,
@@ -171,28 +166,14 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 				Env:             env,
 				Ports:           ports,
 				VolumeMounts:    mounts,
-				LivenessProbe:   probe("/healthz"),
-				ReadinessProbe:  probe("/readyz"),
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(p.cpu), corev1.ResourceMemory: resource.MustParse(p.memory)},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(p.memory)},
-				},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
+				LivenessProbe:   httpProbe("/healthz", "health"),
+				ReadinessProbe:  httpProbe("/readyz", "health"),
+				Resources:       resources(p.cpu, p.memory),
+				SecurityContext: restrictedContainer(),
 			}},
 			Volumes:                       volumes,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 		},
-	}
-}
-
-func probe(path string) *corev1.Probe {
-	return &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("health")}},
-		PeriodSeconds: 5, FailureThreshold: 3,
 	}
 }
 
