@@ -2,7 +2,8 @@
 #
 #   make test      the test command (README, .ci/run): tools + generate check + vet + all tests
 #   make tools     install pinned tools into ./bin (hack/tools.sh)
-#   make generate  deepcopy, CRDs (crds/) and RBAC (config/rbac) with controller-gen
+#   make generate  deepcopy, CRDs (crds/) and RBAC (config/rbac) with controller-gen; the user API's
+#                  protobuf/gRPC code (services/proto) with buf, protoc-gen-go and protoc-gen-go-grpc
 #   make lint      go vet + gofmt
 #   make build     build every module's binaries
 
@@ -15,6 +16,9 @@ BIN := $(ROOT)/bin
 MODULES := operators services e2e
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 CONTROLLER_GEN := $(BIN)/controller-gen
+BUF := $(BIN)/buf
+# Generated code that generate-check compares against the committed files.
+GENERATED := operators/api crds config/rbac charts/obscura/crds charts/obscura/files services/proto
 # Tests find kube-apiserver/etcd (envtest), redis-server and envoy here.
 export KUBEBUILDER_ASSETS := $(BIN)
 export OBSCURA_BIN := $(BIN)
@@ -26,12 +30,12 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, redis-server, envoy)
+tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, buf, protoc-gen-go(-grpc), redis-server, envoy)
 	@hack/tools.sh
 
 .PHONY: generate
-generate: ## regenerate deepcopy, CRDs and RBAC
-	@hack/tools.sh controller-gen
+generate: ## regenerate deepcopy, CRDs, RBAC and the user API's protobuf code
+	@hack/tools.sh controller-gen buf protoc-gen-go protoc-gen-go-grpc
 	cd operators && $(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	cd operators && $(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./... \
 		output:crd:artifacts:config=$(ROOT)/crds output:rbac:artifacts:config=$(ROOT)/config/rbac
@@ -40,12 +44,15 @@ generate: ## regenerate deepcopy, CRDs and RBAC
 	@mkdir -p charts/obscura/crds charts/obscura/files
 	@rm -f charts/obscura/crds/*.yaml && cp crds/*.obscura.dev_*.yaml charts/obscura/crds/
 	@cp config/rbac/role.yaml charts/obscura/files/manager-role.yaml
+	@# User API: buf compiles services/proto with the pinned local plugins from ./bin (no network).
+	cd services/proto && rm -f obscura/mohito/v1/*.pb.go && export PATH="$(BIN):$$PATH" && \
+		$(BUF) lint && $(BUF) generate
 
 .PHONY: generate-check
 generate-check: generate ## fail if regenerating changes a committed file
-	@if [ -n "$$(git status --porcelain -- operators/api crds config/rbac charts/obscura/crds charts/obscura/files)" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated files are out of date; run 'make generate' and commit:"; \
-		git status --porcelain -- operators/api crds config/rbac charts/obscura; git --no-pager diff --stat -- operators/api crds config/rbac charts/obscura; exit 1; fi
+		git status --porcelain -- $(GENERATED); git --no-pager diff --stat -- $(GENERATED); exit 1; fi
 	@echo "generated files are up to date"
 
 .PHONY: lint

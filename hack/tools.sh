@@ -25,6 +25,9 @@ GO_TOOLS=(
   "helm|v4.3.1|helm|helm.sh/helm/v4/cmd/helm|helm"
   "controller-gen|v0.23.0|controller-gen|sigs.k8s.io/controller-tools/cmd/controller-gen|controller-gen"
   "kustomize|v5.8.2|kustomize|sigs.k8s.io/kustomize/kustomize/v5|kustomize"
+  "protoc-gen-go|v1.36.12-0.20260120151049-f2248ac996af|protoc-gen-go|google.golang.org/protobuf/cmd/protoc-gen-go|protoc-gen-go"
+  "protoc-gen-go-grpc|v1.6.2|protoc-gen-go-grpc|google.golang.org/grpc/cmd/protoc-gen-go-grpc|protoc-gen-go-grpc"
+  "buf|v1.75.0|buf|github.com/bufbuild/buf/cmd/buf|buf"
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0
