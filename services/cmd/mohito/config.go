@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 )
@@ -26,46 +26,18 @@ const (
 // errConfig marks a configuration error: the process exits with status 2.
 var errConfig = errors.New("invalid configuration")
 
-// flags binds flags with OBSCURA_* environment fallbacks and collects the
-// environment values that do not parse.
-type flags struct {
-	fs   *flag.FlagSet
-	errs []error
-}
+// newFlags returns the flag set of a role daemon: every flag -x-y falls back
+// to OBSCURA_X_Y unless it names its variables.
+func newFlags(role string) *envflag.Set { return envflag.New(role, "OBSCURA_") }
 
-func newFlags(role string) *flags {
-	fs := flag.NewFlagSet(role, flag.ContinueOnError)
-	return &flags{fs: fs}
-}
-
-func (f *flags) str(p *string, name, env, def, usage string) {
-	if v, ok := os.LookupEnv(env); ok {
-		def = v
+// parseFlags parses a role's command line; it takes no positional arguments.
+func parseFlags(f *envflag.Set, args []string) error {
+	err := f.Parse(args)
+	if err == nil && len(f.Args()) > 0 {
+		err = fmt.Errorf("unexpected arguments %q", f.Args())
 	}
-	f.fs.StringVar(p, name, def, usage+" (env "+env+")")
-}
-
-func (f *flags) int(p *int, name, env string, def int, usage string) {
-	if v, ok := os.LookupEnv(env); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("%s=%q is not an integer", env, v))
-		} else {
-			def = n
-		}
-	}
-	f.fs.IntVar(p, name, def, usage+" (env "+env+")")
-}
-
-func (f *flags) parse(args []string) error {
-	if err := f.fs.Parse(args); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	if f.fs.NArg() > 0 {
-		f.errs = append(f.errs, fmt.Errorf("unexpected arguments %q", f.fs.Args()))
-	}
-	if len(f.errs) > 0 {
-		return fmt.Errorf("%w: %w", errConfig, errors.Join(f.errs...))
 	}
 	return nil
 }
@@ -85,15 +57,15 @@ type Common struct {
 	natsPassword string
 }
 
-func (c *Common) bind(f *flags) {
-	f.str(&c.DeploymentPath, "deployment", "OBSCURA_DEPLOYMENT", DefaultDeploymentPath, "deployment JSON (ConfigMap <round>-deployment, key deployment.json)")
-	f.str(&c.NATSURL, "nats-url", "OBSCURA_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL")
-	f.str(&c.NATSUser, "nats-user", "OBSCURA_NATS_USER", "", "NATS user of the party's account")
-	f.str(&c.NATSPasswordFile, "nats-password-file", "OBSCURA_NATS_PASSWORD_FILE", "", "file holding the NATS user's password")
-	f.str(&c.NATSCreds, "nats-creds", "OBSCURA_NATS_CREDS", "", "NATS .creds file (instead of user and password)")
-	f.str(&c.MetricsAddr, "metrics-addr", "OBSCURA_METRICS_ADDR", ":9090", "Prometheus /metrics listen address")
-	f.str(&c.HealthAddr, "health-addr", "OBSCURA_HEALTH_ADDR", ":8081", "/healthz and /readyz listen address")
-	f.str(&c.LogLevel, "log-level", "OBSCURA_LOG_LEVEL", "info", "debug, info, warn or error")
+func (c *Common) bind(f *envflag.Set) {
+	f.String(&c.DeploymentPath, "deployment", DefaultDeploymentPath, "deployment JSON (ConfigMap <round>-deployment, key deployment.json)")
+	f.String(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
+	f.String(&c.NATSUser, "nats-user", "", "NATS user of the party's account")
+	f.String(&c.NATSPasswordFile, "nats-password-file", "", "file holding the NATS user's password")
+	f.String(&c.NATSCreds, "nats-creds", "", "NATS .creds file (instead of user and password)")
+	f.String(&c.MetricsAddr, "metrics-addr", ":9090", "Prometheus /metrics listen address")
+	f.String(&c.HealthAddr, "health-addr", ":8081", "/healthz and /readyz listen address")
+	f.String(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
 
 func (c *Common) validate() []error {
@@ -305,13 +277,6 @@ func partitionOf(s string) (int, error) {
 	return 0, fmt.Errorf("--partition auto: neither $POD_NAME nor the hostname %q ends in -<ordinal>", hostname())
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
@@ -417,8 +382,26 @@ func (c *VendorAgentConfig) validate() error {
 	return joinConfig(errs)
 }
 
-// parseRole binds and parses the flags of role into its Config struct.
+// roleConfig is a role's *…Config.
+type roleConfig interface{ validate() error }
+
+// parseRole binds, parses and validates the flags of role into its Config struct.
 func parseRole(role string, args []string) (any, error) {
+	f, cfg, err := bindRole(role)
+	if err != nil {
+		return nil, err
+	}
+	if err := parseFlags(f, args); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// bindRole binds the flags of role (docs/services.md) to a new Config struct.
+func bindRole(role string) (*envflag.Set, roleConfig, error) {
 	f := newFlags(role)
 	var (
 		gw  GatewayConfig
@@ -428,30 +411,30 @@ func parseRole(role string, args []string) (any, error) {
 		re  ResponderConfig
 		sh  ShufflerConfig
 		va  VendorAgentConfig
-		cfg interface{ validate() error }
+		cfg roleConfig
 	)
 	redis := func(p *string) {
-		f.str(p, "redis-addr", "OBSCURA_REDIS_ADDR", "", "the integrator's Redis (host:port)")
+		f.String(p, "redis-addr", "", "the integrator's Redis (host:port)")
 	}
 	key := func(p *string, whose string) {
-		f.str(p, "key-file", "OBSCURA_KEY_FILE", DefaultKeyPath, "raw private key "+whose+", read once at start")
+		f.String(p, "key-file", DefaultKeyPath, "raw private key "+whose+", read once at start")
 	}
 	vendor := func(p *int) {
-		f.int(p, "vendor", "OBSCURA_VENDOR_INDEX", -1, "this vendor's index in the deployment")
+		f.Int(p, "vendor", -1, "this vendor's index in the deployment", "OBSCURA_VENDOR_INDEX")
 	}
 	switch role {
 	case "gateway":
 		gw.Common.bind(f)
 		redis(&gw.RedisAddr)
-		f.str(&gw.GRPCAddr, "grpc-addr", "OBSCURA_GRPC_ADDR", envOr("OBSCURA_LISTEN", ":50051"), "user API (gRPC) listen address; OBSCURA_LISTEN is accepted too")
-		f.str(&gw.TokensFile, "tokens-file", "OBSCURA_TOKENS_FILE", DefaultTokensPath, "JSON object access token → user")
+		f.String(&gw.GRPCAddr, "grpc-addr", ":50051", "user API (gRPC) listen address", "OBSCURA_GRPC_ADDR", "OBSCURA_LISTEN")
+		f.String(&gw.TokensFile, "tokens-file", DefaultTokensPath, "JSON object access token → user")
 		cfg = &gw
 	case "coordinator":
 		co.Common.bind(f)
 		redis(&co.RedisAddr)
 		key(&co.KeyFile, "sk_I (the coordinator publishes pk_I)")
-		f.int(&co.MaxRounds, "max-rounds", "OBSCURA_MAX_ROUNDS", 0, "stop opening rounds after this many (0: forever)")
-		f.str(&co.ReplicaID, "replica-id", "OBSCURA_REPLICA_ID", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
+		f.Int(&co.MaxRounds, "max-rounds", 0, "stop opening rounds after this many (0: forever)")
+		f.String(&co.ReplicaID, "replica-id", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
 		cfg = &co
 	case "decrypt-worker":
 		dw.Common.bind(f)
@@ -460,7 +443,7 @@ func parseRole(role string, args []string) (any, error) {
 	case "encoder":
 		en.Common.bind(f)
 		redis(&en.RedisAddr)
-		f.str(&en.Partition, "partition", "OBSCURA_PARTITION", "auto", "encoder partition: an integer, or auto (ordinal suffix of $POD_NAME, else the hostname)")
+		f.String(&en.Partition, "partition", "auto", "encoder partition: an integer, or auto (ordinal suffix of $POD_NAME, else the hostname)")
 		cfg = &en
 	case "responder":
 		re.Common.bind(f)
@@ -470,26 +453,16 @@ func parseRole(role string, args []string) (any, error) {
 		sh.Common.bind(f)
 		key(&sh.KeyFile, "sk_V")
 		vendor(&sh.Vendor)
-		pool := 64
-		if v, err := strconv.Atoi(os.Getenv("OBSCURA_FAKE_POOL_SIZE")); err == nil {
-			pool = v
-		}
-		f.int(&sh.FakePool, "fake-pool", "OBSCURA_FAKE_POOL", pool, "pre-generated fakes kept per vendor (spec G7); OBSCURA_FAKE_POOL_SIZE is accepted too")
+		f.Int(&sh.FakePool, "fake-pool", 64, "pre-generated fakes kept per vendor (spec G7)", "OBSCURA_FAKE_POOL", "OBSCURA_FAKE_POOL_SIZE")
 		cfg = &sh
 	case "vendor-agent":
 		va.Common.bind(f)
 		key(&va.KeyFile, "sk_V (the agent announces pk_V)")
 		vendor(&va.Vendor)
-		f.str(&va.DevicesFile, "devices-file", "OBSCURA_DEVICES_FILE", DefaultDevicesPath, "JSON list of the vendor's devices {\"id\", \"prf\": base64 k_D^prf}")
+		f.String(&va.DevicesFile, "devices-file", DefaultDevicesPath, "JSON list of the vendor's devices {\"id\", \"prf\": base64 k_D^prf}")
 		cfg = &va
 	default:
-		return nil, fmt.Errorf("%w: unknown role %q", errConfig, role)
+		return nil, nil, fmt.Errorf("%w: unknown role %q", errConfig, role)
 	}
-	if err := f.parse(args); err != nil {
-		return nil, err
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return f, cfg, nil
 }

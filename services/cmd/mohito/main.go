@@ -15,7 +15,8 @@
 //	mohito shuffler | vendor-agent                                         (vendor)
 //
 // Demo and loadgen flags fall back to MOHITO_<FLAG>; the daemons' flags fall
-// back to OBSCURA_* variables. A configuration error exits with status 2.
+// back to OBSCURA_* variables (package envflag). A configuration error, a
+// malformed environment value included, exits with status 2.
 package main
 
 import (
@@ -24,12 +25,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/loadgen"
 	"github.com/obscura-iot/obscura/services/pkg/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -71,28 +72,6 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "usage: mohito demo|loadgen|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent [flags]   (mohito <cmd> -h for flags)")
 }
 
-// env returns MOHITO_<NAME> or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv("MOHITO_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(env(name, strconv.Itoa(def))); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDur(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(env(name, def.String())); err == nil {
-		return v
-	}
-	return def
-}
-
 // Config is the demo/loadgen configuration.
 type Config struct {
 	loadgen.Options
@@ -107,38 +86,39 @@ func run(args []string, demo bool) error {
 		name = "demo"
 		defRounds, defUsers, defDevices, defVendors = 20, 24, 60, 3
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var c Config
-	fs.IntVar(&c.Vendors, "vendors", envInt("vendors", defVendors), "number of vendors")
-	fs.IntVar(&c.Devices, "devices", envInt("devices", defDevices), "total devices")
-	skew, _ := strconv.ParseFloat(env("skew", "1.0"), 64)
-	fs.Float64Var(&c.Skew, "skew", skew, "power-law skew of device counts over vendors (0 = uniform)")
-	fs.IntVar(&c.Users, "users", envInt("users", defUsers), "number of users")
-	fs.IntVar(&c.Rounds, "rounds", envInt("rounds", defRounds), "rounds to run before the summary")
-	fs.DurationVar(&c.Round, "round", envDur("round", 500*time.Millisecond), "round period T")
-	fs.IntVar(&c.CommandSize, "command-size", envInt("command-size", 1024), "padded command size L_c (bytes)")
-	fs.IntVar(&c.PayloadSize, "payload", envInt("payload", 64), "command payload bytes")
-	fs.DurationVar(&c.Think, "think", envDur("think", 0), "pause between a user's commands (sets the rate)")
-	fs.IntVar(&c.DecryptWorkers, "decrypt-workers", envInt("decrypt-workers", 2), "decrypt workers")
-	fs.IntVar(&c.Encoders, "encoders", envInt("encoders", 2), "OKVS encoder partitions")
-	fs.IntVar(&c.Gateways, "gateways", envInt("gateways", 2), "gateway replicas")
-	fs.IntVar(&c.Capacity, "headroom", envInt("headroom", 2), "C_v headroom over the expected per-round load")
-	fs.StringVar(&c.NATSURL, "nats-url", env("nats-url", ""), "external NATS with the Obscura accounts (empty: embedded)")
-	natsPW := fs.String("nats-password-suffix", env("nats-password-suffix", ""), "password = user + suffix (external NATS)")
-	fs.StringVar(&c.RedisAddr, "redis-addr", env("redis-addr", ""), "integrator Redis (empty: in-memory, demo only)")
-	fs.StringVar(&c.JSONPath, "json", env("json", ""), "write the summary as JSON here")
-	fs.StringVar(&c.CSVPath, "csv", env("csv", ""), "write the per-round table as CSV here")
-	fs.BoolVar(&c.Baseline, "jetstream-baseline", env("jetstream-baseline", "") == "true", "after the run, measure raw JetStream publish+consume at -command-size on the same server")
-	fs.StringVar(&c.Metrics, "metrics-addr", env("metrics-addr", ""), "serve /metrics /healthz /readyz here (e.g. 127.0.0.1:9090)")
-	if err := fs.Parse(args); err != nil {
+	f := envflag.New(name, "MOHITO_")
+	var (
+		c      Config
+		natsPW string
+	)
+	f.Int(&c.Vendors, "vendors", defVendors, "number of vendors")
+	f.Int(&c.Devices, "devices", defDevices, "total devices")
+	f.Float64(&c.Skew, "skew", 1.0, "power-law skew of device counts over vendors (0 = uniform)")
+	f.Int(&c.Users, "users", defUsers, "number of users")
+	f.Int(&c.Rounds, "rounds", defRounds, "rounds to run before the summary")
+	f.Duration(&c.Round, "round", 500*time.Millisecond, "round period T")
+	f.Int(&c.CommandSize, "command-size", 1024, "padded command size L_c (bytes)")
+	f.Int(&c.PayloadSize, "payload", 64, "command payload bytes")
+	f.Duration(&c.Think, "think", 0, "pause between a user's commands (sets the rate)")
+	f.Int(&c.DecryptWorkers, "decrypt-workers", 2, "decrypt workers")
+	f.Int(&c.Encoders, "encoders", 2, "OKVS encoder partitions")
+	f.Int(&c.Gateways, "gateways", 2, "gateway replicas")
+	f.Int(&c.Capacity, "headroom", 2, "C_v headroom over the expected per-round load")
+	f.String(&c.NATSURL, "nats-url", "", "external NATS with the Obscura accounts (empty: embedded)")
+	f.String(&natsPW, "nats-password-suffix", "", "password = user + suffix (external NATS)")
+	f.String(&c.RedisAddr, "redis-addr", "", "integrator Redis (empty: in-memory, demo only)")
+	f.String(&c.JSONPath, "json", "", "write the summary as JSON here")
+	f.String(&c.CSVPath, "csv", "", "write the per-round table as CSV here")
+	f.Bool(&c.Baseline, "jetstream-baseline", false, "after the run, measure raw JetStream publish+consume at -command-size on the same server")
+	f.String(&c.Metrics, "metrics-addr", "", "serve /metrics /healthz /readyz here (e.g. 127.0.0.1:9090)")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
 	if err := validate(&c); err != nil {
 		return err
 	}
 	if c.NATSURL != "" {
-		sfx := *natsPW
-		c.Password = func(u string) string { return u + sfx }
+		c.Password = func(u string) string { return u + natsPW }
 	}
 	if c.RedisAddr != "" {
 		c.Store = roundstate.NewRedis(redis.NewClient(&redis.Options{Addr: c.RedisAddr}), 10*time.Minute)
@@ -165,7 +145,7 @@ func validate(c *Config) error {
 		bad = append(bad, "-command-size must be in [128, 4000] and -payload ≤ command-size − 90")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("invalid configuration: %s", strings.Join(bad, "; "))
+		return fmt.Errorf("%w: %s", errConfig, strings.Join(bad, "; "))
 	}
 	return nil
 }

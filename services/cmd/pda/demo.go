@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -28,16 +28,22 @@ import (
 // accounts, every role, in-memory twins of the Redis stores, and simulated participants
 // (vendors reporting suspect source IPs; a few attacker IPs hit many of them).
 func runDemo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	people := fs.Int("participants", envInt("participants", 8), "participants")
-	tau := fs.Int("threshold", envInt("threshold", 3), "τ")
-	benign := fs.Int("benign", envInt("benign", 60), "benign IPs per participant")
-	shards := fs.Int("shards", envInt("shards", 2), "DB shards")
-	if err := fs.Parse(args); err != nil {
+	f := newFlags("demo")
+	var (
+		people int
+		tau    int
+		benign int
+		shards int
+	)
+	f.Int(&people, "participants", 8, "participants")
+	f.Int(&tau, "threshold", 3, "τ")
+	f.Int(&benign, "benign", 60, "benign IPs per participant")
+	f.Int(&shards, "shards", 2, "DB shards")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	if *people < 2 || *tau < 1 || *shards < 1 || *benign < 0 {
-		return fmt.Errorf("invalid configuration: -participants ≥ 2, -threshold ≥ 1, -shards ≥ 1")
+	if people < 2 || tau < 1 || shards < 1 || benign < 0 {
+		return configErr(errors.New("-participants ≥ 2, -threshold ≥ 1, -shards ≥ 1 and -benign ≥ 0 are required"))
 	}
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()
@@ -94,13 +100,13 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	job := &pdasvc.Job{DeploymentID: "demo", Group: pda.Ristretto255, Threshold: uint32(*tau), CountMode: pda.CountDistinctParticipants,
+	job := &pdasvc.Job{DeploymentID: "demo", Group: pda.Ristretto255, Threshold: uint32(tau), CountMode: pda.CountDistinctParticipants,
 		Chunks: 1, DBKey: dsec.Key.PublicKey(), ProxyKey: psec.Keys.Oracle.PublicKey(), WindowLength: 24 * time.Hour, Grace: 200 * time.Millisecond}
 	if err := job.Validate(); err != nil {
 		return err
 	}
 	var ids []string
-	for i := range *shards {
+	for i := range shards {
 		ids = append(ids, "shard-"+strconv.Itoa(i))
 	}
 	rg, _ := ring.New(1, ids)
@@ -117,7 +123,7 @@ func runDemo(args []string) error {
 	}
 	allowed := map[string]bool{}
 	var names []string
-	for i := range *people {
+	for i := range people {
 		n := fmt.Sprintf("vendor-%d", i)
 		names = append(names, n)
 		allowed[n] = true
@@ -149,9 +155,9 @@ func runDemo(args []string) error {
 
 	// Attacker IP j hits the first reporters(j) participants.
 	attackers := []string{"203.0.113.7", "203.0.113.23", "198.51.100.66", "192.0.2.200", "203.0.113.99", "198.51.100.1"}
-	reporters := func(j int) int { return min(*people, []int{*people, *tau + 2, *tau, *tau - 1, 2, 1}[j]) }
+	reporters := func(j int) int { return min(people, []int{people, tau + 2, tau, tau - 1, 2, 1}[j]) }
 	truth := map[string]int{}
-	obs := make([][]pda.Observation, *people)
+	obs := make([][]pda.Observation, people)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for j, a := range attackers {
 		for i := range reporters(j) {
@@ -161,12 +167,12 @@ func runDemo(args []string) error {
 		}
 	}
 	for i := range obs {
-		for range *benign {
+		for range benign {
 			k, _ := pda.ParseIPKey(fmt.Sprintf("10.%d.%d.%d", rnd.IntN(256), rnd.IntN(256), 1+rnd.IntN(254)))
 			obs[i] = append(obs[i], pda.Observation{Key: k, Value: 1})
 		}
 	}
-	fmt.Printf("PDA demo: %d participants (vendors), τ = %d, %d DB shards, count mode distinct_participants\n", *people, *tau, *shards)
+	fmt.Printf("PDA demo: %d participants (vendors), τ = %d, %d DB shards, count mode distinct_participants\n", people, tau, shards)
 	fmt.Println("attacker IPs and how many participants saw each (ground truth, never sent in clear):")
 	for _, a := range attackers {
 		fmt.Printf("  %-15s %d\n", a, truth[a])
@@ -180,7 +186,7 @@ func runDemo(args []string) error {
 		total += len(obs[i])
 	}
 	bar := progressBar(os.Stdout)
-	errs := make(chan error, *people)
+	errs := make(chan error, people)
 	for i, name := range names {
 		wg.Go(func() {
 			tc, err := pki.ClientTLS(name)

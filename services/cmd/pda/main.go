@@ -10,6 +10,8 @@
 //	pda demo         everything in one process on an embedded NATS
 //
 // Every flag has an environment fallback OBSCURA_PDA_<FLAG> (dashes become underscores).
+// A configuration error (a bad flag, a malformed environment value, an invalid setting,
+// an unreadable key or certificate) exits with status 2.
 package main
 
 import (
@@ -31,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -50,8 +53,15 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	if err := f(os.Args[2:]); err != nil {
-		fmt.Fprintln(os.Stderr, "pda:", err)
+	err := f(os.Args[2:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pda %s: %v\n", os.Args[1], err)
+		if errors.Is(err, errConfig) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -60,25 +70,28 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "usage: pda proxy|mixer|oracle|db-frontend|db-shard|submit|keygen|demo [flags]   (pda <cmd> -h for flags)")
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv("OBSCURA_PDA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
-		return v
+// errConfig marks a configuration error: the process exits with status 2.
+var errConfig = errors.New("invalid configuration")
+
+// configErr marks err (if any) as a configuration error.
+func configErr(err error) error {
+	if err == nil || errors.Is(err, errConfig) {
+		return err
 	}
-	return def
+	return fmt.Errorf("%w: %w", errConfig, err)
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(env(name, strconv.Itoa(def))); err == nil {
-		return v
-	}
-	return def
-}
+// newFlags returns the flag set of a subcommand: every flag -x-y falls back to OBSCURA_PDA_X_Y.
+func newFlags(cmd string) *envflag.Set { return envflag.New(cmd, "OBSCURA_PDA_") }
 
-func envDur(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(env(name, def.String())); err == nil {
-		return v
+// parseFlags parses the command line of a subcommand that takes no positional arguments;
+// a bad flag, a malformed environment value or a stray argument is a configuration error.
+func parseFlags(f *envflag.Set, args []string) error {
+	err := f.Parse(args)
+	if err == nil && len(f.Args()) > 0 {
+		err = fmt.Errorf("unexpected arguments %q", f.Args())
 	}
-	return def
+	return configErr(err)
 }
 
 // common holds the flags every service role shares.
@@ -94,26 +107,26 @@ type jobFlags struct {
 	window, grace                                         time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, user string) {
-	fs.StringVar(&c.natsURL, "nats-url", env("nats-url", "nats://127.0.0.1:4222"), "NATS URL")
-	fs.StringVar(&c.natsUser, "nats-user", env("nats-user", user), "NATS user (the domain's account)")
-	fs.StringVar(&c.natsPassword, "nats-password", env("nats-password", ""), "NATS password")
-	fs.StringVar(&c.metrics, "metrics-addr", env("metrics-addr", ":9090"), "serve /metrics /healthz /readyz here (empty: off)")
-	fs.StringVar(&c.logLevel, "log-level", env("log-level", "info"), "debug|info|warn|error")
-	c.job.register(fs)
+func (c *common) register(f *envflag.Set, user string) {
+	f.String(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL")
+	f.String(&c.natsUser, "nats-user", user, "NATS user (the domain's account)")
+	f.String(&c.natsPassword, "nats-password", "", "NATS password")
+	f.String(&c.metrics, "metrics-addr", ":9090", "serve /metrics /healthz /readyz here (empty: off)")
+	f.String(&c.logLevel, "log-level", "info", "debug|info|warn|error")
+	c.job.register(f)
 }
 
-func (j *jobFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&j.deployment, "deployment", env("deployment", "obscura"), "deployment id (AggregationJob name)")
-	fs.StringVar(&j.group, "group", env("group", "ristretto255"), "ristretto255|p256")
-	fs.IntVar(&j.tau, "threshold", envInt("threshold", 10), "τ")
-	fs.StringVar(&j.countMode, "count-mode", env("count-mode", "distinct_participants"), "distinct_participants|tuples")
-	fs.IntVar(&j.chunks, "chunks", envInt("chunks", 1), "n_chunks of E_PRX(k) (1: IP addresses)")
-	fs.StringVar(&j.values, "values", env("values", ""), "value domain D, comma-separated (empty: count only)")
-	fs.StringVar(&j.dbPub, "db-public-key", env("db-public-key", ""), "h_DB (hex)")
-	fs.StringVar(&j.proxyPub, "proxy-public-key", env("proxy-public-key", ""), "h_PRX (hex)")
-	fs.DurationVar(&j.window, "window", envDur("window", time.Hour), "window length")
-	fs.DurationVar(&j.grace, "grace", envDur("grace", 30*time.Second), "grace after a window closes")
+func (j *jobFlags) register(f *envflag.Set) {
+	f.String(&j.deployment, "deployment", "obscura", "deployment id (AggregationJob name)")
+	f.String(&j.group, "group", "ristretto255", "ristretto255|p256")
+	f.Int(&j.tau, "threshold", 10, "τ")
+	f.String(&j.countMode, "count-mode", "distinct_participants", "distinct_participants|tuples")
+	f.Int(&j.chunks, "chunks", 1, "n_chunks of E_PRX(k) (1: IP addresses)")
+	f.String(&j.values, "values", "", "value domain D, comma-separated (empty: count only)")
+	f.String(&j.dbPub, "db-public-key", "", "h_DB (hex)")
+	f.String(&j.proxyPub, "proxy-public-key", "", "h_PRX (hex)")
+	f.Duration(&j.window, "window", time.Hour, "window length")
+	f.Duration(&j.grace, "grace", 30*time.Second, "grace after a window closes")
 }
 
 func groupID(s string) (pda.GroupID, error) {
@@ -178,7 +191,7 @@ type service struct {
 func start(role string, c *common) (*service, error) {
 	job, err := c.job.build()
 	if err != nil {
-		return nil, err
+		return nil, configErr(err)
 	}
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	s := &service{cancel: cancel, log: telemetry.NewLogger(os.Stderr, role, c.logLevel), reg: telemetry.NewRegistry(),
@@ -205,46 +218,58 @@ func (s *service) run(name string, f func(ctx context.Context) error) error {
 }
 
 func runProxy(args []string) error {
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	f := newFlags("proxy")
 	var c common
-	c.register(fs, pdasvc.ProxyUser)
-	listen := fs.String("listen", env("listen", ":8443"), "HTTPS listen address")
-	keys := fs.String("keys", env("keys", "/var/run/secrets/pda/proxy.json"), "proxy key file (pda keygen -role proxy)")
-	cert := fs.String("tls-cert", env("tls-cert", "/var/run/secrets/pda/tls.crt"), "server certificate")
-	key := fs.String("tls-key", env("tls-key", "/var/run/secrets/pda/tls.key"), "server key")
-	ca := fs.String("client-ca", env("client-ca", "/var/run/secrets/pda/ca.crt"), "CA of participant certificates")
-	parts := fs.String("participants", env("participants", ""), "allowed participant CNs, comma-separated")
-	redisAddr := fs.String("redis-addr", env("redis-addr", "127.0.0.1:6379"), "the proxy domain's Redis")
-	quota := fs.Int("quota", envInt("quota", 100000), "items per participant per window")
-	rate := fs.Int("rate", envInt("rate", 5000), "items per participant per second")
-	maxBatch := fs.Int("max-batch", envInt("max-batch", 1000), "items per request")
-	if err := fs.Parse(args); err != nil {
+	c.register(f, pdasvc.ProxyUser)
+	var (
+		listen    string
+		keys      string
+		cert      string
+		key       string
+		ca        string
+		parts     string
+		redisAddr string
+		quota     int
+		rate      int
+		maxBatch  int
+	)
+	f.String(&listen, "listen", ":8443", "HTTPS listen address")
+	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file (pda keygen -role proxy)")
+	f.String(&cert, "tls-cert", "/var/run/secrets/pda/tls.crt", "server certificate")
+	f.String(&key, "tls-key", "/var/run/secrets/pda/tls.key", "server key")
+	f.String(&ca, "client-ca", "/var/run/secrets/pda/ca.crt", "CA of participant certificates")
+	f.String(&parts, "participants", "", "allowed participant CNs, comma-separated")
+	f.String(&redisAddr, "redis-addr", "127.0.0.1:6379", "the proxy domain's Redis")
+	f.Int(&quota, "quota", 100000, "items per participant per window")
+	f.Int(&rate, "rate", 5000, "items per participant per second")
+	f.Int(&maxBatch, "max-batch", 1000, "items per request")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.IngressConfig{Listen: *listen, Participants: map[string]bool{}, Quota: *quota, Rate: *rate, MaxBatch: *maxBatch, SessionTTL: 2 * time.Hour}
-	for _, p := range strings.Split(*parts, ",") {
+	cfg := pdasvc.IngressConfig{Listen: listen, Participants: map[string]bool{}, Quota: quota, Rate: rate, MaxBatch: maxBatch, SessionTTL: 2 * time.Hour}
+	for _, p := range strings.Split(parts, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Participants[p] = true
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return err
+		return configErr(err)
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(*keys)
+	sec, _, err := pdasvc.LoadProxySecrets(keys)
 	if err != nil {
-		return err
+		return configErr(err)
 	}
-	tc, err := tls.LoadX509KeyPair(*cert, *key)
+	tc, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return fmt.Errorf("server certificate: %w", err)
+		return configErr(fmt.Errorf("server certificate: %w", err))
 	}
-	pem, err := os.ReadFile(*ca)
+	pem, err := os.ReadFile(ca)
 	if err != nil {
-		return fmt.Errorf("client CA: %w", err)
+		return configErr(fmt.Errorf("client CA: %w", err))
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return errors.New("client CA: no certificate")
+		return configErr(errors.New("client CA: no certificate"))
 	}
 	s, err := start("pda-proxy", &c)
 	if err != nil {
@@ -253,7 +278,7 @@ func runProxy(args []string) error {
 	if err := pdasvc.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
 		return err
 	}
-	store := pdasvc.NewRedisProxyStore(redis.NewClient(&redis.Options{Addr: *redisAddr}))
+	store := pdasvc.NewRedisProxyStore(redis.NewClient(&redis.Options{Addr: redisAddr}))
 	g, err := pdasvc.NewIngress(s.ctx, cfg, s.job, sec, s.js, store, s.log, s.m)
 	if err != nil {
 		return err
@@ -268,22 +293,27 @@ func runProxy(args []string) error {
 }
 
 func runMixer(args []string) error {
-	fs := flag.NewFlagSet("mixer", flag.ContinueOnError)
+	f := newFlags("mixer")
 	var c common
-	c.register(fs, pdasvc.ProxyUser)
-	keys := fs.String("keys", env("keys", "/var/run/secrets/pda/proxy.json"), "proxy key file")
-	chunk := fs.Int("chunk-items", envInt("chunk-items", 2000), "items per DB ingest message")
-	poll := fs.Duration("poll", envDur("poll", 5*time.Second), "how often to look for windows to seal")
-	if err := fs.Parse(args); err != nil {
+	c.register(f, pdasvc.ProxyUser)
+	var (
+		keys  string
+		chunk int
+		poll  time.Duration
+	)
+	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file")
+	f.Int(&chunk, "chunk-items", 2000, "items per DB ingest message")
+	f.Duration(&poll, "poll", 5*time.Second, "how often to look for windows to seal")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.MixerConfig{ChunkItems: *chunk, Poll: *poll}
+	cfg := pdasvc.MixerConfig{ChunkItems: chunk, Poll: poll}
 	if err := cfg.Validate(); err != nil {
-		return err
+		return configErr(err)
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(*keys)
+	sec, _, err := pdasvc.LoadProxySecrets(keys)
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	s, err := start("pda-mixer", &c)
 	if err != nil {
@@ -300,16 +330,17 @@ func runMixer(args []string) error {
 }
 
 func runOracle(args []string) error {
-	fs := flag.NewFlagSet("oracle", flag.ContinueOnError)
+	f := newFlags("oracle")
 	var c common
-	c.register(fs, pdasvc.ProxyUser)
-	keys := fs.String("keys", env("keys", "/var/run/secrets/pda/proxy.json"), "proxy key file")
-	if err := fs.Parse(args); err != nil {
+	c.register(f, pdasvc.ProxyUser)
+	var keys string
+	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(*keys)
+	sec, _, err := pdasvc.LoadProxySecrets(keys)
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	s, err := start("pda-oracle", &c)
 	if err != nil {
@@ -322,17 +353,21 @@ func runOracle(args []string) error {
 }
 
 func runFrontend(args []string) error {
-	fs := flag.NewFlagSet("db-frontend", flag.ContinueOnError)
+	f := newFlags("db-frontend")
 	var c common
-	c.register(fs, pdasvc.DBUser)
-	keys := fs.String("keys", env("keys", "/var/run/secrets/pda/db.json"), "DB key file (pda keygen -role db)")
-	workers := fs.Int("workers", envInt("workers", 2), "decrypting goroutines per chunk")
-	if err := fs.Parse(args); err != nil {
+	c.register(f, pdasvc.DBUser)
+	var (
+		keys    string
+		workers int
+	)
+	f.String(&keys, "keys", "/var/run/secrets/pda/db.json", "DB key file (pda keygen -role db)")
+	f.Int(&workers, "workers", 2, "decrypting goroutines per chunk")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	sec, _, err := pdasvc.LoadDBSecrets(*keys)
+	sec, _, err := pdasvc.LoadDBSecrets(keys)
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	s, err := start("pda-db-frontend", &c)
 	if err != nil {
@@ -341,26 +376,30 @@ func runFrontend(args []string) error {
 	if err := pdasvc.EnsureDBDomain(s.ctx, s.js); err != nil {
 		return err
 	}
-	f, err := pdasvc.NewFrontend(s.ctx, pdasvc.FrontendConfig{Workers: *workers}, s.job, sec, s.js, s.log, s.m)
+	fe, err := pdasvc.NewFrontend(s.ctx, pdasvc.FrontendConfig{Workers: workers}, s.job, sec, s.js, s.log, s.m)
 	if err != nil {
 		return err
 	}
-	return s.run("db-frontend", f.Run)
+	return s.run("db-frontend", fe.Run)
 }
 
 func runShard(args []string) error {
-	fs := flag.NewFlagSet("db-shard", flag.ContinueOnError)
+	f := newFlags("db-shard")
 	var c common
-	c.register(fs, pdasvc.DBUser)
+	c.register(f, pdasvc.DBUser)
 	host, _ := os.Hostname()
-	id := fs.String("shard-id", env("shard-id", host), "shard id (the StatefulSet pod name)")
-	redisAddr := fs.String("redis-addr", env("redis-addr", "127.0.0.1:6379"), "this shard's own Redis")
-	if err := fs.Parse(args); err != nil {
+	var (
+		id        string
+		redisAddr string
+	)
+	f.String(&id, "shard-id", host, "shard id (the StatefulSet pod name)")
+	f.String(&redisAddr, "redis-addr", "127.0.0.1:6379", "this shard's own Redis")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.ShardConfig{ID: *id, EvalRetry: 2 * time.Second}
+	cfg := pdasvc.ShardConfig{ID: id, EvalRetry: 2 * time.Second}
 	if err := cfg.Validate(); err != nil {
-		return err
+		return configErr(err)
 	}
 	s, err := start("pda-db-shard", &c)
 	if err != nil {
@@ -369,7 +408,7 @@ func runShard(args []string) error {
 	if err := pdasvc.EnsureDBDomain(s.ctx, s.js); err != nil {
 		return err
 	}
-	sh, err := pdasvc.NewShard(s.ctx, cfg, s.job, s.js, pdasvc.NewRedisShardStore(redis.NewClient(&redis.Options{Addr: *redisAddr})), s.log, s.m)
+	sh, err := pdasvc.NewShard(s.ctx, cfg, s.job, s.js, pdasvc.NewRedisShardStore(redis.NewClient(&redis.Options{Addr: redisAddr})), s.log, s.m)
 	if err != nil {
 		return err
 	}
@@ -377,23 +416,28 @@ func runShard(args []string) error {
 }
 
 func runKeygen(args []string) error {
-	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	role := fs.String("role", env("role", "proxy"), "proxy|db")
-	group := fs.String("group", env("group", "ristretto255"), "ristretto255|p256")
-	out := fs.String("out", env("out", ""), "key file to write (mode 0600)")
-	if err := fs.Parse(args); err != nil {
+	f := newFlags("keygen")
+	var (
+		role  string
+		group string
+		out   string
+	)
+	f.String(&role, "role", "proxy", "proxy|db")
+	f.String(&group, "group", "ristretto255", "ristretto255|p256")
+	f.String(&out, "out", "", "key file to write (mode 0600)")
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	id, err := groupID(*group)
+	id, err := groupID(group)
 	if err != nil {
-		return err
+		return configErr(err)
 	}
 	g, _ := pda.NewGroup(id)
-	if *out == "" {
-		return errors.New("-out is required")
+	if out == "" {
+		return configErr(errors.New("-out is required"))
 	}
 	var b, pub []byte
-	switch *role {
+	switch role {
 	case "proxy":
 		s, err := pdasvc.GenerateProxySecrets(g)
 		if err != nil {
@@ -415,9 +459,9 @@ func runKeygen(args []string) error {
 		}
 		pub = s.Key.PublicKey()
 	default:
-		return errors.New("-role must be proxy or db")
+		return configErr(errors.New("-role must be proxy or db"))
 	}
-	if err := os.WriteFile(*out, b, 0o600); err != nil {
+	if err := os.WriteFile(out, b, 0o600); err != nil {
 		return err
 	}
 	fmt.Println(hex.EncodeToString(pub))

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -34,46 +33,54 @@ func progressBar(w io.Writer) pdasvc.Progress {
 }
 
 func runSubmit(args []string) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	proxy := fs.String("proxy", env("proxy", "https://127.0.0.1:8443"), "proxy ingress URL")
-	cert := fs.String("cert", env("cert", "participant.crt"), "participant certificate (its CN is the identity)")
-	key := fs.String("key", env("key", "participant.key"), "participant key")
-	ca := fs.String("ca", env("ca", "ca.crt"), "CA of the proxy's certificate")
-	keyType := fs.String("key-type", env("key-type", "ip"), "ip|domain|url|string|hex")
-	batch := fs.Int("batch", envInt("batch", 500), "items per request (≤ 1000)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	f := newFlags("submit")
+	var (
+		proxy   string
+		cert    string
+		key     string
+		ca      string
+		keyType string
+		batch   int
+	)
+	f.String(&proxy, "proxy", "https://127.0.0.1:8443", "proxy ingress URL")
+	f.String(&cert, "cert", "participant.crt", "participant certificate (its CN is the identity)")
+	f.String(&key, "key", "participant.key", "participant key")
+	f.String(&ca, "ca", "ca.crt", "CA of the proxy's certificate")
+	f.String(&keyType, "key-type", "ip", "ip|domain|url|string|hex")
+	f.Int(&batch, "batch", 500, "items per request (≤ 1000)")
+	if err := f.Parse(args); err != nil {
+		return configErr(err)
 	}
-	if fs.NArg() != 1 {
-		return errors.New("usage: pda submit [flags] observations.csv   (lines: key[,value]; - for stdin)")
+	if len(f.Args()) != 1 {
+		return configErr(errors.New("usage: pda submit [flags] observations.csv   (lines: key[,value]; - for stdin)"))
 	}
 	in := os.Stdin
-	if fs.Arg(0) != "-" {
-		f, err := os.Open(fs.Arg(0))
+	if path := f.Args()[0]; path != "-" {
+		file, err := os.Open(path)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		in = f
+		defer file.Close()
+		in = file
 	}
-	obs, err := pdasvc.ReadObservations(in, *keyType)
+	obs, err := pdasvc.ReadObservations(in, keyType)
 	if err != nil {
 		return err
 	}
-	tc, err := tls.LoadX509KeyPair(*cert, *key)
+	tc, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return fmt.Errorf("participant certificate: %w", err)
+		return configErr(fmt.Errorf("participant certificate: %w", err))
 	}
-	pem, err := os.ReadFile(*ca)
+	pem, err := os.ReadFile(ca)
 	if err != nil {
-		return err
+		return configErr(fmt.Errorf("-ca: %w", err))
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return errors.New("-ca: no certificate")
+		return configErr(errors.New("-ca: no certificate"))
 	}
-	c := pdasvc.NewClient(*proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
-	c.Batch = *batch
+	c := pdasvc.NewClient(proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
+	c.Batch = batch
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()
 	rep, err := c.Submit(ctx, obs, progressBar(os.Stderr))
