@@ -169,8 +169,8 @@ func (j *jobFlags) build() (*pdasvc.Job, error) {
 	if job.ProxyKey, err = hex.DecodeString(j.proxyPub); err != nil {
 		return nil, fmt.Errorf("-proxy-public-key: %w", err)
 	}
-	if j.tau < 1 || j.chunks < 1 || j.chunks > 255 {
-		return nil, errors.New("-threshold ≥ 1 and -chunks in [1, 16] are required")
+	if j.tau < 1 || j.chunks < 1 || j.chunks > pda.MaxChunks {
+		return nil, fmt.Errorf("-threshold ≥ 1 and -chunks in [1, %d] are required", pda.MaxChunks)
 	}
 	return job, job.Validate()
 }
