@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 )
@@ -51,7 +52,7 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, err := u.GW.RoundInfo(ctx)
 		if err != nil || ri.T == lastT {
-			if !wait(ctx, poll) {
+			if !clock.Sleep(ctx, poll) {
 				break
 			}
 			attempt--
@@ -84,23 +85,12 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			if status.Code(err) == codes.Aborted {
 				break
 			}
-			if !wait(ctx, poll) {
+			if !clock.Sleep(ctx, poll) {
 				break
 			}
 		}
 	}
 	return nil, fmt.Errorf("%w: %v", ErrGaveUp, context.Cause(ctx))
-}
-
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Transport is a device's connection to its vendor: NATS or MQTT.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"log/slog"
 	"time"
 
@@ -69,21 +70,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("publish %s: %w", subject, err)
 		}
-		if !sleep(ctx, wait) {
+		if !clock.Sleep(ctx, wait) {
 			return fmt.Errorf("publish %s: %w", subject, context.Cause(ctx))
 		}
 		wait = min(2*wait, time.Second)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -150,7 +140,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log
 		cons, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
 		if err != nil {
 			log.Warn("consumer not ready, retrying", "stream", spec.Stream, "durable", spec.Durable, "err", err)
-			if !sleep(ctx, wait) {
+			if !clock.Sleep(ctx, wait) {
 				break
 			}
 			wait = min(2*wait, 2*time.Second)
@@ -159,7 +149,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log
 		wait = 50 * time.Millisecond
 		if err := pull(ctx, cons, spec.Batch, h); err != nil && ctx.Err() == nil {
 			log.Warn("consumer interrupted, restarting", "durable", spec.Durable, "err", err)
-			if !sleep(ctx, wait) {
+			if !clock.Sleep(ctx, wait) {
 				break
 			}
 		}

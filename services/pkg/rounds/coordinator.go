@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/roundstate"
@@ -112,7 +113,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		rev, err := c.lease.Create(ctx, "coordinator", []byte(c.cfg.ID))
 		if err != nil {
-			if !sleep(ctx, c.cfg.LeaseTTL/4) {
+			if !clock.Sleep(ctx, c.cfg.LeaseTTL/4) {
 				break
 			}
 			continue
@@ -234,7 +235,7 @@ func (c *Coordinator) lead(ctx context.Context) error {
 		}
 		c.opened++
 		next = next.Add(c.cfg.Deployment.Round)
-		if !sleep(ctx, time.Until(next)) {
+		if !clock.Sleep(ctx, time.Until(next)) {
 			break
 		}
 		// Pipelining (spec §3.5, Fig. 4): close round t in the background and
@@ -246,20 +247,6 @@ func (c *Coordinator) lead(ctx context.Context) error {
 		}()
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
@@ -477,7 +464,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 			c.status.completed(ctx, rep, time.Now())
 			return
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !clock.Sleep(ctx, 100*time.Millisecond) {
 			return
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/client"
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 )
 
 // Record is one command of a workload.
@@ -78,7 +79,7 @@ func (w Workload) Run(ctx context.Context, c *Cluster, stop <-chan struct{}) []R
 				mu.Lock()
 				out = append(out, rec)
 				mu.Unlock()
-				if w.Think > 0 && !sleepCtx(ctx, w.Think) {
+				if w.Think > 0 && !clock.Sleep(ctx, w.Think) {
 					return
 				}
 			}
@@ -86,17 +87,6 @@ func (w Workload) Run(ctx context.Context, c *Cluster, stop <-chan struct{}) []R
 	}
 	wg.Wait()
 	return out
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // CheckRetried is Check for runs with aborted rounds: commands answered on
