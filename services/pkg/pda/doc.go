@@ -40,7 +40,28 @@
 // (U24); URL canonicalisation drops the fragment and rejects user information; Key.String
 // never prints key material. Fixed-base multiplications by public keys on ristretto255 use
 // a constant-time signed-window comb table (comb.go), because circl precomputes only for the
-// generator. Residual risk, as in the spec (§2.6 #2, T-MAL-9): exponent malleability
+// generator.
+//
+// Batch verification (proof.go, msm.go). Proofs are sent as (commitments R, responses z)
+// (submission format 2), so each check is a linear equation E = identity in public
+// elements, and the proxy checks a submission batch with Σ w_k·E_k = identity for
+// independent weights w_k uniform in [1, 2^128) from crypto/rand, drawn after all proofs
+// are received, in one variable-time multi-scalar multiplication (public inputs only). In a
+// prime-order group (ristretto255; P-256 has cofactor 1), if some E_k ≠ identity then for
+// any fixed values of the other weights at most one w_k mod ℓ makes the sum vanish, and
+// w_k ≠ 0 with ℓ > 2^128, so a batch containing a false equation passes with probability
+// ≤ 1/(2^128 − 1), including forgeries crafted to cancel one another (they are fixed
+// before the weights). The challenge e = H2S(params digest ‖ session ‖ index ‖ ciphertexts
+// ‖ R) is unchanged in what it binds (T-MAL-6); the (R, z) form is the same sigma protocol
+// with the same special soundness and zero knowledge as (e, z), and commitments are
+// canonical non-identity encodings.
+//
+// If the batch check fails, every proof of the batch is verified on its own, exactly and
+// without randomness, so a bad item rejects only itself and is reported at its position;
+// the outcome equals per-item verification (TestBatchAgreesWithSingle). A participant that
+// includes a bad proof pays for its own batch's fallback only (the per-item cost, as
+// before batching). P-256 verifies per item: circl's P-256 additions make an MSM slower.
+// Residual risk, as in the spec (§2.6 #2, T-MAL-9): exponent malleability
 // (submitting H(k)^c) by a participant colluding with the DB is not prevented
 // cryptographically; the junk row it creates never passes the consistency check.
 package pda

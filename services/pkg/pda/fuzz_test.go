@@ -70,6 +70,13 @@ func FuzzParseSubmission(f *testing.F) {
 			t.Fatal("inconsistent parse")
 		}
 		d.proxy.Ingest(sess, [][]byte{b}) // must not panic
+		// In a batch with a valid item (batch check, then the per-item fallback): the
+		// valid item is accepted whatever b is (or b is, and the item is then its replay).
+		sess.accepted = map[uint32]bool{}
+		if out, rej := d.proxy.Ingest(sess, [][]byte{b, item}); len(out) == 0 {
+			t.Fatalf("valid item lost in a batch: %+v", rej)
+		}
+		sess.accepted = map[uint32]bool{}
 	})
 }
 

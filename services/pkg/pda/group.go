@@ -209,7 +209,7 @@ func (g *Group) HashToScalar(msg, dst []byte) Scalar { return g.g.HashToScalar(m
 
 // mulCounts tallies scalar multiplications for the benchmarks' per-key counts. It is nil
 // outside single-threaded benchmarks, so production pays one predictable branch.
-type mulCounts struct{ variable, fixed, table int }
+type mulCounts struct{ variable, fixed, table, msm int }
 
 var countMuls *mulCounts
 

@@ -36,6 +36,9 @@ const (
 
 	paramsMagic   = "PDAP"
 	formatVersion = 1
+	// submissionVersion is the Submission format: 2 carries proofs in commitment form
+	// (R, z) for batch verification; version 1 (challenge form (e, z)) is rejected.
+	submissionVersion = 2
 )
 
 // SessionID is the id the proxy hands a participant at the start of a session; proofs are
@@ -166,7 +169,7 @@ type Suite struct {
 
 var (
 	dstHashToScalar = []byte("PDA-V1-HashToScalar")
-	labelProof      = []byte("PDA-V1-POK")
+	labelProof      = []byte("PDA-V2-POK")
 	labelDedup      = []byte("PDA-V1-Dedup")
 )
 

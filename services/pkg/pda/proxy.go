@@ -104,30 +104,70 @@ type Rejection struct {
 
 // Ingest verifies a batch of submissions from one session and returns the BlindedItems of
 // the accepted ones (encoded, in input order; the mixer shuffles) and the rejections.
+//
+// The proofs of the batch are verified together (batchVerify: random 128-bit weights, one
+// multi-scalar multiplication); if that check fails, every proof is verified on its own,
+// so a bad item rejects only itself and is reported at its position. The outcome is the
+// same as verifying each item in turn, including replays within the batch.
 func (p *Proxy) Ingest(sess *Session, items [][]byte) (blinded [][]byte, rejected []Rejection) {
+	s := p.suite
+	subs := make([]*Submission, len(items))
+	errs := make([]error, len(items))
+	var eqs [][]linEq
+	var idx []int
 	for i, raw := range items {
-		b, err := p.ingestOne(sess, raw)
+		sub, err := s.ParseSubmission(raw)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		subs[i] = sub
+		if sess.accepted[sub.Index] {
+			continue // a replay whatever its proof says
+		}
+		eqs = append(eqs, s.equations(sess.id, sub))
+		idx = append(idx, i)
+	}
+	batched := len(idx) > 1 && s.g.id == Ristretto255
+	if !batched || !s.batchVerify(eqs) {
+		for k, i := range idx {
+			if !s.holdsAll(eqs[k]) {
+				errs[i] = ErrBadProof
+			}
+		}
+	}
+	for i, sub := range subs {
+		err := errs[i]
+		if err == nil && sess.accepted[sub.Index] {
+			err = fmt.Errorf("%w: index %d", ErrReplay, sub.Index)
+		}
+		var b []byte
+		if err == nil {
+			b, err = p.blind(sess, sub)
+		}
 		if err != nil {
 			rejected = append(rejected, Rejection{Position: i, Err: err})
 			continue
 		}
+		sess.accepted[sub.Index] = true
 		blinded = append(blinded, b)
 	}
 	return blinded, rejected
 }
 
-func (p *Proxy) ingestOne(sess *Session, raw []byte) ([]byte, error) {
+// holdsAll checks one proof's equations exactly.
+func (s *Suite) holdsAll(eqs []linEq) bool {
+	for i := range eqs {
+		if !s.holds(&eqs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// blind turns a verified submission into an encoded BlindedItem.
+func (p *Proxy) blind(sess *Session, sub *Submission) ([]byte, error) {
 	s, g := p.suite, p.suite.g
-	sub, err := s.ParseSubmission(raw)
-	if err != nil {
-		return nil, err
-	}
-	if sess.accepted[sub.Index] {
-		return nil, fmt.Errorf("%w: index %d", ErrReplay, sub.Index)
-	}
-	if err := s.verify(sess.id, sub.Index, sub.cts, s.statement(sub), sub.proof); err != nil {
-		return nil, err
-	}
 	// C_Y' = s·C_Y + ρ1·(G, h_DB) = E_DB(Y) with fresh randomness, Y = s·H2G(·) = F_s(k).
 	sA, sB := g.mul(sub.CY.A, p.keys.OPRF), g.mul(sub.CY.B, p.keys.OPRF)
 	if sA.IsIdentity() || sB.IsIdentity() { // impossible for decoded non-identity inputs
@@ -160,12 +200,7 @@ func (p *Proxy) ingestOne(sess *Session, raw []byte) ([]byte, error) {
 		}
 		it.CT = &ct
 	}
-	out, err := s.marshalBlindedItem(it)
-	if err != nil {
-		return nil, err
-	}
-	sess.accepted[sub.Index] = true
-	return out, nil
+	return s.marshalBlindedItem(it)
 }
 
 // Shuffle permutes items uniformly (Fisher–Yates over rand, crypto/rand when nil): the

@@ -50,8 +50,9 @@ func (s *Suite) NewRevealRequest(y []byte, inner [][]Ciphertext, r io.Reader) (r
 }
 
 // MulCounts are scalar multiplications by kind: variable-base, fixed-base on the generator,
-// and fixed-base on a public key through the comb table (ristretto255 only).
-type MulCounts struct{ Variable, Fixed, Table int }
+// fixed-base on a public key through the comb table (ristretto255 only), and points in
+// the batched proof check's variable-time multi-scalar multiplication.
+type MulCounts struct{ Variable, Fixed, Table, MSM int }
 
 // CountMultiplications runs f with the multiplication counter on and returns the counts.
 // The counter is a plain global: f must do all of its group operations on the calling
@@ -61,5 +62,5 @@ func CountMultiplications(f func()) MulCounts {
 	f()
 	c := *countMuls
 	countMuls = nil
-	return MulCounts{Variable: c.variable, Fixed: c.fixed, Table: c.table}
+	return MulCounts{Variable: c.variable, Fixed: c.fixed, Table: c.table, MSM: c.msm}
 }

@@ -10,7 +10,7 @@ import (
 // before touching an element. Elements use the group's canonical encoding (E bytes),
 // scalars S bytes; all integers are big-endian.
 //
-//	Submission    ver | group | flags | chunks | index(4) | C_Y | C_K×n | [C_V] | e | z×(1+n) | [(e_v, z_v)×|D|]
+//	Submission    ver=2 | group | flags | chunks | index(4) | C_Y | C_K×n | [C_V] | R×(1+n) | [(R1_v, R2_v)×|D|] | z×(1+n) | [z_v×|D|] | [e_v×(|D|−1)]
 //	BlindedItem   ver | group | flags | chunks | window(8) | C_Y' | C_K'×n | [C_V'] | [C_T]
 //	Entry         ver | group | flags | chunks | window(8) | ring_version(8) | entry_id(32) | Y | [Z] | v(2) | E_PRX×n
 //	RevealRequest ver | group | chunks | window(8) | request_id(16) | Y | count(2) | E_PRX×n × count
@@ -42,11 +42,20 @@ func (s *Suite) ctSize() int { return 2 * s.g.elementSize }
 // SubmissionSize is the length of every Submission of this suite.
 func (s *Suite) SubmissionSize() int {
 	n := int(s.params.Chunks)
-	size := 8 + (1+n)*s.ctSize() + (2+n)*s.g.scalarSize
+	size := 8 + (1+n)*s.ctSize() + s.commitmentsSize() + (1+n)*s.g.scalarSize
 	if s.HasValues() {
-		size += s.ctSize() + 2*len(s.params.Values)*s.g.scalarSize
+		size += s.ctSize() + (2*len(s.params.Values)-1)*s.g.scalarSize
 	}
 	return size
+}
+
+// commitmentsSize is the length of a proof's encoded commitments.
+func (s *Suite) commitmentsSize() int {
+	k := 1 + int(s.params.Chunks)
+	if s.HasValues() {
+		k += 2 * len(s.params.Values)
+	}
+	return k * s.g.elementSize
 }
 
 // BlindedItemSize is the length of every BlindedItem of this suite.
@@ -76,7 +85,7 @@ func (s *Suite) ParseSubmission(b []byte) (*Submission, error) {
 	if len(b) != s.SubmissionSize() {
 		return nil, fmt.Errorf("%w: submission of %d bytes, want %d", ErrMalformed, len(b), s.SubmissionSize())
 	}
-	if b[0] != formatVersion || GroupID(b[1]) != s.g.id || b[2] != s.flags()&flagValues || b[3] != s.params.Chunks {
+	if b[0] != submissionVersion || GroupID(b[1]) != s.g.id || b[2] != s.flags()&flagValues || b[3] != s.params.Chunks {
 		return nil, fmt.Errorf("%w: submission header", ErrMalformed)
 	}
 	n := int(s.params.Chunks)
@@ -104,25 +113,56 @@ func (s *Suite) ParseSubmission(b []byte) (*Submission, error) {
 		}
 		sub.CV = &cv
 	}
-	pf := &proof{}
-	if pf.e, err = s.g.DecodeScalar(r.next(s.g.scalarSize)); err != nil {
-		return nil, fmt.Errorf("submission proof: %w", err)
+	pf := &proof{rb: b[8+ctBytes : 8+ctBytes+s.commitmentsSize()]}
+	elem := func(what string) (Element, error) {
+		e, err := s.g.DecodeElement(r.next(s.g.elementSize))
+		if err != nil {
+			return nil, fmt.Errorf("submission proof %s: %w", what, err)
+		}
+		return e, nil
+	}
+	scalar := func() (Scalar, error) {
+		x, err := s.g.DecodeScalar(r.next(s.g.scalarSize))
+		if err != nil {
+			return nil, fmt.Errorf("submission proof: %w", err)
+		}
+		return x, nil
+	}
+	pf.r = make([]Element, 1+n)
+	for i := range pf.r {
+		if pf.r[i], err = elem("R"); err != nil {
+			return nil, err
+		}
+	}
+	nD := 0
+	if s.HasValues() {
+		nD = len(s.params.Values)
+		pf.r1, pf.r2 = make([]Element, nD), make([]Element, nD)
+		for d := range nD {
+			if pf.r1[d], err = elem("R1"); err != nil {
+				return nil, err
+			}
+			if pf.r2[d], err = elem("R2"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	pf.z = make([]Scalar, 1+n)
 	for i := range pf.z {
-		if pf.z[i], err = s.g.DecodeScalar(r.next(s.g.scalarSize)); err != nil {
-			return nil, fmt.Errorf("submission proof: %w", err)
+		if pf.z[i], err = scalar(); err != nil {
+			return nil, err
 		}
 	}
 	if s.HasValues() {
-		nD := len(s.params.Values)
-		pf.ev, pf.zv = make([]Scalar, nD), make([]Scalar, nD)
+		pf.zv, pf.ev = make([]Scalar, nD), make([]Scalar, nD)
 		for d := range nD {
-			if pf.ev[d], err = s.g.DecodeScalar(r.next(s.g.scalarSize)); err != nil {
-				return nil, fmt.Errorf("submission proof: %w", err)
+			if pf.zv[d], err = scalar(); err != nil {
+				return nil, err
 			}
-			if pf.zv[d], err = s.g.DecodeScalar(r.next(s.g.scalarSize)); err != nil {
-				return nil, fmt.Errorf("submission proof: %w", err)
+		}
+		for d := range nD - 1 { // the last branch challenge is e − Σ e_v
+			if pf.ev[d], err = scalar(); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -145,16 +185,18 @@ func (s *Suite) statement(sub *Submission) *itemStatement {
 // marshalSubmission encodes cts (already encoded ciphertexts) and the proof.
 func (s *Suite) marshalSubmission(index uint32, cts []byte, pf *proof) []byte {
 	b := make([]byte, 0, s.SubmissionSize())
-	b = append(b, formatVersion, byte(s.g.id), s.flags()&flagValues, s.params.Chunks)
+	b = append(b, submissionVersion, byte(s.g.id), s.flags()&flagValues, s.params.Chunks)
 	b = binary.BigEndian.AppendUint32(b, index)
 	b = append(b, cts...)
-	b = s.g.AppendScalar(b, pf.e)
+	b = append(b, pf.rb...)
 	for _, z := range pf.z {
 		b = s.g.AppendScalar(b, z)
 	}
-	for d := range pf.ev {
+	for _, z := range pf.zv {
+		b = s.g.AppendScalar(b, z)
+	}
+	for d := 0; d+1 < len(pf.ev); d++ {
 		b = s.g.AppendScalar(b, pf.ev[d])
-		b = s.g.AppendScalar(b, pf.zv[d])
 	}
 	return b
 }
