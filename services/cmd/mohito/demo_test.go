@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoWithAggregation runs the combined demo (rounds, then one PDA aggregation in the
+// same process) with small settings: Mohito must deliver exactly once and the aggregation
+// must reveal exactly the keys reported by at least τ participants.
+func TestDemoWithAggregation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the embedded demo")
+	}
+	c, err := parseRun([]string{"-rounds", "3", "-round", "200ms", "-vendors", "2", "-devices", "8", "-users", "6",
+		"-aggregation-participants", "4", "-aggregation-threshold", "2", "-aggregation-benign", "5", "-aggregation-shards", "2"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := execute(ctx, c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if s := r.Rounds; s.Rounds != 3 || s.Commands == 0 || !s.ExactlyOnce {
+		t.Errorf("rounds summary %d rounds, %d commands, exactly-once %v; want 3 rounds, commands, exactly-once", s.Rounds, s.Commands, s.ExactlyOnce)
+	}
+	a := r.Aggregation
+	if a == nil {
+		t.Fatal("no aggregation summary")
+	}
+	// 4 participants, τ = 2: the attackers hit 4, 4, 2, 1, 2 and 1 participants; the
+	// 20 benign IPs are one participant's each.
+	want := map[string]int{"203.0.113.7": 4, "203.0.113.23": 4, "198.51.100.66": 2, "203.0.113.99": 2}
+	got := map[string]int{}
+	for _, k := range a.Revealed {
+		got[k.Key] = k.Count
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("revealed %v, want exactly %v", got, want)
+	}
+	if !a.Exact() || a.Participants != 4 || a.Threshold != 2 || a.Submissions != 4+4+2+1+2+1+4*5 {
+		t.Errorf("aggregation summary %+v", a)
+	}
+	if a.NotRevealed[1] != 2+20 || len(a.Withheld) != 2 {
+		t.Errorf("not revealed %v, withheld %v; want 22 keys seen once, 2 attacker IPs withheld", a.NotRevealed, a.Withheld)
+	}
+	for _, s := range []string{"exactly-once delivery: true", "demo summary:", "exactly the keys reported by ≥ τ: true",
+		"not revealed (< τ): attacker IPs 192.0.2.200 (1), 198.51.100.1 (1); 22 keys in all (22 seen by 1)"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestAggregationFlag(t *testing.T) {
+	quiet(t)
+	c, err := parseRun(nil, true)
+	if err != nil || !c.Aggregation || c.PDA.Participants != 8 || c.PDA.Threshold != 3 {
+		t.Fatalf("demo defaults: %+v, %v; want the aggregation on with 8 participants, τ = 3", c, err)
+	}
+	t.Setenv("MOHITO_AGGREGATION", "false")
+	if c, err := parseRun(nil, true); err != nil || c.Aggregation {
+		t.Fatalf("MOHITO_AGGREGATION=false: aggregation %v, %v", c != nil && c.Aggregation, err)
+	}
+	if _, err := parseRun([]string{"-aggregation-threshold", "0"}, true); err != nil {
+		t.Errorf("an invalid aggregation setting with the aggregation off: %v", err)
+	}
+	t.Setenv("MOHITO_AGGREGATION", "true")
+	if _, err := parseRun([]string{"-aggregation-participants", "1"}, true); !errors.Is(err, errConfig) {
+		t.Errorf("-aggregation-participants 1: %v, want a configuration error", err)
+	}
+	if _, err := parseRun([]string{"-aggregation=false"}, false); !errors.Is(err, errConfig) {
+		t.Errorf("loadgen -aggregation=false: %v, want a configuration error (demo only)", err)
+	}
+}
+
+// quiet discards what the flag package prints (usage on a bad command line).
+func quiet(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = null
+	t.Cleanup(func() { os.Stderr = stderr; null.Close() })
+}
