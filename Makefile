@@ -83,3 +83,15 @@ clean: ## remove built tools and caches of this checkout
 .PHONY: demo
 demo: ## run the embedded Mohito demo: one process, embedded NATS, every role, live rounds, summary (DEMO_FLAGS to tune)
 	cd services && go run ./cmd/mohito demo $(DEMO_FLAGS)
+
+.PHONY: cluster-up
+cluster-up: ## start a real single-node Kubernetes cluster on 127.0.0.1 (root; docs/cluster.md)
+	@hack/cluster/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## stop the local cluster and remove every trace of it (CLUSTER_PURGE=1 also deletes hack/cluster/state)
+	@hack/cluster/cluster.sh down $(if $(filter 1,$(CLUSTER_PURGE)),--purge)
+
+.PHONY: cluster-status
+cluster-status: ## health of the local cluster's components, its node and pods
+	@hack/cluster/cluster.sh status

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tool bootstrap: puts pinned versions of every tool the tests run for real into ./bin.
 #
-#   hack/tools.sh            all tools
-#   hack/tools.sh etcd helm  only these
+#   hack/tools.sh            every tool the tests use
+#   hack/tools.sh etcd helm  only these (also the cluster-only tools: kube, metrics-server)
 #
 # Go programs are built from the module proxy through the wrapper modules in hack/tools/<name>
 # (their go.mod/go.sum pin the exact versions). A built binary is kept in ./bin with a stamp file
@@ -29,6 +29,12 @@ GO_TOOLS=(
   "protoc-gen-go-grpc|v1.6.2|protoc-gen-go-grpc|google.golang.org/grpc/cmd/protoc-gen-go-grpc|protoc-gen-go-grpc"
   "buf|v1.75.0|buf|github.com/bufbuild/buf/cmd/buf|buf"
 )
+# Built only when named (hack/cluster/cluster.sh names them): the local cluster's control plane,
+# which the tests never need — it would add minutes and 3 GB of RAM to every cold `make test`.
+CLUSTER_TOOLS=(
+  "kube|v1.37.0|kube|github.com/obscura-iot/obscura/hack/tools/kube/cmd/kube|kube"
+  "metrics-server|v0.9.0|kube/metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server|metrics-server"
+)
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0
 
@@ -36,7 +42,7 @@ log() { printf '[tools] %s\n' "$*" >&2; }
 
 ldflags_for() {
   case "$1" in
-    kube-apiserver)
+    kube-apiserver | kube)
       local v=${2#v} maj min
       maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
       local f="-s -w"
@@ -49,10 +55,14 @@ ldflags_for() {
   esac
 }
 
-# The stamp covers the version and the wrapper's go.sum, so changing a pin rebuilds.
+# The stamp covers the version and the wrapper module's files (go.mod, go.sum and any Go source,
+# e.g. the kube multi-call main), so changing a pin or the wrapper rebuilds.
 stamp_for() {
   local dir=$1 version=$2
-  printf '%s %s\n' "$version" "$(sha256sum "$ROOT/hack/tools/$dir/go.sum" | cut -c1-16)"
+  local sum
+  sum=$(cd "$ROOT/hack/tools/$dir" && find . -maxdepth 3 -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) \
+    -not -path './metrics-server/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  printf '%s %s\n' "$version" "$sum"
 }
 
 go_tool() {
@@ -142,8 +152,14 @@ selected() {
 }
 
 for t in "${GO_TOOLS[@]}"; do
-  selected "${t%%|*}" && go_tool "$t"
+  if selected "${t%%|*}"; then go_tool "$t"; fi
 done
+# Cluster tools only when asked for by name.
+if [[ ${#want[@]} -gt 0 ]]; then
+  for t in "${CLUSTER_TOOLS[@]}"; do
+    if selected "${t%%|*}"; then go_tool "$t"; fi
+  done
+fi
 selected redis-server && redis_tool
 selected envoy && envoy_tool
 exit 0
