@@ -3,6 +3,7 @@ module github.com/obscura-iot/obscura/services
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/cloudflare/circl v1.6.5
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/go-logr/logr v1.4.3

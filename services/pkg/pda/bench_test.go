@@ -60,6 +60,9 @@ var benchCases = []struct {
 	{"ristretto255/distinct", deployOpts{group: Ristretto255, tau: 2, seed: 60}},
 	{"ristretto255/tuples", deployOpts{group: Ristretto255, mode: CountTuples, tau: 2, seed: 61}},
 	{"ristretto255/distinct+D4", deployOpts{group: Ristretto255, tau: 2, values: []uint16{1, 2, 3, 4}, seed: 62}},
+	{"ristretto255-circl/distinct", deployOpts{group: Ristretto255, tau: 2, seed: 60, circl: true}},
+	{"ristretto255-circl/tuples", deployOpts{group: Ristretto255, mode: CountTuples, tau: 2, seed: 61, circl: true}},
+	{"ristretto255-circl/distinct+D4", deployOpts{group: Ristretto255, tau: 2, values: []uint16{1, 2, 3, 4}, seed: 62, circl: true}},
 	{"p256/distinct", deployOpts{group: P256, tau: 2, seed: 63}},
 }
 
@@ -183,10 +186,14 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// BenchmarkPrimitive re-measures the MEASURED.md denominators in the same run.
+// BenchmarkPrimitive re-measures the MEASURED.md denominators in the same run, for both
+// ristretto255 backends ("ristre" = edwards25519, the default; "circl-" = circl) and P-256.
 func BenchmarkPrimitive(b *testing.B) {
-	for _, id := range []GroupID{Ristretto255, P256} {
-		g, _ := NewGroup(id)
+	for _, g := range []*Group{groupRistretto255, groupRistretto255Circl, groupP256} {
+		label := g.String()[:6]
+		if g == groupRistretto255Circl {
+			label = "circl-r255"
+		}
 		s, _ := g.RandomScalar(cryptoRand())
 		p := g.HashToElement([]byte("p"), []byte("PDA-bench"))
 		enc := g.encodeElement(p)
@@ -197,12 +204,13 @@ func BenchmarkPrimitive(b *testing.B) {
 			"hash-to-group": func() { g.HashToElement(enc, []byte("PDA-bench")) },
 			"decode":        func() { g.DecodeElement(enc) },
 			"encode":        func() { g.encodeElement(p) },
+			"add":           func() { g.add(p, p) },
 		}
 		if tab != nil {
 			ops["comb"] = func() { tab.mul(s) }
 		}
 		for name, op := range ops {
-			b.Run(g.String()[:6]+"/"+name, func(b *testing.B) {
+			b.Run(label+"/"+name, func(b *testing.B) {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
 				c := threadCPU()

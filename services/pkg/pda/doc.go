@@ -22,8 +22,12 @@
 //
 // [R] decisions taken here. The default group is ristretto255 (RFC 9496) with
 // hash_to_ristretto255 (RFC 9380 / RFC 9496 §4.3.4); P-256 with P256_XMD:SHA-256_SSWU_RO_
-// is the configurable alternative, both through cloudflare/circl, whose RFC 9380, 9496 and
-// 9497 vectors pass through our Group wrapper (testdata/). The spec's security argument
+// is the configurable alternative. ristretto255 runs on filippo.io/edwards25519 (r255.go:
+// RFC 9496 encode/decode/MAP on its field, whose multiplication has amd64 assembly, and its
+// constant-time ScalarMult and table-based ScalarBaseMult); P-256 runs on cloudflare/circl.
+// circl's ristretto255 stays in the package as a second backend: the RFC 9380, 9496 and 9497
+// vectors (testdata/) and the known-answer transcripts pass through our Group wrapper on
+// both, and a differential test pins them to identical bytes (r255_test.go). The spec's security argument
 // (§8.2) needs only a prime-order group in which DDH is hard plus random oracles for H2G
 // and Fiat–Shamir; ristretto255 is exactly a prime-order group (the cofactor of
 // edwards25519 is quotiented out, and its encoding admits no small-order or non-canonical
@@ -39,8 +43,8 @@
 // anything the proxy forwarded) and the oracle refuses requests with fewer than τ entries
 // (U24); URL canonicalisation drops the fragment and rejects user information; Key.String
 // never prints key material. Fixed-base multiplications by public keys on ristretto255 use
-// a constant-time signed-window comb table (comb.go), because circl precomputes only for the
-// generator.
+// a constant-time signed-window comb table of affine Niels points (comb.go), because the
+// libraries precompute only for the generator.
 //
 // Batch verification (proof.go, msm.go). Proofs are sent as (commitments R, responses z)
 // (submission format 2), so each check is a linear equation E = identity in public

@@ -8,7 +8,9 @@ import (
 	"github.com/cloudflare/circl/group"
 )
 
-// Element and Scalar are circl's group types. They are exposed so that callers can hold
+// Element and Scalar are circl's group interfaces (implemented for ristretto255 by r255.go
+// on filippo.io/edwards25519, for P-256 by circl). Elements and scalars of one Group must
+// not be mixed with another's. They are exposed so that callers can hold
 // keys and intermediate values, but every element or scalar that arrives as bytes must go
 // through Group.DecodeElement or Group.DecodeScalar, which enforce the canonical encodings.
 type (
@@ -46,9 +48,16 @@ type Group struct {
 }
 
 var (
+	// groupRistretto255 is backed by filippo.io/edwards25519 (r255.go, assembly field
+	// arithmetic on amd64); groupRistretto255Circl is the same group on circl, bit-for-bit
+	// identical (r255_test.go) and kept for the differential tests and benchmarks.
 	groupRistretto255 = &Group{
-		id: Ristretto255, g: group.Ristretto255, name: "ristretto255_XMD:SHA-512_R255MAP_RO_",
+		id: Ristretto255, g: r255Group{}, name: "ristretto255_XMD:SHA-512_R255MAP_RO_",
 		elementSize: 32, scalarSize: 32, scalarTopMask: 0x1f, scalarTopByte: 31, // little-endian, ℓ ≈ 2^252
+	}
+	groupRistretto255Circl = &Group{
+		id: Ristretto255, g: group.Ristretto255, name: "ristretto255_XMD:SHA-512_R255MAP_RO_",
+		elementSize: 32, scalarSize: 32, scalarTopMask: 0x1f, scalarTopByte: 31,
 	}
 	groupP256 = &Group{
 		id: P256, g: group.P256, name: "P256_XMD:SHA-256_SSWU_RO_",
@@ -151,8 +160,8 @@ func (g *Group) DecodeScalar(b []byte) (Scalar, error) {
 	if err := s.UnmarshalBinary(b); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidScalar, err)
 	}
-	// go-ristretto reduces on unmarshal instead of rejecting; a re-encoding that differs
-	// means the input was ≥ the order, which is not canonical.
+	// Defence in depth (both backends already reject scalars ≥ the order on unmarshal):
+	// a re-encoding that differs means the input was not canonical.
 	re, err := s.MarshalBinary()
 	if err != nil || subtle.ConstantTimeCompare(re, b) != 1 {
 		return nil, fmt.Errorf("%w: not canonical", ErrInvalidScalar)

@@ -46,6 +46,7 @@ type deployOpts struct {
 	chunks uint8
 	window uint64
 	seed   uint64
+	circl  bool // ristretto255 on the circl backend instead of edwards25519 (r255_test.go)
 }
 
 func newDeployment(t testing.TB, o deployOpts) *deployment {
@@ -64,6 +65,9 @@ func newDeployment(t testing.TB, o deployOpts) *deployment {
 	}
 	if o.window == 0 {
 		o.window = 42
+	}
+	if o.circl {
+		useCirclRistretto(t)
 	}
 	rnd := detRand(o.seed + 1)
 	g, err := NewGroup(o.group)
