@@ -65,6 +65,11 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 			Data: map[string][]byte{"private.key": key}})
 	}
 
+	// The gateway's user tokens and the vendor agent's device registry, as files in Secrets.
+	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-user-tokens"},
+		Data: map[string][]byte{"tokens.json": []byte(`{"token-of-alice": "alice"}`)}})
+	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme-devices"},
+		Data: map[string][]byte{"devices.json": []byte(`[]`)}})
 	samples := readSamples(t, filepath.Join(root, "config", "samples"))
 	kinds := map[string]bool{}
 	for _, u := range samples {

@@ -76,3 +76,31 @@ func secretName(ref common.KeyReference) string {
 	}
 	return ref.SecretRef.Name
 }
+
+// ReasonSecretNotFound: a Secret a workload reads as a file (user tokens, device registry) is
+// missing or lacks its key.
+const ReasonSecretNotFound = "SecretNotFound"
+
+// checkSecretFile verifies that ref names an existing Secret holding the key (or, without one,
+// def). A nil ref is fine: the file is optional.
+func (k KeyCheck) checkSecretFile(ctx context.Context, ns, what string, ref *common.SecretFileReference, def string) (*outcome, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	key := ref.Key
+	if key == "" {
+		key = def
+	}
+	var s corev1.Secret
+	err := k.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &s)
+	if apierrors.IsNotFound(err) {
+		return degraded(ReasonSecretNotFound, "%s: Secret %s/%s not found", what, ns, ref.Name), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get Secret %s/%s: %w", ns, ref.Name, err)
+	}
+	if _, ok := s.Data[key]; !ok {
+		return degraded(ReasonSecretNotFound, "%s: Secret %s/%s has no key %q", what, ns, ref.Name, key), nil
+	}
+	return nil, nil
+}

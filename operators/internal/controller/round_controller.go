@@ -138,6 +138,9 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 	if o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize); err != nil || o != nil {
 		return deref(o), nil, err
 	}
+	if o, err := r.Keys.checkSecretFile(ctx, rd.Namespace, "gateway tokens", rd.Spec.Gateway.Tokens, specs.TokensFile); err != nil || o != nil {
+		return deref(o), nil, err
+	}
 	return ready(fmt.Sprintf("%d vendors (Σ K_v = %d), %d shufflers, period %s",
 		len(vendors), rd.Status.PaddedCapacity, len(shufflers), rd.Spec.Period.Duration)), vendors, nil
 }
@@ -239,7 +242,12 @@ func isHealthy(conds []metav1.Condition) bool {
 // outcome of every Round in their namespace; a namespace holds few Rounds.
 func (r *RoundReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &mohitov1.Round{}, secretKeyIndex, func(o client.Object) []string {
-		return nonEmpty(secretName(o.(*mohitov1.Round).Spec.Keys))
+		rd := o.(*mohitov1.Round)
+		names := nonEmpty(secretName(rd.Spec.Keys))
+		if t := rd.Spec.Gateway.Tokens; t != nil {
+			names = append(names, t.Name)
+		}
+		return names
 	}); err != nil {
 		return fmt.Errorf("index rounds by key secret: %w", err)
 	}

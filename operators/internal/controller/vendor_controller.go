@@ -100,6 +100,11 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 	if o, err := r.Keys.check(ctx, v.Namespace, "vendor key", v.Spec.Keys, X25519KeySize); err != nil || o != nil {
 		return deref(o), err
 	}
+	if v.Spec.Agent != nil {
+		if o, err := r.Keys.checkSecretFile(ctx, v.Namespace, "device registry", v.Spec.Agent.Devices, specs.DevicesFile); err != nil || o != nil {
+			return deref(o), err
+		}
+	}
 	var same mohitov1.VendorList
 	if err := r.List(ctx, &same, client.InNamespace(v.Namespace),
 		client.MatchingFields{vendorIndexIndex: strconv.Itoa(int(v.Spec.Index))}); err != nil {
@@ -187,7 +192,12 @@ func (r *VendorReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("index vendors by index: %w", err)
 	}
 	if err := idx.IndexField(ctx, &mohitov1.Vendor{}, secretKeyIndex, func(o client.Object) []string {
-		return nonEmpty(secretName(o.(*mohitov1.Vendor).Spec.Keys))
+		v := o.(*mohitov1.Vendor)
+		names := nonEmpty(secretName(v.Spec.Keys))
+		if v.Spec.Agent != nil && v.Spec.Agent.Devices != nil {
+			names = append(names, v.Spec.Agent.Devices.Name)
+		}
+		return names
 	}); err != nil {
 		return fmt.Errorf("index vendors by key secret: %w", err)
 	}

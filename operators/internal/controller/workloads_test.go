@@ -30,7 +30,9 @@ func newSeries(t *testing.T) (string, *mohitov1.Round, []*mohitov1.Vendor, []*mo
 		keySecret(t, ns, name+"-key", X25519KeySize)
 		v := vendor(ns, name, int32(i), int64(100*(i+1)))
 		if i == 0 {
-			v.Spec.Agent = &mohitov1.VendorAgent{Replicas: 1}
+			v.Spec.Agent = &mohitov1.VendorAgent{Replicas: 1, Devices: &common.SecretFileReference{Name: "acme-devices"}}
+			create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme-devices"},
+				Data: map[string][]byte{specs.DevicesFile: []byte("[]")}})
 		}
 		create(t, v)
 		s := shuffler(ns, name+"-shuffler", name)
@@ -38,6 +40,9 @@ func newSeries(t *testing.T) (string, *mohitov1.Round, []*mohitov1.Vendor, []*mo
 		vs, ss = append(vs, v), append(ss, s)
 	}
 	rd := round(ns, "home")
+	rd.Spec.Gateway.Tokens = &common.SecretFileReference{Name: "home-tokens", Key: "users"}
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-tokens"},
+		Data: map[string][]byte{"users": []byte(`{"t": "alice"}`)}})
 	rd.Spec.Encoders.Partitions = 3
 	rd.Spec.DecryptWorkers = mohitov1.DecryptWorkers{Min: 2, Max: 6, TargetLag: 1000}
 	create(t, rd)
@@ -250,4 +255,28 @@ func TestVendorInTwoSeriesIsDegraded(t *testing.T) {
 	other := round(ns, "office")
 	create(t, other)
 	waitReady(t, vs[0], func() []metav1.Condition { return vs[0].Status.Conditions }, metav1.ConditionFalse, ReasonMultipleSeries)
+}
+
+// TestSecretFilesAreCheckedAndMounted: a Round whose gateway tokens Secret is missing is
+// degraded until it exists; the gateway mounts it at the contract's path.
+func TestSecretFilesAreCheckedAndMounted(t *testing.T) {
+	ns, rd, _, _ := newSeries(t)
+	gw := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-gateway"}}
+	get(t, gw)
+	var vol *corev1.Volume
+	for i := range gw.Spec.Template.Spec.Volumes {
+		if gw.Spec.Template.Spec.Volumes[i].Name == "tokens" {
+			vol = &gw.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.Secret.SecretName != "home-tokens" || vol.Secret.Items[0].Key != "users" || vol.Secret.Items[0].Path != specs.TokensFile {
+		t.Fatalf("gateway tokens volume %+v", vol)
+	}
+
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(rd), rd); err != nil {
+		t.Fatal(err)
+	}
+	rd.Spec.Gateway.Tokens = &common.SecretFileReference{Name: "no-such-tokens"}
+	update(t, rd)
+	waitReady(t, rd, func() []metav1.Condition { return rd.Status.Conditions }, metav1.ConditionFalse, ReasonSecretNotFound)
 }

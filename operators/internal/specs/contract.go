@@ -20,6 +20,12 @@ const (
 	KeyFile = "private.key"
 	// NATSDir is where the party's NATS password is mounted.
 	NATSDir = "/etc/obscura/nats"
+	// TokensDir and TokensFile: the gateway's user tokens.
+	TokensDir  = "/etc/obscura/tokens"
+	TokensFile = "tokens.json"
+	// DevicesDir and DevicesFile: the vendor agent's device registry.
+	DevicesDir  = "/etc/obscura/devices"
+	DevicesFile = "devices.json"
 
 	MetricsPort = 9090
 	HealthPort  = 8081
@@ -52,4 +58,6 @@ const (
 	EnvHealthAddr       = "OBSCURA_HEALTH_ADDR"
 	EnvListen           = "OBSCURA_LISTEN"
 	EnvPodName          = "POD_NAME"
+	EnvTokensFile       = "OBSCURA_TOKENS_FILE"
+	EnvDevicesFile      = "OBSCURA_DEVICES_FILE"
 )

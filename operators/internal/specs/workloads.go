@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 )
 
@@ -99,6 +100,19 @@ func VendorNATSSecret(v *mohitov1.Vendor, password []byte) *corev1.Secret {
 	return NATSSecret(v.Namespace, v.Name, fmt.Sprintf("vendor%d", v.Spec.Index), password, vendorLabels(v.Name, "vendor"))
 }
 
+// secretFile is a Secret key a role reads as a file at dir/file, named by env.
+type secretFile struct {
+	volume, env, dir, file string
+	ref                    *common.SecretFileReference
+}
+
+func (f secretFile) key() string {
+	if f.ref.Key != "" {
+		return f.ref.Key
+	}
+	return f.file
+}
+
 // pod is the shared description of one role's pod.
 type pod struct {
 	role        string
@@ -112,6 +126,7 @@ type pod struct {
 	configHash  string
 	extraEnv    []corev1.EnvVar
 	extraPorts  []corev1.ContainerPort
+	files       []secretFile
 	cpu, memory string
 }
 
@@ -142,6 +157,12 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 	}
 	if p.redis != "" {
 		env = append(env, corev1.EnvVar{Name: EnvRedisAddr, Value: p.redis})
+	}
+	for _, f := range p.files {
+		env = append(env, corev1.EnvVar{Name: f.env, Value: f.dir + "/" + f.file})
+		mounts = append(mounts, corev1.VolumeMount{Name: f.volume, MountPath: f.dir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: f.volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: f.ref.Name, Items: []corev1.KeyToPath{{Key: f.key(), Path: f.file}}, DefaultMode: ptr.To[int32](0o400)}}})
 	}
 	env = append(env, p.extraEnv...)
 	ports := append([]corev1.ContainerPort{
@@ -226,6 +247,9 @@ func Gateway(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deploym
 		extraEnv:   []corev1.EnvVar{{Name: EnvListen, Value: ":" + strconv.Itoa(GatewayPort)}},
 		extraPorts: []corev1.ContainerPort{{Name: "grpc", ContainerPort: GatewayPort}},
 	}.forRound(rd, RoleGateway, configHash)
+	if t := rd.Spec.Gateway.Tokens; t != nil {
+		p.files = append(p.files, secretFile{volume: "tokens", env: EnvTokensFile, dir: TokensDir, file: TokensFile, ref: t})
+	}
 	return deployment(rd.Name+"-"+RoleGateway, rd.Namespace, rd.Spec.Gateway.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
@@ -336,6 +360,9 @@ func VendorAgent(v *mohitov1.Vendor, series *mohitov1.Round, pl Platform, config
 		return nil
 	}
 	p := pod{cpu: "200m", memory: "256Mi"}.forVendor(v, series, configHash, v.Name, RoleVendorAgent)
+	if d := v.Spec.Agent.Devices; d != nil {
+		p.files = append(p.files, secretFile{volume: "devices", env: EnvDevicesFile, dir: DevicesDir, file: DevicesFile, ref: d})
+	}
 	return deployment(v.Name+"-"+RoleVendorAgent, v.Namespace, v.Spec.Agent.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 

@@ -221,6 +221,12 @@ type Gateway struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// Tokens names the Secret key holding the users' access tokens as a JSON object
+	// {"<token>": "<user>"} (default key tokens.json); the gateways read it at start. Without
+	// it the gateways accept no user.
+	// +optional
+	Tokens *common.SecretFileReference `json:"tokens,omitempty"`
 }
 
 // Encoders configures the OKVS encoder partitions.

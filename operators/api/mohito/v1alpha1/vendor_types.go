@@ -77,6 +77,12 @@ type VendorAgent struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=64
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// Devices names the Secret key holding the vendor's device registry as a JSON list of
+	// {"id", "prf": base64 k_D^prf} (default key devices.json). It stays in the vendor's trust
+	// domain: only the agent mounts it, and the integrator never sees a device id.
+	// +optional
+	Devices *common.SecretFileReference `json:"devices,omitempty"`
 }
 
 // VendorStatus is the observed state of a Vendor.
