@@ -28,6 +28,9 @@ GO_TOOLS=(
   "protoc-gen-go|v1.36.12-0.20260120151049-f2248ac996af|protoc-gen-go|google.golang.org/protobuf/cmd/protoc-gen-go|protoc-gen-go"
   "protoc-gen-go-grpc|v1.6.2|protoc-gen-go-grpc|google.golang.org/grpc/cmd/protoc-gen-go-grpc|protoc-gen-go-grpc"
   "buf|v1.75.0|buf|github.com/bufbuild/buf/cmd/buf|buf"
+  # Vault dev server for services/testenv.StartVault (KV v2 + Kubernetes auth). v1.21.4 cannot be
+  # built from the proxy (it needs its in-tree sdk); cold build 8-15 min and ~5.7 GB RAM.
+  "vault|v1.21.0|vault|github.com/hashicorp/vault|vault"
 )
 # Built only when named (hack/cluster/cluster.sh names them): the local cluster's control plane,
 # which the tests never need — it would add minutes and 3 GB of RAM to every cold `make test`.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 )
@@ -117,20 +120,25 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", errConfig, errors.Join(errs...))
 }
 
-// loadKey reads a party's raw private key (32 bytes for X25519) once.
-func loadKey(path string, suite mohito.Suite) (*mohito.PrivateKey, error) {
-	b, err := os.ReadFile(path)
+// loadKey reads a party's private key (32 bytes for X25519) once, from --key-file or Vault
+// (pkg/keys); errors name the source, never the key.
+func loadKey(src *keys.Source, suite mohito.Suite) (*mohito.PrivateKey, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), keyLoadTimeout)
+	defer cancel()
+	b, err := src.Load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("--key-file: %w", err)
+		return nil, err
 	}
 	k, err := mohito.ParsePrivateKey(suite, b)
 	clear(b)
 	if err != nil {
-		// Never echo the file's content.
-		return nil, fmt.Errorf("--key-file %s: not a raw %d-byte private key of the deployment's suite", path, len(b))
+		return nil, fmt.Errorf("%s: not a private key of the deployment's suite", src)
 	}
 	return k, nil
 }
+
+// keyLoadTimeout bounds loading the key at start (a Vault login and one read).
+const keyLoadTimeout = time.Minute
 
 func checkRedis(addr string) error {
 	if addr == "" {
@@ -156,7 +164,7 @@ type GatewayConfig struct {
 type CoordinatorConfig struct {
 	Common
 	RedisAddr string
-	KeyFile   string
+	Key       keys.Source
 	MaxRounds int
 	ReplicaID string
 
@@ -166,7 +174,7 @@ type CoordinatorConfig struct {
 // DecryptWorkerConfig configures `mohito decrypt-worker`.
 type DecryptWorkerConfig struct {
 	Common
-	KeyFile string
+	Key keys.Source
 
 	key *mohito.PrivateKey
 }
@@ -189,7 +197,7 @@ type ResponderConfig struct {
 // ShufflerConfig configures `mohito shuffler`.
 type ShufflerConfig struct {
 	Common
-	KeyFile  string
+	Key      keys.Source
 	Vendor   int
 	FakePool int
 
@@ -199,7 +207,7 @@ type ShufflerConfig struct {
 // VendorAgentConfig configures `mohito vendor-agent`.
 type VendorAgentConfig struct {
 	Common
-	KeyFile     string
+	Key         keys.Source
 	Vendor      int
 	DevicesFile string
 
@@ -234,9 +242,12 @@ func (c *CoordinatorConfig) validate() error {
 	if c.MaxRounds < 0 {
 		errs = append(errs, errors.New("--max-rounds must be ≥ 0"))
 	}
+	if err := c.Key.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		var err error
-		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -248,9 +259,12 @@ func (c *CoordinatorConfig) validate() error {
 
 func (c *DecryptWorkerConfig) validate() error {
 	errs := c.Common.validate()
+	if err := c.Key.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		var err error
-		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -330,9 +344,12 @@ func (c *ShufflerConfig) validate() error {
 	if c.FakePool < 1 {
 		errs = append(errs, errors.New("--fake-pool must be ≥ 1"))
 	}
+	if err := c.Key.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		var err error
-		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -373,9 +390,12 @@ func (c *VendorAgentConfig) validate() error {
 	} else if c.DevicesFile != DefaultDevicesPath || !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("--devices-file: %w", err))
 	}
+	if err := c.Key.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		var err error
-		if c.key, err = loadKey(c.KeyFile, c.Deployment.Params.Suite); err != nil {
+		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -416,9 +436,7 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 	redis := func(p *string) {
 		f.String(p, "redis-addr", "", "the integrator's Redis (host:port)")
 	}
-	key := func(p *string, whose string) {
-		f.String(p, "key-file", DefaultKeyPath, "raw private key "+whose+", read once at start")
-	}
+	key := func(p *keys.Source, whose string) { p.Bind(f, DefaultKeyPath, whose) }
 	vendor := func(p *int) {
 		f.Int(p, "vendor", -1, "this vendor's index in the deployment", "OBSCURA_VENDOR_INDEX")
 	}
@@ -432,13 +450,13 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 	case "coordinator":
 		co.Common.bind(f)
 		redis(&co.RedisAddr)
-		key(&co.KeyFile, "sk_I (the coordinator publishes pk_I)")
+		key(&co.Key, "sk_I (the coordinator publishes pk_I)")
 		f.Int(&co.MaxRounds, "max-rounds", 0, "stop opening rounds after this many (0: forever)")
 		f.String(&co.ReplicaID, "replica-id", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
 		cfg = &co
 	case "decrypt-worker":
 		dw.Common.bind(f)
-		key(&dw.KeyFile, "sk_I")
+		key(&dw.Key, "sk_I")
 		cfg = &dw
 	case "encoder":
 		en.Common.bind(f)
@@ -451,13 +469,13 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 		cfg = &re
 	case "shuffler":
 		sh.Common.bind(f)
-		key(&sh.KeyFile, "sk_V")
+		key(&sh.Key, "sk_V")
 		vendor(&sh.Vendor)
 		f.Int(&sh.FakePool, "fake-pool", 64, "pre-generated fakes kept per vendor (spec G7)", "OBSCURA_FAKE_POOL", "OBSCURA_FAKE_POOL_SIZE")
 		cfg = &sh
 	case "vendor-agent":
 		va.Common.bind(f)
-		key(&va.KeyFile, "sk_V (the agent announces pk_V)")
+		key(&va.Key, "sk_V (the agent announces pk_V)")
 		vendor(&va.Vendor)
 		f.String(&va.DevicesFile, "devices-file", DefaultDevicesPath, "JSON list of the vendor's devices {\"id\", \"prf\": base64 k_D^prf}")
 		cfg = &va
