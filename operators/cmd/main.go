@@ -156,7 +156,7 @@ func run(cfg Config) error {
 		Services:     services,
 		Platform: specs.Platform{
 			Image: cfg.MohitoImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
-			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis,
+			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis, VaultAddress: cfg.VaultAddress,
 		},
 	}); err != nil {
 		return err

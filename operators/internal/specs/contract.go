@@ -59,5 +59,10 @@ const (
 	EnvListen           = "OBSCURA_LISTEN"
 	EnvPodName          = "POD_NAME"
 	EnvTokensFile       = "OBSCURA_TOKENS_FILE"
+	EnvVaultAddr        = "OBSCURA_VAULT_ADDR"
+	EnvVaultRole        = "OBSCURA_VAULT_ROLE"
+	EnvVaultMount       = "OBSCURA_VAULT_MOUNT"
+	EnvVaultPath        = "OBSCURA_VAULT_PATH"
+	EnvVaultField       = "OBSCURA_VAULT_FIELD"
 	EnvDevicesFile      = "OBSCURA_DEVICES_FILE"
 )

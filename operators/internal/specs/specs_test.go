@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
+	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 )
 
@@ -160,7 +161,7 @@ func TestPodsAreRestricted(t *testing.T) {
 		case c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
 			t.Errorf("%s has no readiness probe on /readyz", role)
 		}
-		needsKey := role == RoleCoordinator || role == RoleDecryptWorker || role == RoleResponder || role == RoleShuffler || role == RoleVendorAgent
+		needsKey := role == RoleCoordinator || role == RoleDecryptWorker || role == RoleShuffler || role == RoleVendorAgent
 		if hasEnv(c.Env, EnvKeyFile) != needsKey {
 			t.Errorf("%s: key file mounted = %v, want %v (least privilege: only roles that decrypt hold a key)", role, hasEnv(c.Env, EnvKeyFile), needsKey)
 		}
@@ -211,5 +212,44 @@ func TestDeploymentNeedsContiguousIndices(t *testing.T) {
 	}
 	if doc.Vendors[0].Name != "acme" || doc.Vendors[1].Name != "globex" {
 		t.Fatalf("vendors not ordered by index: %+v", doc.Vendors)
+	}
+}
+
+// TestVaultKeysReachTheRoles: a Vault key reference becomes the roles' Vault settings (the
+// operator's default address filling in), with the service account token mounted for the
+// Kubernetes auth login and no key Secret.
+func TestVaultKeysReachTheRoles(t *testing.T) {
+	rd, v, s := samples(t)
+	rd.Spec.Keys = common.KeyReference{Vault: &common.VaultKeyReference{Role: "integrator", Path: "mohito/integrator"}}
+	pl := platform
+	pl.VaultAddress = "https://vault.vault.svc:8200"
+	d := DecryptWorkers(rd, pl, "h", 1)
+	env := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{EnvVaultAddr: pl.VaultAddress, EnvVaultRole: "integrator", EnvVaultMount: "secret",
+		EnvVaultPath: "mohito/integrator", EnvVaultField: "private_key"}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if _, ok := env[EnvKeyFile]; ok {
+		t.Error("a Vault key also mounts a key file")
+	}
+	if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+		t.Error("Kubernetes auth needs the service account token")
+	}
+	// Roles without a key keep no token.
+	if a := Responder(rd, pl, "h").Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the responder holds no key and must not get a token")
+	}
+	v.Spec.Keys = common.KeyReference{Vault: &common.VaultKeyReference{Address: "https://vendor-vault:8200", Role: "acme", Path: "acme/sk"}}
+	sh := Shuffler(s, v, rd, pl, "h")
+	for _, e := range sh.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == EnvVaultAddr && e.Value != "https://vendor-vault:8200" {
+			t.Errorf("the vendor's own Vault address was replaced by %s", e.Value)
+		}
 	}
 }

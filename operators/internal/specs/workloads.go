@@ -24,6 +24,8 @@ type Platform struct {
 	NATSURL string
 	// IntegratorRedis is the integrator's Redis (round state, mailboxes).
 	IntegratorRedis string
+	// VaultAddress is the default Vault address for key references without their own.
+	VaultAddress string
 }
 
 // Validate reports what is missing for workloads to be built.
@@ -118,9 +120,8 @@ type pod struct {
 	role        string
 	labels      map[string]string
 	sa          string
-	configMap   string // deployment ConfigMap, "" for none
-	keySecret   string // party key Secret, "" for none
-	keyItem     string
+	configMap   string               // deployment ConfigMap, "" for none
+	key         *common.KeyReference // the party's private key, nil for roles that hold none
 	natsSecret  string
 	redis       string
 	configHash  string
@@ -149,11 +150,31 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 		volumes = append(volumes, corev1.Volume{Name: "deployment", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: p.configMap}}}})
 	}
-	if p.keySecret != "" {
+	automount := false
+	switch k := p.key; {
+	case k != nil && k.SecretRef != nil:
+		item := k.SecretRef.Key
+		if item == "" {
+			item = KeyFile
+		}
 		env = append(env, corev1.EnvVar{Name: EnvKeyFile, Value: KeysDir + "/" + KeyFile})
 		mounts = append(mounts, corev1.VolumeMount{Name: "keys", MountPath: KeysDir, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: p.keySecret, Items: []corev1.KeyToPath{{Key: p.keyItem, Path: KeyFile}}, DefaultMode: ptr.To[int32](0o400)}}})
+			SecretName: k.SecretRef.Name, Items: []corev1.KeyToPath{{Key: item, Path: KeyFile}}, DefaultMode: ptr.To[int32](0o400)}}})
+	case k != nil && k.Vault != nil:
+		// The role logs in to Vault with its service account token (Kubernetes auth), reads
+		// the key once and holds it in memory; the token is the only API credential it gets.
+		addr := k.Vault.Address
+		if addr == "" {
+			addr = pl.VaultAddress
+		}
+		env = append(env,
+			corev1.EnvVar{Name: EnvVaultAddr, Value: addr},
+			corev1.EnvVar{Name: EnvVaultRole, Value: k.Vault.Role},
+			corev1.EnvVar{Name: EnvVaultMount, Value: orDefault(k.Vault.Mount, "secret")},
+			corev1.EnvVar{Name: EnvVaultPath, Value: k.Vault.Path},
+			corev1.EnvVar{Name: EnvVaultField, Value: orDefault(k.Vault.Field, "private_key")})
+		automount = true
 	}
 	if p.redis != "" {
 		env = append(env, corev1.EnvVar{Name: EnvRedisAddr, Value: p.redis})
@@ -177,7 +198,7 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 		ObjectMeta: metav1.ObjectMeta{Labels: p.labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           p.sa,
-			AutomountServiceAccountToken: ptr.To(false),
+			AutomountServiceAccountToken: ptr.To(automount),
 			SecurityContext:              restrictedPod(),
 			Containers: []corev1.Container{{
 				Name:            p.role,
@@ -220,15 +241,11 @@ func (p pod) forRound(rd *mohitov1.Round, role, configHash string) pod {
 	return p
 }
 
-func roundKey(rd *mohitov1.Round) (string, string) {
-	if rd.Spec.Keys.SecretRef == nil {
-		return "", ""
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
 	}
-	item := rd.Spec.Keys.SecretRef.Key
-	if item == "" {
-		item = KeyFile
-	}
-	return rd.Spec.Keys.SecretRef.Name, item
+	return v
 }
 
 // Coordinator is the round clock: one replica, with leader election in JetStream KV so that a
@@ -236,8 +253,7 @@ func roundKey(rd *mohitov1.Round) (string, string) {
 //
 // It holds sk_I: it announces pk_I to the vendors and takes part in the G2 share check.
 func Coordinator(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
-	secret, item := roundKey(rd)
-	p := pod{keySecret: secret, keyItem: item, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
+	p := pod{key: &rd.Spec.Keys, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
 	return deployment(rd.Name+"-"+RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RecreateDeploymentStrategyType)
 }
 
@@ -268,15 +284,14 @@ func GatewayService(rd *mohitov1.Round) *corev1.Service {
 // DecryptWorkers open the integrator layer of the shuffled stream (spec §4.5 stage A); they are
 // stateless and scaled by the operator or through the Round's scale subresource.
 func DecryptWorkers(rd *mohitov1.Round, pl Platform, configHash string, replicas int32) *appsv1.Deployment {
-	secret, item := roundKey(rd)
-	p := pod{keySecret: secret, keyItem: item, cpu: "500m", memory: "256Mi"}.forRound(rd, RoleDecryptWorker, configHash)
+	p := pod{key: &rd.Spec.Keys, cpu: "500m", memory: "256Mi"}.forRound(rd, RoleDecryptWorker, configHash)
 	return deployment(rd.Name+"-"+RoleDecryptWorker, rd.Namespace, replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
-// Responder assembles the response layer and routes answers into user mailboxes.
+// Responder assembles the response layer and routes answers into user mailboxes. It holds no
+// private key: the G1 response layers use per-command symmetric keys.
 func Responder(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
-	secret, item := roundKey(rd)
-	p := pod{keySecret: secret, keyItem: item, redis: pl.IntegratorRedis, cpu: "200m", memory: "256Mi"}.forRound(rd, RoleResponder, configHash)
+	p := pod{redis: pl.IntegratorRedis, cpu: "200m", memory: "256Mi"}.forRound(rd, RoleResponder, configHash)
 	return deployment(rd.Name+"-"+RoleResponder, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
@@ -328,17 +343,6 @@ func DisruptionBudgets(rd *mohitov1.Round) []*policyv1.PodDisruptionBudget {
 	return out
 }
 
-func vendorKey(v *mohitov1.Vendor) (string, string) {
-	if v.Spec.Keys.SecretRef == nil {
-		return "", ""
-	}
-	item := v.Spec.Keys.SecretRef.Key
-	if item == "" {
-		item = KeyFile
-	}
-	return v.Spec.Keys.SecretRef.Name, item
-}
-
 // forVendor fills in a vendor role's pod. The vendor's roles read the deployment of the Round
 // series that selects the vendor (one series per vendor).
 func (p pod) forVendor(v *mohitov1.Vendor, series *mohitov1.Round, configHash, name, role string) pod {
@@ -348,7 +352,7 @@ func (p pod) forVendor(v *mohitov1.Vendor, series *mohitov1.Round, configHash, n
 	p.labels = vendorLabels(name, role)
 	p.sa = v.Name + "-vendor"
 	p.natsSecret = NATSSecretName(v.Name)
-	p.keySecret, p.keyItem = vendorKey(v)
+	p.key = &v.Spec.Keys
 	p.extraEnv = append(p.extraEnv, corev1.EnvVar{Name: EnvVendorIndex, Value: strconv.Itoa(int(v.Spec.Index))})
 	return p
 }
