@@ -345,7 +345,9 @@ func TestRingChangeMidWindow(t *testing.T) {
 	p := e.people
 	want := map[string]int{}
 	var first, second []pda.Observation
-	for i := range 12 {
+	// 48 keys: each lands on the new shard with probability ≈ 1/3, so the chance that none
+	// does is (2/3)^48 ≈ 4·10⁻⁹ (with 12 keys it was ≈ 1 %, and the test flaked).
+	for i := range 48 {
 		k := fmt.Sprintf("10.9.0.%d", i)
 		want[k] = 2
 		if i%2 == 0 {
