@@ -95,3 +95,11 @@ cluster-down: ## stop the local cluster and remove every trace of it (CLUSTER_PU
 .PHONY: cluster-status
 cluster-status: ## health of the local cluster's components, its node and pods
 	@hack/cluster/cluster.sh status
+
+.PHONY: images
+images: ## build every container image offline, reproducibly, into hack/images/out (docs/images.md; IMAGES_FLAGS, e.g. -force)
+	@hack/images/images.sh build $(IMAGES_FLAGS)
+
+.PHONY: images-import
+images-import: ## import the built images into the running local cluster's containerd (fails if it is down)
+	@hack/images/images.sh import
