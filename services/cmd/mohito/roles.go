@@ -144,10 +144,12 @@ func runRole(role string, cfg any) error {
 	err = g.Wait()
 	// Graceful shutdown: the consumers have stopped fetching; drain flushes
 	// the acks and publishes still in flight before the connection closes.
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	if derr := nc.Drain(); derr == nil {
-		deadline := time.Now().Add(10 * time.Second)
-		for !nc.IsClosed() && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
 		}
 	}
 	nc.Close()

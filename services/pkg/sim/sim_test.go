@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,16 +75,15 @@ func start(t *testing.T, devices []int, users, workers int, mutate func(*sim.Con
 	return h
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor waits until cond holds (testenv.Eventually with a boolean condition).
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+	testenv.Eventually(t, d, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
+		return nil
+	})
 }
 
 // TestRoundsExactlyOnce: 50 rounds, 3 vendors, 2 decrypt workers, two
