@@ -137,6 +137,22 @@ func loadKey(src *keys.Source, suite mohito.Suite) (*mohito.PrivateKey, error) {
 	return k, nil
 }
 
+// validateAndLoadKey checks the key source and, only when the rest of the configuration (errs)
+// and the source are valid, loads the key once, so a bad config never reaches Vault.
+func validateAndLoadKey(errs []error, src *keys.Source, suite mohito.Suite) (*mohito.PrivateKey, []error) {
+	if err := src.Validate(); err != nil {
+		return nil, append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	k, err := loadKey(src, suite)
+	if err != nil {
+		return nil, append(errs, err)
+	}
+	return k, nil
+}
+
 // keyLoadTimeout bounds loading the key at start (a Vault login and one read).
 const keyLoadTimeout = time.Minute
 
@@ -242,15 +258,7 @@ func (c *CoordinatorConfig) validate() error {
 	if c.MaxRounds < 0 {
 		errs = append(errs, errors.New("--max-rounds must be ≥ 0"))
 	}
-	if err := c.Key.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		var err error
-		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
 	if c.ReplicaID == "" {
 		c.ReplicaID = podName()
 	}
@@ -259,15 +267,7 @@ func (c *CoordinatorConfig) validate() error {
 
 func (c *DecryptWorkerConfig) validate() error {
 	errs := c.Common.validate()
-	if err := c.Key.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		var err error
-		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
@@ -344,15 +344,7 @@ func (c *ShufflerConfig) validate() error {
 	if c.FakePool < 1 {
 		errs = append(errs, errors.New("--fake-pool must be ≥ 1"))
 	}
-	if err := c.Key.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		var err error
-		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
@@ -390,15 +382,7 @@ func (c *VendorAgentConfig) validate() error {
 	} else if c.DevicesFile != DefaultDevicesPath || !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("--devices-file: %w", err))
 	}
-	if err := c.Key.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		var err error
-		if c.key, err = loadKey(&c.Key, c.Deployment.Params.Suite); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
