@@ -96,6 +96,10 @@ cluster-down: ## stop the local cluster and remove every trace of it (CLUSTER_PU
 cluster-status: ## health of the local cluster's components, its node and pods
 	@hack/cluster/cluster.sh status
 
+.PHONY: e2e-cluster
+e2e-cluster: ## cluster e2e: cluster up, images, helm install, samples, load ×1/×2/×4 with autoscaling, upgrade, uninstall, cluster down (E2E_CLUSTER_MODE=smoke for the short one)
+	@hack/e2e-cluster.sh
+
 .PHONY: images
 images: ## build every container image offline, reproducibly, into hack/images/out (docs/images.md; IMAGES_FLAGS, e.g. -force)
 	@hack/images/images.sh build $(IMAGES_FLAGS)

@@ -48,7 +48,6 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
@@ -59,7 +58,6 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
@@ -84,11 +82,14 @@ require (
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/obscura-iot/obscura/services v0.0.0
+	github.com/prometheus/client_golang v1.24.0
 	go.uber.org/zap v1.27.1
+	golang.org/x/crypto v0.58.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
 
-// The services module lives in this repository (go.work); the operator imports only its test
-// harness (services/testenv), never service internals.
+// The services module lives in this repository (go.work); the operator imports its test
+// harness (services/testenv) and the NATS account layout it shares with the services
+// (services/pkg/natsx), never service internals.
 replace github.com/obscura-iot/obscura/services => ../services

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,13 +47,19 @@ func helm(t *testing.T, args ...string) (string, error) {
 }
 
 func TestChartLints(t *testing.T) {
-	if out, err := helm(t, "lint", "--strict", "charts/obscura"); err != nil {
-		t.Fatalf("helm lint: %v\n%s", err, out)
+	for _, args := range [][]string{nil, {"-f", "charts/obscura/values-local.yaml"}} {
+		if out, err := helm(t, append([]string{"lint", "--strict", "charts/obscura"}, args...)...); err != nil {
+			t.Errorf("helm lint %v: %v\n%s", args, err, out)
+		}
 	}
 }
 
 func TestChartSchemaRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"operator.replicas=-1", "operator.image.pullPolicy=Sometimes", "vault.address=vault:8200", "operator.unknown=1"} {
+	for _, set := range []string{
+		"operator.replicas=-1", "images.operator.pullPolicy=Sometimes", "vault.address=vault:8200",
+		"operator.unknown=1", "images.nats.digest=sha256:short", "edge.port=0", "redis.instances[0].name=Bad_Name",
+		"platform.unknown=1", "edge.rateLimit.fillInterval=soon", "nats.ports.mqtt=70000", "edge.tls.certManager.issuerRef.kind=Other",
+	} {
 		out, err := helm(t, "template", "x", "charts/obscura", "--set", set)
 		if err == nil {
 			t.Errorf("--set %s rendered; want a values.schema.json error", set)
@@ -60,20 +67,6 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		}
 		if !strings.Contains(out, "values don't meet the specifications of the schema") && !strings.Contains(out, "schema") {
 			t.Errorf("--set %s failed for another reason: %s", set, out)
-		}
-	}
-}
-
-func TestRenderedChartAcceptedByAPIServer(t *testing.T) {
-	out, err := helm(t, "template", "obscura", "charts/obscura", "--namespace", "obscura-system",
-		"--set", "vault.address=https://vault.vault.svc:8200")
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
-	kinds := dryRunAll(t, out, "obscura-system")
-	for _, k := range []string{"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
-		if kinds[k] == 0 {
-			t.Errorf("chart renders no %s (got %v)", k, kinds)
 		}
 	}
 }
@@ -94,7 +87,13 @@ func dryRunAll(t *testing.T, manifests string, namespaces ...string) map[string]
 	}
 	ctx := context.Background()
 	for _, ns := range namespaces {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		// Enforce the restricted Pod Security level wherever the chart runs on a pod network:
+		// the API server itself then rejects a non-compliant Pod (the helm test hook).
+		labels := map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted"}
+		if ns == localNamespace {
+			labels = map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}
+		}
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -121,7 +120,10 @@ func dryRunAll(t *testing.T, manifests string, namespaces ...string) map[string]
 			}
 			continue
 		}
-		if namespaced, err := k8s.IsObjectNamespaced(u); err != nil {
+		if namespaced, err := k8s.IsObjectNamespaced(u); meta.IsNoMatchError(err) && u.GroupVersionKind().Group == certManagerGroup {
+			// cert-manager's CRDs are not installed here; chart_test.go checks these objects.
+			continue
+		} else if err != nil {
 			t.Errorf("rendered %s %s: %v", u.GetKind(), u.GetName(), err)
 			continue
 		} else if namespaced && u.GetNamespace() == "" {

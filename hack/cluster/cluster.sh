@@ -255,6 +255,8 @@ podLogsDir: $STATE/pod-logs
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
+# Secret and ConfigMap volumes (the NATS accounts file the operator renders) reach pods in ~10 s.
+syncFrequency: 10s
 rotateCertificates: false
 serverTLSBootstrap: false
 imageGCHighThresholdPercent: 100

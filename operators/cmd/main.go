@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -22,6 +24,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Config is the manager's configuration, from flags with environment fallbacks.
@@ -45,6 +48,18 @@ type Config struct {
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
+	// The NATS server's accounts, rendered into this Secret (in NATSAccountsNamespace) from
+	// every credentials Secret and the operator's own users; "" renders nothing.
+	NATSAccountsSecret    string
+	NATSAccountsNamespace string
+	// NATSAccountsOwner is the operator's own Deployment: owner of that Secret, so that
+	// uninstalling the chart removes it too.
+	NATSAccountsOwner string
+	// HostNetwork runs the workloads on the node's network on 127.0.0.1 (a node without a pod
+	// network, docs/cluster.md).
+	HostNetwork bool
+	// CPURequest replaces every workload's CPU request when set (small clusters).
+	CPURequest string
 }
 
 func (c Config) validate() error {
@@ -74,10 +89,37 @@ func (c Config) validate() error {
 	if (c.NATSUser == "") != (c.NATSPasswordFile == "") {
 		errs = append(errs, errors.New("--nats-user and --nats-password-file go together"))
 	}
+	if c.NATSAccountsSecret != "" && c.NATSAccountsNamespace == "" {
+		errs = append(errs, errors.New("--nats-accounts-secret needs --nats-accounts-namespace (or POD_NAMESPACE): the operator writes the accounts into its own namespace"))
+	}
 	if c.MohitoImage != "" && c.IntegratorRedis == "" {
 		errs = append(errs, errors.New("--integrator-redis is required with --mohito-image: the integrator keeps round state in its own Redis"))
 	}
 	return errors.Join(errs...)
+}
+
+// natsOperatorUsers are the operator's own NATS users, with the passwords read from their
+// files, for the rendered accounts.
+func (c Config) natsOperatorUsers() ([]specs.NATSUser, error) {
+	if c.NATSAccountsSecret == "" {
+		return nil, nil
+	}
+	var users []specs.NATSUser
+	for _, u := range []struct{ account, user, file, flag string }{
+		{natsx.IntegratorAccount, c.NATSUser, c.NATSPasswordFile, "--nats-user"},
+		{natsx.PDAProxyAccount, c.PDAProxyNATSUser, c.PDAProxyNATSPasswordFile, "--pda-proxy-nats-user"},
+		{natsx.PDADBAccount, c.PDADBNATSUser, c.PDADBNATSPasswordFile, "--pda-db-nats-user"},
+	} {
+		if u.user == "" || u.file == "" {
+			continue
+		}
+		pw, err := os.ReadFile(u.file)
+		if err != nil {
+			return nil, fmt.Errorf("read the password of %s %s: %w", u.flag, u.user, err)
+		}
+		users = append(users, specs.NATSUser{Account: u.account, Name: u.user, Password: strings.TrimSpace(string(pw)), Source: "flag " + u.flag})
+	}
+	return users, nil
 }
 
 func envOr(key, def string) string {
@@ -105,12 +147,23 @@ func main() {
 	flag.StringVar(&cfg.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
+	flag.StringVar(&cfg.CPURequest, "workload-cpu-request", envOr("OBSCURA_WORKLOAD_CPU_REQUEST", ""), "CPU request of every workload the operator runs, replacing each role's default (e.g. 10m on a small cluster); empty keeps the defaults")
+	flag.BoolVar(&cfg.HostNetwork, "host-network", envOr("OBSCURA_HOST_NETWORK", "false") == "true", "run the workloads with hostNetwork on 127.0.0.1: dynamic metrics/health ports, exec probes, SO_REUSEPORT listeners (env OBSCURA_HOST_NETWORK)")
+	flag.StringVar(&cfg.NATSAccountsSecret, "nats-accounts-secret", envOr("OBSCURA_NATS_ACCOUNTS_SECRET", ""), "Secret to render the NATS server's accounts into (key accounts.conf); empty renders none (env OBSCURA_NATS_ACCOUNTS_SECRET)")
+	flag.StringVar(&cfg.NATSAccountsOwner, "nats-accounts-owner", envOr("OBSCURA_NATS_ACCOUNTS_OWNER", ""), "the operator's Deployment (in that namespace), set as the accounts Secret's owner so it is deleted with the operator (env OBSCURA_NATS_ACCOUNTS_OWNER)")
+	flag.StringVar(&cfg.NATSAccountsNamespace, "nats-accounts-namespace", envOr("OBSCURA_NATS_ACCOUNTS_NAMESPACE", os.Getenv("POD_NAMESPACE")), "namespace of that Secret (env OBSCURA_NATS_ACCOUNTS_NAMESPACE, then POD_NAMESPACE, then the pod's service account namespace)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
+	if cfg.NATSAccountsSecret != "" && cfg.NATSAccountsNamespace == "" {
+		// In a pod the operator's own namespace is its service account's.
+		if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			cfg.NATSAccountsNamespace = strings.TrimSpace(string(ns))
+		}
+	}
 	if err := cfg.validate(); err != nil {
 		log.Error(err, "invalid configuration")
 		os.Exit(2)
@@ -133,6 +186,12 @@ func run(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	// The accounts come first and need no NATS: the server waits for them, and the
+	// connections below retry until it is up.
+	operatorUsers, err := cfg.natsOperatorUsers()
+	if err != nil {
+		return err
+	}
 	var services *roundstatus.Client
 	if cfg.NATSURL != "" {
 		if services, err = roundstatus.Connect(roundstatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
@@ -150,13 +209,17 @@ func run(cfg Config) error {
 		defer pdaServices.Close()
 	}
 	if err := controller.SetupAll(mgr, controller.Options{
-		PDAPlatform:  specs.PDAPlatform{Image: cfg.PDAImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL},
-		PDAServices:  pdaServices,
-		VaultAddress: cfg.VaultAddress,
-		Services:     services,
+		PDAPlatform:        specs.PDAPlatform{Image: cfg.PDAImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL, HostNetwork: cfg.HostNetwork, VaultAddress: cfg.VaultAddress, CPURequest: cfg.CPURequest},
+		PDAServices:        pdaServices,
+		NATSAccountsSecret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
+		NATSAccountsOwner:  cfg.NATSAccountsOwner,
+		NATSOperatorUsers:  operatorUsers,
+		VaultAddress:       cfg.VaultAddress,
+		Services:           services,
 		Platform: specs.Platform{
 			Image: cfg.MohitoImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
 			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis, VaultAddress: cfg.VaultAddress,
+			HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest,
 		},
 	}); err != nil {
 		return err

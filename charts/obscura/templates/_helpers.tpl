@@ -10,8 +10,123 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* Selector labels of one component: include "obscura.selector" (list . "nats"). */}}
+{{- define "obscura.selector" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ $.Chart.Name }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
 {{- define "obscura.operatorSelector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: operator
+{{ include "obscura.selector" (list . "operator") }}
+{{- end -}}
+
+{{/* An image reference: include "obscura.image" (list . .Values.images.nats). */}}
+{{- define "obscura.image" -}}
+{{- $ := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $ref := printf "%s:%s" $img.repository ($img.tag | default $.Chart.AppVersion) -}}
+{{- with $img.digest }}{{ $ref = printf "%s@%s" $ref . }}{{ end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* The address a component listens on: 127.0.0.1 on the node's network, every address otherwise. */}}
+{{- define "obscura.listenHost" -}}
+{{- if .Values.platform.hostNetwork }}127.0.0.1{{ else }}0.0.0.0{{ end -}}
+{{- end -}}
+
+{{/* How a client in the cluster reaches a chart Service: include "obscura.serviceHost" (list . "nats"). */}}
+{{- define "obscura.serviceHost" -}}
+{{- $ := index . 0 -}}
+{{- if $.Values.platform.hostNetwork -}}127.0.0.1{{- else -}}
+{{- printf "%s-%s.%s.svc.%s" (include "obscura.fullname" $) (index . 1) $.Release.Namespace $.Values.platform.clusterDomain -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level fields every chart pod shares: the network mode and the restricted Pod Security profile. */}}
+{{- define "obscura.podSpec" -}}
+{{- if .Values.platform.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{/* Container-level restricted profile. */}}
+{{- define "obscura.containerSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: ["ALL"]}
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{/* A probe's host: the kubelet must never dial the node's InternalIP on the node's network. */}}
+{{- define "obscura.probeHost" -}}
+{{- if .Values.platform.hostNetwork }}host: 127.0.0.1{{ end -}}
+{{- end -}}
+
+{{/*
+The operator's NATS passwords (keys operator, pda-proxy, pda-db): the existing Secret's on
+upgrade, random on install. Memoised in the values so the Secret and the bootstrap accounts
+file rendered in the same run agree.
+*/}}
+{{- define "obscura.natsOperatorPasswords" -}}
+{{- if not (hasKey .Values "__natsOperatorPasswords") -}}
+{{- $name := printf "%s-nats-operator" (include "obscura.fullname" .) -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name -}}
+{{- $pw := dict -}}
+{{- range $k := list "operator" "pda-proxy" "pda-db" -}}
+{{- if and $existing $existing.data (hasKey $existing.data $k) -}}
+{{- $_ := set $pw $k (index $existing.data $k | b64dec) -}}
+{{- else -}}
+{{- $_ := set $pw $k (randAlphaNum 32) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set .Values "__natsOperatorPasswords" $pw -}}
+{{- end -}}
+{{- toJson (index .Values "__natsOperatorPasswords") -}}
+{{- end -}}
+
+{{- define "obscura.natsURL" -}}
+{{- if .Values.nats.enabled -}}
+{{- printf "nats://%s:%d" (include "obscura.serviceHost" (list . "nats")) (int .Values.nats.ports.client) -}}
+{{- else -}}{{ .Values.nats.url }}{{- end -}}
+{{- end -}}
+
+{{- define "obscura.edgeUpstreamHost" -}}
+{{- if .Values.edge.upstream.host -}}{{ .Values.edge.upstream.host }}
+{{- else if .Values.platform.hostNetwork -}}127.0.0.1
+{{- else -}}{{ printf "%s-gateway.%s.svc.%s" .Values.edge.round .Release.Namespace .Values.platform.clusterDomain }}
+{{- end -}}
+{{- end -}}
+
+{{- define "obscura.edgeTLSSecret" -}}
+{{- .Values.edge.tls.existingSecret | default (printf "%s-edge-tls" (include "obscura.fullname" .)) -}}
+{{- end -}}
+
+{{/* The name clients verify the edge's certificate against. */}}
+{{- define "obscura.edgeServerName" -}}
+{{- if .Values.platform.hostNetwork -}}localhost{{- else -}}
+{{- printf "%s-edge.%s.svc" (include "obscura.fullname" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "obscura.edgeDNSNames" -}}
+{{- $f := include "obscura.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $names := list (printf "%s-edge" $f) (printf "%s-edge.%s" $f $ns) (printf "%s-edge.%s.svc" $f $ns) (printf "%s-edge.%s.svc.%s" $f $ns .Values.platform.clusterDomain) "localhost" -}}
+{{- toJson (concat $names .Values.edge.tls.dnsNames | uniq) -}}
+{{- end -}}
+
+{{- define "obscura.certManager" -}}
+{{- if and .Values.edge.enabled (not .Values.edge.tls.existingSecret) .Values.edge.tls.certManager.enabled (.Capabilities.APIVersions.Has "cert-manager.io/v1") -}}true{{- end -}}
 {{- end -}}

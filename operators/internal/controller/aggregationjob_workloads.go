@@ -47,9 +47,9 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 		role string
 		td   pdav1.TrustDomain
 	}{{"proxy", job.Spec.Proxy}, {"database", job.Spec.Database}} {
-		if d.td.Keys.SecretRef == nil {
+		if d.td.Keys.SecretRef == nil && d.td.Keys.Vault == nil {
 			return *degraded(ReasonUnsupportedByServices,
-				"%s keys: the PDA services read their key file from a mounted Secret; use keys.secretRef", d.role), nil
+				"%s keys: set keys.secretRef (a mounted Secret) or keys.vault", d.role), nil
 		}
 		if d.td.PublicKey == "" {
 			return *degraded(ReasonPublicKeyMissing,

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 )
 
 // X25519KeySize is the length of an X25519 private key (Mohito's sk_I and sk_V).
@@ -56,11 +57,20 @@ func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyRefe
 		switch {
 		case !ok:
 			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s has no key %q", what, ns, s.Name, key), nil
-		case wantLen > 0 && len(v) != wantLen:
-			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes, want a %d-byte private key",
-				what, ns, s.Name, key, len(v), wantLen), nil
 		case len(v) == 0:
 			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q is empty", what, ns, s.Name, key), nil
+		}
+		if wantLen > 0 {
+			// What the services accept (services/pkg/keys): raw, hex or base64 text.
+			k, err := keys.Decode(v)
+			if err == nil && len(k) != wantLen {
+				err = fmt.Errorf("decodes to %d bytes", len(k))
+			}
+			clear(k)
+			if err != nil {
+				return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes: want a %d-byte private key (raw, hex or base64): %v",
+					what, ns, s.Name, key, len(v), wantLen, err), nil
+			}
 		}
 		return nil, nil
 	default:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
@@ -23,6 +24,12 @@ type Options struct {
 	PDAPlatform specs.PDAPlatform
 	// PDAServices reads the PDA services' progress and writes the shard ring; nil without NATS.
 	PDAServices *pdastatus.Client
+	// NATSAccountsSecret, when named, is where the NATS server's accounts are rendered, with
+	// NATSOperatorUsers (the operator's own users) besides every credentials Secret's.
+	NATSAccountsSecret client.ObjectKey
+	NATSOperatorUsers  []specs.NATSUser
+	// NATSAccountsOwner is the operator's Deployment, owner of the accounts Secret ("" for none).
+	NATSAccountsOwner string
 }
 
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
@@ -38,6 +45,13 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
 		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller"),
 			Platform: opts.PDAPlatform, Services: opts.PDAServices}).SetupWithManager},
+	}
+	if opts.NATSAccountsSecret.Name != "" {
+		reconcilers = append(reconcilers, struct {
+			name  string
+			setup func(ctrl.Manager) error
+		}{"nats-accounts", (&NATSAccountsReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nats-accounts-controller"),
+			Secret: opts.NATSAccountsSecret, Operator: opts.NATSOperatorUsers, Owner: opts.NATSAccountsOwner}).SetupWithManager})
 	}
 	for _, r := range reconcilers {
 		if err := r.setup(mgr); err != nil {

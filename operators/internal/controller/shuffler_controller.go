@@ -25,7 +25,7 @@ import (
 const (
 	// ReasonVendorNotFound: spec.vendorRef names no Vendor in the namespace.
 	ReasonVendorNotFound = "VendorNotFound"
-	// ReasonVendorNotReady: the Vendor exists but is itself degraded.
+	// ReasonVendorNotReady: the Vendor exists but is itself degraded (or not evaluated yet).
 	ReasonVendorNotReady = "VendorNotReady"
 )
 
@@ -91,12 +91,15 @@ func (r *ShufflerReconciler) evaluate(ctx context.Context, s *mohitov1.Shuffler)
 	if s.Spec.Weight != nil {
 		s.Status.EffectiveWeight = *s.Spec.Weight
 	}
-	if c := meta.FindStatusCondition(v.Status.Conditions, common.ConditionReady); c == nil || c.Status != "True" {
+	// A Vendor still rolling out (its agent waits for the series' deployment, which waits for an
+	// available shuffler) is not a fault: only a degraded Vendor (a missing key, a bad registry)
+	// stops its shuffler. Waiting for Ready here would deadlock a fresh install.
+	if !isHealthy(v.Status.Conditions) {
 		why := "not evaluated yet"
-		if c != nil {
+		if c := meta.FindStatusCondition(v.Status.Conditions, common.ConditionReady); c != nil {
 			why = c.Reason + ": " + c.Message
 		}
-		return *degraded(ReasonVendorNotReady, "Vendor %s is not ready (%s)", v.Name, why), nil, nil
+		return *degraded(ReasonVendorNotReady, "Vendor %s is degraded (%s)", v.Name, why), nil, nil
 	}
 	return ready(fmt.Sprintf("shuffles for vendor %s (index %d) with weight %d", v.Name, idx, s.Status.EffectiveWeight)), &v, nil
 }

@@ -47,6 +47,13 @@ var (
 	pdaServices     *pdastatus.Client
 )
 
+// testAccountsSecret is where the suite's operator renders the NATS accounts, with its own
+// user testOperatorUsers.
+var (
+	testAccountsSecret = client.ObjectKey{Namespace: "obscura-system", Name: "nats-accounts"}
+	testOperatorUsers  = []specs.NATSUser{{Account: "INTEGRATOR", Name: "operator", Password: "operator-password", Source: "flag --nats-user"}}
+)
+
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
 }
@@ -98,8 +105,13 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "create manager:", err)
 		return 1
 	}
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testAccountsSecret.Namespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, "create the operator's namespace:", err)
+		return 1
+	}
 	if err := SetupAll(mgr, Options{Platform: testPlatform, Services: services,
-		PDAPlatform: testPDAPlatform, PDAServices: pdaServices}); err != nil {
+		PDAPlatform: testPDAPlatform, PDAServices: pdaServices,
+		NATSAccountsSecret: testAccountsSecret, NATSOperatorUsers: testOperatorUsers}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -122,7 +122,7 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 // applyWorkloads gives the vendor its NATS credentials and service account and, when the
 // operator hosts its agent, the agent Deployment of the series that selects it.
 func (r *VendorReconciler) applyWorkloads(ctx context.Context, v *mohitov1.Vendor, validated outcome) (outcome, error) {
-	if err := ensureSecret(ctx, r.Client, v, specs.VendorNATSSecret(v, newPassword())); err != nil {
+	if err := ensureSecret(ctx, r.Client, v, specs.VendorNATSSecret(v, newPassword(), newPassword())); err != nil {
 		return outcome{}, err
 	}
 	if err := applyOwned(ctx, r.Client, v, specs.VendorServiceAccount(v)); err != nil {

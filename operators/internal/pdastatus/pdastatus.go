@@ -105,7 +105,9 @@ type Client struct {
 // Connect opens the connections.
 func Connect(cfg Config) (*Client, error) {
 	connect := func(domain string, cr Credentials) (*nats.Conn, error) {
-		opts := []nats.Option{nats.Name("obscura-operator-pda-" + domain), nats.MaxReconnects(-1)}
+		opts := []nats.Option{nats.Name("obscura-operator-pda-" + domain), nats.MaxReconnects(-1),
+			// NATS may start after the operator (it waits for the accounts the operator renders).
+			nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort()}
 		if cr.User != "" {
 			pw := ""
 			if cr.PasswordFile != "" {

@@ -87,7 +87,7 @@ type Client struct {
 // Connect opens the operator's NATS connection. It reconnects forever: NATS may start after
 // the operator, and losing it must only delay status, never stop reconciling.
 func Connect(cfg Config) (*Client, error) {
-	opts := []nats.Option{nats.Name("obscura-operator"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
+	opts := []nats.Option{nats.Name("obscura-operator"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort()}
 	if cfg.User != "" {
 		pw, err := os.ReadFile(cfg.PasswordFile)
 		if err != nil {

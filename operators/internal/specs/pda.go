@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // The PDA services contract (docs/pda.md, docs/operators-pda.md): one image runs every role
@@ -71,6 +72,12 @@ type PDAPlatform struct {
 	ImagePullPolicy corev1.PullPolicy
 	// NATSURL reaches the NATS server; each trust domain authenticates as its own user.
 	NATSURL string
+	// HostNetwork runs every pod on the node's network on 127.0.0.1 (hostnetwork.go).
+	HostNetwork bool
+	// VaultAddress is the default Vault address for key references without their own.
+	VaultAddress string
+	// CPURequest, when set, replaces every workload's CPU request (see Platform).
+	CPURequest string
 }
 
 // Validate reports what is missing for workloads to be built.
@@ -163,11 +170,15 @@ func PDAServiceAccount(job *pdav1.AggregationJob, d PDADomain) *corev1.ServiceAc
 
 // PDANATSSecret is a domain's NATS credentials.
 func PDANATSSecret(job *pdav1.AggregationJob, d PDADomain, password []byte) *corev1.Secret {
-	return &corev1.Secret{
+	account := natsx.PDADBAccount
+	if d == PDAProxyDomain {
+		account = natsx.PDAProxyAccount
+	}
+	return withNATSAccount(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: PDANATSSecretName(job, d), Namespace: d.namespace(job), Labels: pdaLabels(job, string(d))},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{"user": []byte(d.user()), "password": password},
-	}
+	}, account)
 }
 
 // PDAWindow returns the window length the services run with and the services' id of the job's
@@ -314,16 +325,23 @@ func (p pdaPod) template(pl PDAPlatform) corev1.PodTemplateSpec {
 		volumes = append(volumes, corev1.Volume{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: ref.Name, Items: []corev1.KeyToPath{{Key: item, Path: keyFile}}, DefaultMode: ptr.To[int32](0o400)}}})
 	}
+	// With keys.vault the role logs in with its domain's service account token (Kubernetes
+	// auth) and reads the bundle once at start, like the Mohito roles (vaultKeyEnv).
+	automount := false
+	if v := td.Keys.Vault; v != nil && !p.keyless {
+		env = append(env, vaultKeyEnv(v, pl.VaultAddress)...)
+		automount = true
+	}
 	env = append(env, p.env...)
 	mounts = append(mounts, p.mounts...)
 	volumes = append(volumes, p.volumes...)
 	ports := append([]corev1.ContainerPort{{Name: "metrics", ContainerPort: PDAMetricsPort}}, p.ports...)
 	labels := pdaLabels(p.job, p.role)
-	return corev1.PodTemplateSpec{
+	t := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{PDAParamsHashAnnotation: p.hash}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           pdaServiceAccountName(p.job, p.domain),
-			AutomountServiceAccountToken: ptr.To(false),
+			AutomountServiceAccountToken: ptr.To(automount),
 			SecurityContext:              restrictedPod(),
 			Containers: []corev1.Container{{
 				Name:            p.role,
@@ -337,13 +355,17 @@ func (p pdaPod) template(pl PDAPlatform) corev1.PodTemplateSpec {
 				VolumeMounts:    mounts,
 				LivenessProbe:   httpProbe("/healthz", "metrics"),
 				ReadinessProbe:  httpProbe("/readyz", "metrics"),
-				Resources:       resources(p.cpu, p.memory),
+				Resources:       resources(orDefault(pl.CPURequest, p.cpu), p.memory),
 				SecurityContext: restrictedContainer(),
 			}},
 			Volumes:                       volumes,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 		},
 	}
+	if pl.HostNetwork {
+		onHostNetwork(&t.Spec, PDABinary, []string{PDAEnv("metrics-addr")}, []string{PDAEnv("listen")})
+	}
+	return t
 }
 
 func pdaDeployment(p pdaPod, pl PDAPlatform, replicas int32, strategy appsv1.DeploymentStrategyType) *appsv1.Deployment {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 )
 
@@ -178,3 +179,23 @@ func TestPDAParams(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestPDAVaultKeysGolden: with keys.vault a role gets the same OBSCURA_VAULT_* variables as the
+// Mohito roles (the platform's address when the reference has none) and its service account
+// token for the Kubernetes auth login, and no key volume; a shard, which never decrypts, gets
+// neither.
+func TestPDAVaultKeysGolden(t *testing.T) {
+	job, start, end := pdaSample(t)
+	job.Spec.Proxy.Keys = common.KeyReference{Vault: &common.VaultKeyReference{
+		Address: "https://vault.proxy.example:8200", Role: "pda-proxy", Path: "pda/proxy"}}
+	job.Spec.Database.Keys = common.KeyReference{Vault: &common.VaultKeyReference{
+		Role: "pda-db", Mount: "kv", Path: "pda/db", Field: "bundle"}}
+	pl := pdaPlatform
+	pl.VaultAddress = "https://vault.vault.svc:8200"
+	proxy, db, err := PDAParams(job, start, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, dh := PDAParamsHash(proxy), PDAParamsHash(db)
+	golden(t, "pda_vault.yaml", PDAOracle(job, pl, ph), PDAFrontend(job, pl, dh), PDAShards(job, pl, dh, 1))
+}

@@ -13,8 +13,10 @@ import (
 
 func restrictedPod() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](65532),
+		RunAsNonRoot: ptr.To(true),
+		RunAsUser:    ptr.To[int64](65532),
+		// Secret volumes (keys, NATS passwords) are mode 0400 and group-readable by fsGroup.
+		FSGroup:        ptr.To[int64](65532),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }

@@ -117,7 +117,7 @@ func TestRoundObjectsGolden(t *testing.T) {
 
 func TestVendorObjectsGolden(t *testing.T) {
 	rd, v, s := samples(t)
-	golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password")),
+	golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password"), []byte("not-a-real-device-password")),
 		VendorAgent(v, rd, platform, "0123456789abcdef"), Shuffler(s, v, rd, platform, "0123456789abcdef"))
 }
 
@@ -250,6 +250,58 @@ func TestVaultKeysReachTheRoles(t *testing.T) {
 	for _, e := range sh.Spec.Template.Spec.Containers[0].Env {
 		if e.Name == EnvVaultAddr && e.Value != "https://vendor-vault:8200" {
 			t.Errorf("the vendor's own Vault address was replaced by %s", e.Value)
+		}
+	}
+}
+
+// TestHostNetworkMode checks the pods of the local cluster (no pod network): on the node's
+// network, no declared port (a second replica would not schedule), health and metrics on
+// 127.0.0.1:0 with the bound addresses in a file, exec probes (the kubelet never dials the
+// node's InternalIP), the gateway on a fixed 127.0.0.1 port with SO_REUSEPORT.
+func TestHostNetworkMode(t *testing.T) {
+	rd, v, s := samples(t)
+	pl := platform
+	pl.HostNetwork = true
+	gw := Gateway(rd, pl, "h")
+	golden(t, "hostnetwork_gateway.yaml", gw)
+	templates := map[string]corev1.PodTemplateSpec{
+		"gateway": gw.Spec.Template, "coordinator": Coordinator(rd, pl, "h").Spec.Template,
+		"decrypt-worker": DecryptWorkers(rd, pl, "h", 2).Spec.Template, "responder": Responder(rd, pl, "h").Spec.Template,
+		"encoder": Encoders(rd, pl, "h").Spec.Template, "vendor-agent": VendorAgent(v, rd, pl, "h").Spec.Template,
+		"shuffler": Shuffler(s, v, rd, pl, "h").Spec.Template,
+	}
+	for name, tpl := range templates {
+		spec := tpl.Spec
+		if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+			t.Errorf("%s: hostNetwork %v dnsPolicy %q", name, spec.HostNetwork, spec.DNSPolicy)
+		}
+		c := spec.Containers[0]
+		if len(c.Ports) != 0 {
+			t.Errorf("%s declares ports %v", name, c.Ports)
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		for _, k := range []string{EnvMetricsAddr, EnvHealthAddr} {
+			if env[k] != "127.0.0.1:0" {
+				t.Errorf("%s: %s=%q, want 127.0.0.1:0", name, k, env[k])
+			}
+		}
+		if env[EnvAddrFile] != RunDir+"/addr" {
+			t.Errorf("%s: %s=%q", name, EnvAddrFile, env[EnvAddrFile])
+		}
+		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+			if p == nil || p.Exec == nil || p.HTTPGet != nil || p.Exec.Command[0] != MohitoBinary || p.Exec.Command[1] != "probe" {
+				t.Errorf("%s: probe %+v, want an exec probe of %s", name, p, MohitoBinary)
+			}
+		}
+		if name == "gateway" {
+			if env[EnvListen] != "127.0.0.1:"+strconv.Itoa(GatewayPort) || env[EnvReusePort] != "true" {
+				t.Errorf("gateway listens on %q reuse %q", env[EnvListen], env[EnvReusePort])
+			}
+		} else if _, ok := env[EnvReusePort]; ok {
+			t.Errorf("%s sets %s without a fixed listener", name, EnvReusePort)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Platform is what the operator knows about where it deploys (its flags, the chart's values).
@@ -26,6 +27,11 @@ type Platform struct {
 	IntegratorRedis string
 	// VaultAddress is the default Vault address for key references without their own.
 	VaultAddress string
+	// HostNetwork runs every pod on the node's network on 127.0.0.1 (hostnetwork.go).
+	HostNetwork bool
+	// CPURequest, when set, replaces every workload's CPU request (small clusters: the local
+	// one has 2 CPUs for everything).
+	CPURequest string
 }
 
 // Validate reports what is missing for workloads to be built.
@@ -92,14 +98,20 @@ func NATSSecret(namespace, owner, user string, password []byte, labels map[strin
 	}
 }
 
-// RoundNATSSecret is the integrator's NATS credentials for a Round's workloads.
+// RoundNATSSecret is the integrator's NATS credentials for a Round's workloads: the Round's
+// own user (RoundNATSUser) in the integrator account.
 func RoundNATSSecret(rd *mohitov1.Round, password []byte) *corev1.Secret {
-	return NATSSecret(rd.Namespace, rd.Name, "integrator", password, roundLabels(rd, "integrator"))
+	return withNATSAccount(NATSSecret(rd.Namespace, rd.Name, RoundNATSUser(rd), password, roundLabels(rd, "integrator")), natsx.IntegratorAccount)
 }
 
-// VendorNATSSecret is a vendor's NATS credentials (its shuffler and agent).
-func VendorNATSSecret(v *mohitov1.Vendor, password []byte) *corev1.Secret {
-	return NATSSecret(v.Namespace, v.Name, fmt.Sprintf("vendor%d", v.Spec.Index), password, vendorLabels(v.Name, "vendor"))
+// VendorNATSSecret is a vendor's NATS credentials: its service user (shuffler and agent) and
+// the restricted user its devices connect as (NATSDeviceUserKey, NATSDevicePasswordKey).
+func VendorNATSSecret(v *mohitov1.Vendor, password, devicePassword []byte) *corev1.Secret {
+	idx := int(v.Spec.Index)
+	s := withNATSAccount(NATSSecret(v.Namespace, v.Name, natsx.VendorUser(idx), password, vendorLabels(v.Name, "vendor")), natsx.VendorAccount(idx))
+	s.Data[NATSDeviceUserKey] = []byte(natsx.DeviceUser(idx))
+	s.Data[NATSDevicePasswordKey] = devicePassword
+	return s
 }
 
 // secretFile is a Secret key a role reads as a file at dir/file, named by env.
@@ -164,16 +176,7 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 	case k != nil && k.Vault != nil:
 		// The role logs in to Vault with its service account token (Kubernetes auth), reads
 		// the key once and holds it in memory; the token is the only API credential it gets.
-		addr := k.Vault.Address
-		if addr == "" {
-			addr = pl.VaultAddress
-		}
-		env = append(env,
-			corev1.EnvVar{Name: EnvVaultAddr, Value: addr},
-			corev1.EnvVar{Name: EnvVaultRole, Value: k.Vault.Role},
-			corev1.EnvVar{Name: EnvVaultMount, Value: orDefault(k.Vault.Mount, "secret")},
-			corev1.EnvVar{Name: EnvVaultPath, Value: k.Vault.Path},
-			corev1.EnvVar{Name: EnvVaultField, Value: orDefault(k.Vault.Field, "private_key")})
+		env = append(env, vaultKeyEnv(k.Vault, pl.VaultAddress)...)
 		automount = true
 	}
 	if p.redis != "" {
@@ -194,7 +197,7 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 	if p.configHash != "" {
 		annotations[ConfigHashAnnotation] = p.configHash
 	}
-	return corev1.PodTemplateSpec{
+	t := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: p.labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           p.sa,
@@ -210,13 +213,17 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 				VolumeMounts:    mounts,
 				LivenessProbe:   httpProbe("/healthz", "health"),
 				ReadinessProbe:  httpProbe("/readyz", "health"),
-				Resources:       resources(p.cpu, p.memory),
+				Resources:       resources(orDefault(pl.CPURequest, p.cpu), p.memory),
 				SecurityContext: restrictedContainer(),
 			}},
 			Volumes:                       volumes,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 		},
 	}
+	if pl.HostNetwork {
+		onHostNetwork(&t.Spec, MohitoBinary, []string{EnvMetricsAddr, EnvHealthAddr}, []string{EnvListen})
+	}
+	return t
 }
 
 func deployment(name, namespace string, replicas int32, p pod, pl Platform, strategy appsv1.DeploymentStrategyType) *appsv1.Deployment {
@@ -239,6 +246,18 @@ func (p pod) forRound(rd *mohitov1.Round, role, configHash string) pod {
 	p.natsSecret = NATSSecretName(rd.Name)
 	p.configHash = configHash
 	return p
+}
+
+// vaultKeyEnv is how a role learns where its key is in Vault (services/pkg/keys reads these
+// variables in every binary); defaultAddr serves references without their own address.
+func vaultKeyEnv(v *common.VaultKeyReference, defaultAddr string) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: EnvVaultAddr, Value: orDefault(v.Address, defaultAddr)},
+		{Name: EnvVaultRole, Value: v.Role},
+		{Name: EnvVaultMount, Value: orDefault(v.Mount, "secret")},
+		{Name: EnvVaultPath, Value: v.Path},
+		{Name: EnvVaultField, Value: orDefault(v.Field, "private_key")},
+	}
 }
 
 func orDefault(v, def string) string {

@@ -54,6 +54,7 @@ type Common struct {
 	NATSCreds        string
 	MetricsAddr      string
 	HealthAddr       string
+	AddrFile         string
 	LogLevel         string
 
 	Deployment   rounds.Deployment `json:"-"`
@@ -68,6 +69,7 @@ func (c *Common) bind(f *envflag.Set) {
 	f.String(&c.NATSCreds, "nats-creds", "", "NATS .creds file (instead of user and password)")
 	f.String(&c.MetricsAddr, "metrics-addr", ":9090", "Prometheus /metrics listen address")
 	f.String(&c.HealthAddr, "health-addr", ":8081", "/healthz and /readyz listen address")
+	f.String(&c.AddrFile, "addr-file", "", "write the bound health=, metrics= (and gateway grpc=) addresses here, for listen addresses with port 0 (hostNetwork); mohito probe reads it")
 	f.String(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -120,26 +122,36 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", errConfig, errors.Join(errs...))
 }
 
-// loadKey reads a party's private key (32 bytes for X25519) once, from --key-file or Vault
-// (pkg/keys); errors name the source, never the key.
-func loadKey(src *keys.Source, suite mohito.Suite) (*mohito.PrivateKey, error) {
+// loadKey reads a party's key ring (one X25519 key per epoch, spec O16) once, from --key-file
+// (a file: epoch 0; a directory: every epoch-<n>.key) or Vault (pkg/keys); errors name the
+// source, never the key.
+func loadKey(src *keys.Source, suite mohito.Suite) (*mohito.KeyRing, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), keyLoadTimeout)
 	defer cancel()
-	b, err := src.Load(ctx)
+	epochs, err := src.LoadRing(ctx)
 	if err != nil {
 		return nil, err
 	}
-	k, err := mohito.ParsePrivateKey(suite, b)
-	clear(b)
+	ring, err := mohito.NewKeyRing(suite, rounds.DefaultKeyRetention)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a private key of the deployment's suite", src)
+		return nil, err
 	}
-	return k, nil
+	for _, e := range epochs {
+		k, err := mohito.ParsePrivateKey(suite, e.Key)
+		clear(e.Key)
+		if err == nil {
+			err = ring.Add(e.N, k)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: key epoch %d is not a private key of the deployment's suite", src, e.N)
+		}
+	}
+	return ring, nil
 }
 
 // validateAndLoadKey checks the key source and, only when the rest of the configuration (errs)
-// and the source are valid, loads the key once, so a bad config never reaches Vault.
-func validateAndLoadKey(errs []error, src *keys.Source, suite mohito.Suite) (*mohito.PrivateKey, []error) {
+// and the source are valid, loads the key ring once, so a bad config never reaches Vault.
+func validateAndLoadKey(errs []error, src *keys.Source, suite mohito.Suite) (*mohito.KeyRing, []error) {
 	if err := src.Validate(); err != nil {
 		return nil, append(errs, err)
 	}
@@ -172,6 +184,7 @@ type GatewayConfig struct {
 	RedisAddr  string
 	GRPCAddr   string
 	TokensFile string
+	ReusePort  bool
 
 	tokens map[string]string
 }
@@ -184,7 +197,7 @@ type CoordinatorConfig struct {
 	MaxRounds int
 	ReplicaID string
 
-	key *mohito.PrivateKey
+	key *mohito.KeyRing // by epoch
 }
 
 // DecryptWorkerConfig configures `mohito decrypt-worker`.
@@ -192,7 +205,7 @@ type DecryptWorkerConfig struct {
 	Common
 	Key keys.Source
 
-	key *mohito.PrivateKey
+	key *mohito.KeyRing // by epoch
 }
 
 // EncoderConfig configures `mohito encoder`.
@@ -217,7 +230,7 @@ type ShufflerConfig struct {
 	Vendor   int
 	FakePool int
 
-	key *mohito.PrivateKey
+	key *mohito.KeyRing // by epoch
 }
 
 // VendorAgentConfig configures `mohito vendor-agent`.
@@ -227,7 +240,7 @@ type VendorAgentConfig struct {
 	Vendor      int
 	DevicesFile string
 
-	key     *mohito.PrivateKey
+	key     *mohito.KeyRing // by epoch
 	devices []rounds.RegisteredDevice
 }
 
@@ -430,6 +443,7 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 		redis(&gw.RedisAddr)
 		f.String(&gw.GRPCAddr, "grpc-addr", ":50051", "user API (gRPC) listen address", "OBSCURA_GRPC_ADDR", "OBSCURA_LISTEN")
 		f.String(&gw.TokensFile, "tokens-file", DefaultTokensPath, "JSON object access token → user")
+		f.Bool(&gw.ReusePort, "reuse-port", false, "set SO_REUSEPORT on the gRPC listener, so several gateways (hostNetwork replicas) share one address")
 		cfg = &gw
 	case "coordinator":
 		co.Common.bind(f)

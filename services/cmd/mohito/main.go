@@ -14,6 +14,14 @@
 //	mohito gateway | coordinator | decrypt-worker | encoder | responder    (integrator)
 //	mohito shuffler | vendor-agent                                         (vendor)
 //
+// and the NATS server's sidecar, which makes it reload the accounts the operator renders:
+//
+//	mohito nats-reloader --watch <file> --pid-file <file>
+//
+// and the tools around a deployment: probe (Kubernetes exec probe), provision
+// (keys, registries and tokens for a cluster), drive (load from outside,
+// through the TLS edge and MQTT) and smoke (helm test).
+//
 // Demo and loadgen flags fall back to MOHITO_<FLAG>; the daemons' flags fall
 // back to OBSCURA_* variables (package envflag). A configuration error, a
 // malformed environment value included, exits with status 2.
@@ -50,6 +58,16 @@ func main() {
 		err = run(os.Args[2:], true)
 	case "loadgen":
 		err = run(os.Args[2:], false)
+	case "probe":
+		err = runProbe(os.Args[2:])
+	case "provision":
+		err = runProvision(os.Args[2:], os.Stdout)
+	case "drive":
+		err = runDrive(os.Args[2:], os.Stdout)
+	case "smoke":
+		err = runSmoke(os.Args[2:], os.Stdout)
+	case "nats-reloader":
+		err = runNATSReloader(os.Args[2:])
 	case "gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent":
 		var cfg any
 		if cfg, err = parseRole(os.Args[1], os.Args[2:]); err == nil {
@@ -72,7 +90,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mohito demo|loadgen|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent [flags]   (mohito <cmd> -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: mohito demo|loadgen|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent|probe|provision|drive|smoke|nats-reloader [flags]   (mohito <cmd> -h for flags)")
 }
 
 // Config is the demo/loadgen configuration.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
@@ -30,6 +29,7 @@ type daemon struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	rdb     *redis.Client
+	addrs   *telemetry.AddrFile // nil without --addr-file
 }
 
 // checks are the readiness probes of a role after setup: streams and
@@ -84,12 +84,21 @@ func runRole(role string, cfg any) error {
 	ctx, stop := telemetry.SignalContext(context.Background())
 	defer stop()
 	g, gctx := telemetry.NewGroup(ctx)
+	af, err := telemetry.NewAddrFile(common.AddrFile)
+	if err != nil {
+		return err
+	}
+	d.addrs = af
+	metricsNames := []string{telemetry.AddrMetrics}
+	if common.HealthAddr == common.MetricsAddr {
+		metricsNames = append(metricsNames, telemetry.AddrHealth)
+	}
 	g.Go("metrics server", func(ctx context.Context) error {
-		return telemetry.Serve(ctx, common.MetricsAddr, d.reg, d.health, d.log)
+		return telemetry.Serve(ctx, common.MetricsAddr, d.reg, d.health, d.log, telemetry.Publish(af, metricsNames...))
 	})
 	if common.HealthAddr != common.MetricsAddr {
 		g.Go("health server", func(ctx context.Context) error {
-			return telemetry.Serve(ctx, common.HealthAddr, d.reg, d.health, d.log)
+			return telemetry.Serve(ctx, common.HealthAddr, d.reg, d.health, d.log, telemetry.Publish(af, telemetry.AddrHealth))
 		})
 	}
 	opts := []nats.Option{nats.Name("obscura-" + role), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(500 * time.Millisecond)}
@@ -222,9 +231,13 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := net.Listen("tcp", c.GRPCAddr)
+		l, err := telemetry.Listen(ctx, c.GRPCAddr, c.ReusePort)
 		if err != nil {
 			return nil, nil, fmt.Errorf("listen for gRPC on %s: %w", c.GRPCAddr, err)
+		}
+		if err := d.addrs.Record(l.Addr().String(), telemetry.AddrGRPC); err != nil {
+			l.Close()
+			return nil, nil, err
 		}
 		srv := rounds.NewGRPCServer()
 		gw.Register(srv)
@@ -248,7 +261,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKey()
+		pk := c.key.PublicKeys()
 		for v := range dep.Params.Vendors {
 			if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
 				return nil, nil, fmt.Errorf("announce pk_I to vendor %d: %w", v, err)
@@ -259,7 +272,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			return nil, nil, fmt.Errorf("waiting for the vendors' keys: %w", err)
 		}
 		co, err := rounds.NewCoordinator(ctx, rounds.CoordinatorConfig{
-			Deployment: dep, JS: js, Store: d.store(), Key: c.key, VendorKeys: vkeys,
+			Deployment: dep, JS: js, Store: d.store(), Keys: c.key, VendorKeys: vkeys,
 			ID: c.ReplicaID, MaxRounds: c.MaxRounds, Log: d.log, Metrics: d.metrics,
 		})
 		if err != nil {
@@ -288,7 +301,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Key: c.key, Log: d.log, Metrics: d.metrics})
+		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Keys: c.key, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -305,7 +318,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		d.log.Info("encoder partition", "partition", c.partition, "vendors", e.Vendors())
 		var checks []check
 		if len(e.Vendors()) > 0 {
-			name := fmt.Sprintf("encoder-%d", c.partition)
+			name := rounds.EncoderConsumer(c.partition, dep.Encoders)
 			checks = append(checks, consumerExists(js, rounds.StreamWork, name), consumerExists(js, rounds.StreamIntegratorIn, name+"-resp"))
 		}
 		return e.Run, checks, nil
@@ -321,7 +334,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKey()
+		pk := c.key.PublicKeys()
 		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
@@ -329,7 +342,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the integrator's key: %w", err)
 		}
-		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Key: c.key, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
+		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.key, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -343,7 +356,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKey()
+		pk := c.key.PublicKeys()
 		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}

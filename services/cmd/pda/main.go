@@ -8,6 +8,7 @@
 //	pda submit       participant CLI: submit a CSV of key[,value] with a progress bar
 //	pda keygen       write a proxy or DB key file and print the public key
 //	pda demo         everything in one process on an embedded NATS
+//	pda probe        Kubernetes exec probe: GET <path> on the address in OBSCURA_ADDR_FILE
 //
 // Every flag has an environment fallback OBSCURA_PDA_<FLAG> (dashes become underscores).
 // A configuration error (a bad flag, a malformed environment value, an invalid setting,
@@ -34,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -46,7 +48,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"proxy": runProxy, "mixer": runMixer, "oracle": runOracle, "db-frontend": runFrontend,
-		"db-shard": runShard, "submit": runSubmit, "keygen": runKeygen, "demo": runDemo,
+		"db-shard": runShard, "submit": runSubmit, "keygen": runKeygen, "demo": runDemo, "probe": runProbe,
 	}
 	f := cmds[os.Args[1]]
 	if f == nil {
@@ -67,7 +69,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pda proxy|mixer|oracle|db-frontend|db-shard|submit|keygen|demo [flags]   (pda <cmd> -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: pda proxy|mixer|oracle|db-frontend|db-shard|submit|keygen|demo|probe [flags]   (pda <cmd> -h for flags)")
 }
 
 // errConfig marks a configuration error: the process exits with status 2.
@@ -97,7 +99,7 @@ func parseFlags(f *envflag.Set, args []string) error {
 // common holds the flags every service role shares.
 type common struct {
 	natsURL, natsUser, natsPassword string
-	metrics, logLevel               string
+	metrics, logLevel, addrFile     string
 	job                             jobFlags
 }
 
@@ -112,6 +114,7 @@ func (c *common) register(f *envflag.Set, user string) {
 	f.String(&c.natsUser, "nats-user", user, "NATS user (the domain's account)")
 	f.String(&c.natsPassword, "nats-password", "", "NATS password")
 	f.String(&c.metrics, "metrics-addr", ":9090", "serve /metrics /healthz /readyz here (empty: off)")
+	f.String(&c.addrFile, "addr-file", "", "write the bound health= and metrics= address here, for a port-0 metrics address (hostNetwork); pda probe reads it", "OBSCURA_PDA_ADDR_FILE", "OBSCURA_ADDR_FILE")
 	f.String(&c.logLevel, "log-level", "info", "debug|info|warn|error")
 	c.job.register(f)
 }
@@ -198,7 +201,14 @@ func start(role string, c *common) (*service, error) {
 		health: &telemetry.Health{}, job: job}
 	s.m = pdasvc.NewMetrics(s.reg)
 	s.group, s.ctx = telemetry.NewGroup(ctx)
-	s.group.Go("observability", func(ctx context.Context) error { return telemetry.Serve(ctx, c.metrics, s.reg, s.health, s.log) })
+	af, err := telemetry.NewAddrFile(c.addrFile)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s.group.Go("observability", func(ctx context.Context) error {
+		return telemetry.Serve(ctx, c.metrics, s.reg, s.health, s.log, telemetry.Publish(af, telemetry.AddrHealth, telemetry.AddrMetrics))
+	})
 	nc, err := nats.Connect(c.natsURL, nats.UserInfo(c.natsUser, c.natsPassword), nats.Name("pda-"+role), nats.MaxReconnects(-1))
 	if err != nil {
 		cancel()
@@ -223,7 +233,7 @@ func runProxy(args []string) error {
 	c.register(f, pdasvc.ProxyUser)
 	var (
 		listen    string
-		keys      string
+		ks        keys.Source
 		cert      string
 		key       string
 		ca        string
@@ -234,7 +244,7 @@ func runProxy(args []string) error {
 		maxBatch  int
 	)
 	f.String(&listen, "listen", ":8443", "HTTPS listen address")
-	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file (pda keygen -role proxy)")
+	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle (pda keygen -role proxy)")
 	f.String(&cert, "tls-cert", "/var/run/secrets/pda/tls.crt", "server certificate")
 	f.String(&key, "tls-key", "/var/run/secrets/pda/tls.key", "server key")
 	f.String(&ca, "client-ca", "/var/run/secrets/pda/ca.crt", "CA of participant certificates")
@@ -255,9 +265,9 @@ func runProxy(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return configErr(err)
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(keys)
+	sec, err := loadProxySecrets(&ks)
 	if err != nil {
-		return configErr(err)
+		return err
 	}
 	tc, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
@@ -297,11 +307,11 @@ func runMixer(args []string) error {
 	var c common
 	c.register(f, pdasvc.ProxyUser)
 	var (
-		keys  string
+		ks    keys.Source
 		chunk int
 		poll  time.Duration
 	)
-	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file")
+	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle")
 	f.Int(&chunk, "chunk-items", 2000, "items per DB ingest message")
 	f.Duration(&poll, "poll", 5*time.Second, "how often to look for windows to seal")
 	if err := parseFlags(f, args); err != nil {
@@ -311,9 +321,9 @@ func runMixer(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return configErr(err)
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(keys)
+	sec, err := loadProxySecrets(&ks)
 	if err != nil {
-		return configErr(err)
+		return err
 	}
 	s, err := start("pda-mixer", &c)
 	if err != nil {
@@ -333,14 +343,14 @@ func runOracle(args []string) error {
 	f := newFlags("oracle")
 	var c common
 	c.register(f, pdasvc.ProxyUser)
-	var keys string
-	f.String(&keys, "keys", "/var/run/secrets/pda/proxy.json", "proxy key file")
+	var ks keys.Source
+	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle")
 	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	sec, _, err := pdasvc.LoadProxySecrets(keys)
+	sec, err := loadProxySecrets(&ks)
 	if err != nil {
-		return configErr(err)
+		return err
 	}
 	s, err := start("pda-oracle", &c)
 	if err != nil {
@@ -357,17 +367,17 @@ func runFrontend(args []string) error {
 	var c common
 	c.register(f, pdasvc.DBUser)
 	var (
-		keys    string
+		ks      keys.Source
 		workers int
 	)
-	f.String(&keys, "keys", "/var/run/secrets/pda/db.json", "DB key file (pda keygen -role db)")
+	bindKeys(f, &ks, "/var/run/secrets/pda/db.json", "DB key bundle (pda keygen -role db)")
 	f.Int(&workers, "workers", 2, "decrypting goroutines per chunk")
 	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	sec, _, err := pdasvc.LoadDBSecrets(keys)
+	sec, err := loadDBSecrets(&ks)
 	if err != nil {
-		return configErr(err)
+		return err
 	}
 	s, err := start("pda-db-frontend", &c)
 	if err != nil {

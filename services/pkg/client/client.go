@@ -29,7 +29,9 @@ var ErrGaveUp = errors.New("client: no response within the deadline")
 type User struct {
 	Name string
 	GW   *rounds.GatewayClient
-	Poll time.Duration // mailbox polling interval (default 25 ms)
+	// Poll is the round and mailbox polling interval (default 25 ms, for in-process
+	// deployments; a client behind a rate-limited edge polls less often).
+	Poll time.Duration
 }
 
 // Result describes one answered command.
@@ -48,11 +50,22 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 	if poll == 0 {
 		poll = 25 * time.Millisecond
 	}
+	// A request refused with ResourceExhausted by a rate limit in front of the gateway (the
+	// edge's per-client limit) backs the polling off, up to a second, until one passes.
+	var limited time.Duration
+	wait := func(err error) time.Duration {
+		if status.Code(err) != codes.ResourceExhausted {
+			limited = 0
+			return poll
+		}
+		limited = min(max(2*limited, 4*poll), time.Second)
+		return limited
+	}
 	var lastT uint64
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, err := u.GW.RoundInfo(ctx)
 		if err != nil || ri.T == lastT {
-			if !clock.Sleep(ctx, poll) {
+			if !clock.Sleep(ctx, wait(err)) {
 				break
 			}
 			attempt--
@@ -85,7 +98,7 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			if status.Code(err) == codes.Aborted {
 				break
 			}
-			if !clock.Sleep(ctx, poll) {
+			if !clock.Sleep(ctx, wait(err)) {
 				break
 			}
 		}

@@ -17,6 +17,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,17 +120,33 @@ type Source struct {
 	// yields to a configured Vault.
 	defaultFile  string
 	fileExplicit func() bool
+	fileFlag     string // set by BindAs; messages name it
+}
+
+// fileOption is the file flag as messages name it.
+func (s *Source) fileOption() string {
+	if s.fileFlag == "" {
+		return "--key-file"
+	}
+	return "--" + s.fileFlag
 }
 
 // Bind binds --key-file (default defaultFile, env f.EnvName("key-file")) and the --vault-*
 // flags (env OBSCURA_VAULT_*) to s; whose completes the usage text ("sk_V", …).
 func (s *Source) Bind(f *envflag.Set, defaultFile, whose string) {
-	s.defaultFile = defaultFile
-	f.String(&s.File, "key-file", defaultFile, "private key "+whose+" (32 raw bytes, hex or base64), read once at start; or use --vault-*")
-	envName := f.EnvName("key-file")
+	s.BindAs(f, "key-file", defaultFile, "private key "+whose+" (32 raw bytes, hex or base64), read once at start; or use --vault-*")
+}
+
+// BindAs is [Source.Bind] with the file flag named fileFlag (env f.EnvName(fileFlag)) and its
+// usage text: for binaries whose key file has another name or holds a document (pda -keys,
+// read with [Source.LoadBytes]). The --vault-* flags are the same.
+func (s *Source) BindAs(f *envflag.Set, fileFlag, defaultFile, usage string) {
+	s.defaultFile, s.fileFlag = defaultFile, fileFlag
+	f.String(&s.File, fileFlag, defaultFile, usage)
+	envName := f.EnvName(fileFlag)
 	s.fileExplicit = func() bool {
 		set := false
-		f.FlagSet().Visit(func(fl *flag.Flag) { set = set || fl.Name == "key-file" })
+		f.FlagSet().Visit(func(fl *flag.Flag) { set = set || fl.Name == fileFlag })
 		if envName != "" {
 			if _, ok := os.LookupEnv(envName); ok {
 				set = true
@@ -155,9 +174,9 @@ func (s *Source) useVault() (bool, error) {
 	}
 	switch {
 	case file && vault:
-		return false, fmt.Errorf("%w: set either --key-file or the --vault-* flags, not both", ErrConfig)
+		return false, fmt.Errorf("%w: set either %s or the --vault-* flags, not both", ErrConfig, s.fileOption())
 	case !file && !vault:
-		return false, fmt.Errorf("%w: no key source: set --key-file or --vault-addr with --vault-path", ErrConfig)
+		return false, fmt.Errorf("%w: no key source: set %s or --vault-addr with --vault-path", ErrConfig, s.fileOption())
 	}
 	return vault, nil
 }
@@ -207,7 +226,7 @@ func (s *Source) LoadBytes(ctx context.Context) ([]byte, error) {
 	}
 	b, err := os.ReadFile(s.File)
 	if err != nil {
-		return nil, fmt.Errorf("--key-file: %w", err)
+		return nil, fmt.Errorf("%s: %w", s.fileOption(), err)
 	}
 	return b, nil
 }
@@ -226,6 +245,105 @@ func (s *Source) Load(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", s, err)
 	}
 	return k, nil
+}
+
+// Epoch is one key of a party's key ring (spec O16) with its epoch number.
+type Epoch struct {
+	N   uint32
+	Key []byte
+}
+
+// parseEpochName accepts "epoch-<n>" and "epoch-<n>.key" with a canonical
+// decimal n (no sign, no leading zeros) below 2^31.
+func parseEpochName(name string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(name, ".key"), "epoch-")
+	if !ok || rest == "" || len(rest) > 10 || (len(rest) > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 31)
+	if err != nil || strconv.FormatUint(n, 10) != rest {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// EpochFileName is the file (Secret key) holding epoch n of a ring directory.
+func EpochFileName(n uint32) string { return "epoch-" + strconv.FormatUint(uint64(n), 10) + ".key" }
+
+func sortEpochs(es []Epoch) []Epoch {
+	slices.SortFunc(es, func(a, b Epoch) int { return int(int64(a.N) - int64(b.N)) })
+	return es
+}
+
+func clearEpochs(es []Epoch) {
+	for _, e := range es {
+		clear(e.Key)
+	}
+}
+
+// LoadRing returns every key epoch of the source, ascending by epoch:
+//
+//   - --key-file naming a directory (a Secret mounted whole): every file
+//     epoch-<n>.key in it; other files are ignored, at least one must exist;
+//   - --key-file naming a file: that key as epoch 0 (one-key deployments);
+//   - --vault-path ending in '/': the field of every secret epoch-<n> in that
+//     KV v2 folder (one login, one list, one read per epoch);
+//   - another --vault-path: that secret's key as epoch 0.
+//
+// The caller owns (and should clear) the keys.
+func (s *Source) LoadRing(ctx context.Context) ([]Epoch, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if vault, _ := s.useVault(); vault {
+		if strings.HasSuffix(s.Vault.Path, "/") {
+			return s.Vault.readRing(ctx)
+		}
+		k, err := s.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []Epoch{{N: 0, Key: k}}, nil
+	}
+	st, err := os.Stat(s.File)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	if !st.IsDir() {
+		k, err := s.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []Epoch{{N: 0, Key: k}}, nil
+	}
+	ents, err := os.ReadDir(s.File)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	var out []Epoch
+	for _, e := range ents {
+		n, ok := parseEpochName(e.Name())
+		if !ok || !strings.HasSuffix(e.Name(), ".key") {
+			continue
+		}
+		path := filepath.Join(s.File, e.Name())
+		b, err := os.ReadFile(path) // follows the symlinks of a mounted Secret
+		if err != nil {
+			clearEpochs(out)
+			return nil, fmt.Errorf("--key-file: %w", err)
+		}
+		k, err := Decode(b)
+		clear(b)
+		if err != nil {
+			clearEpochs(out)
+			return nil, fmt.Errorf("file %s: %w", path, err)
+		}
+		out = append(out, Epoch{N: n, Key: k})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--key-file: directory %s holds no epoch-<n>.key file", s.File)
+	}
+	return sortEpochs(out), nil
 }
 
 // Decode turns a stored key into its Size bytes: raw, hex or base64. Exactly Size bytes are

@@ -90,6 +90,18 @@ type Summary struct {
 	JetStreamMsgsPerS   float64    `json:"jetstream_msgs_per_s,omitempty"`
 	PipelineToJetStream float64    `json:"pipeline_to_jetstream,omitempty"`
 	Rows                []RoundRow `json:"per_round"`
+
+	// Fields of an external run (Drive). Target is "external"; Rows then
+	// count this run's commands by carrying round (fake and burst are
+	// invisible to a user and stay 0, shuffler is -1 when the round was not
+	// seen open); Duplicated counts payloads a device received more than
+	// once or after its user gave up; Foreign counts commands the devices
+	// received that this run did not send.
+	Target     string      `json:"target,omitempty"`
+	Sent       int         `json:"sent,omitempty"`
+	Duplicated int         `json:"duplicated,omitempty"`
+	Foreign    int         `json:"foreign,omitempty"`
+	PerSecond  []SecondRow `json:"per_second,omitempty"`
 }
 
 type roundAcc struct {

@@ -36,6 +36,9 @@ func NewFakePool(p Params, pkI *PublicKey) *FakePool {
 	return &FakePool{params: p, pkI: pkI, fakes: make([][][]byte, p.Vendors)}
 }
 
+// Key returns the integrator key the pool's fakes are sealed to.
+func (fp *FakePool) Key() *PublicKey { return fp.pkI }
+
 // Fill pre-generates fakes until vendor v has at least n.
 func (fp *FakePool) Fill(v uint32, n int, rand io.Reader) error {
 	if int(v) >= fp.params.Vendors {

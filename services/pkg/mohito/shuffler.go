@@ -108,6 +108,14 @@ func (s *Shuffler) NewRound(ri *RoundInfo, rnd io.Reader) (*ShuffleRound, error)
 	if ri.Shuffler != s.Index || ri.Params != s.params {
 		return nil, fmt.Errorf("%w: round %d is not ours to shuffle", ErrParams, ri.T)
 	}
+	// Users sealed to the round's pk_V*, and fakes must be sealed to the
+	// round's pk_I, or the integrator could tell them from real entries.
+	if !s.key.PublicKey().Equal(ri.ShufflerKey) {
+		return nil, fmt.Errorf("%w: round %d names a shuffler key (epoch %d) that is not this shuffler's", ErrKeyEpoch, ri.T, ri.ShufflerEpoch())
+	}
+	if !s.pool.pkI.Equal(ri.IntegratorKey) {
+		return nil, fmt.Errorf("%w: round %d names an integrator key (epoch %d) the fake pool is not for", ErrKeyEpoch, ri.T, ri.IntegratorEpoch)
+	}
 	if rnd == nil {
 		rnd = rand.Reader
 	}

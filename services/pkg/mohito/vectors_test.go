@@ -127,7 +127,7 @@ func buildVectors(t *testing.T) formatVectors {
 	v.IKMI, v.IKMV = hex.EncodeToString(ikmI), hex.EncodeToString(ikmV)
 	ki, _ := DeriveKey(p.Suite, ikmI)
 	kv, _ := DeriveKey(p.Suite, ikmV)
-	ri := &RoundInfo{T: 77, Shuffler: 2, Params: p, IntegratorKey: ki.PublicKey(), ShufflerKey: kv.PublicKey()}
+	ri := &RoundInfo{T: 77, Shuffler: 2, Params: p, IntegratorKey: ki.PublicKey(), ShufflerKey: kv.PublicKey(), IntegratorEpoch: 7, VendorEpochs: []uint32{1, 0, 3}}
 	m0, err := ri.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestFormatVectors(t *testing.T) {
 		p := vectorParams()
 		ki, _ := DeriveKey(p.Suite, unhex(t, got.IKMI))
 		kv, _ := DeriveKey(p.Suite, unhex(t, got.IKMV))
-		ri := &RoundInfo{T: 77, Shuffler: 2, Params: p, IntegratorKey: ki.PublicKey(), ShufflerKey: kv.PublicKey()}
+		ri := &RoundInfo{T: 77, Shuffler: 2, Params: p, IntegratorKey: ki.PublicKey(), ShufflerKey: kv.PublicKey(), IntegratorEpoch: 7, VendorEpochs: []uint32{1, 0, 3}}
 		var s DeviceSecret
 		copy(s[:], unhex(t, got.DeviceSecret))
 		dev := DeviceCredentials{Vendor: 1, Keys: s.Keys()}

@@ -1,9 +1,6 @@
 package natsx
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Account names and users of the trust domains. The integrator and every
 // vendor are separate accounts (spec §10); devices of vendor v connect (over
@@ -36,31 +33,31 @@ func VendorInbox(v int) string { return fmt.Sprintf("mohito.v%d.in", v) }
 // IntegratorInbox is the integrator's inbox prefix for messages from vendor v.
 func IntegratorInbox(v int) string { return fmt.Sprintf("mohito.i.in.v%d", v) }
 
+// DevicePermissions restrict a vendor's device user to its own two MQTT
+// topic families: devices receive commands and publish responses, nothing else
+// (no JetStream API, no inbox, no other account's subjects).
+var DevicePermissions = &Permissions{PublishAllow: []string{"mohito.dev.*.resp"}, SubscribeAllow: []string{"mohito.dev.*.cmd"}}
+
 // AccountsConfig renders the nats-server accounts block for one integrator
 // and n vendors. password(user) gives each user's password. Only the two
 // inbox families cross an account boundary; everything else stays inside its
 // account.
 func AccountsConfig(vendors int, password func(user string) string) string {
-	var b strings.Builder
-	b.WriteString("accounts {\n")
-	fmt.Fprintf(&b, "  %s: {\n    jetstream: enabled\n    users: [{user: %q, password: %q}]\n", IntegratorAccount, IntegratorUser, password(IntegratorUser))
-	b.WriteString("    exports: [\n")
-	for v := range vendors {
-		fmt.Fprintf(&b, "      {service: %q, accounts: [%s]}\n", IntegratorInbox(v)+".>", VendorAccount(v))
+	users := func(names ...string) []User {
+		us := make([]User, len(names))
+		for i, n := range names {
+			us[i] = User{Name: n, Password: password(n)}
+		}
+		return us
 	}
-	b.WriteString("    ]\n    imports: [\n")
+	idx := make([]int, vendors)
+	accounts := make([]Account, 0, vendors+1)
 	for v := range vendors {
-		fmt.Fprintf(&b, "      {service: {account: %s, subject: %q}}\n", VendorAccount(v), VendorInbox(v)+".>")
+		idx[v] = v
 	}
-	b.WriteString("    ]\n  }\n")
+	accounts = append(accounts, IntegratorAccountFor(idx, users(IntegratorUser)))
 	for v := range vendors {
-		fmt.Fprintf(&b, "  %s: {\n    jetstream: enabled\n", VendorAccount(v))
-		fmt.Fprintf(&b, "    users: [\n      {user: %q, password: %q}\n", VendorUser(v), password(VendorUser(v)))
-		fmt.Fprintf(&b, "      {user: %q, password: %q, permissions: {publish: {allow: [\"mohito.dev.*.resp\"]}, subscribe: {allow: [\"mohito.dev.*.cmd\"]}}}\n    ]\n",
-			DeviceUser(v), password(DeviceUser(v)))
-		fmt.Fprintf(&b, "    exports: [{service: %q, accounts: [%s]}]\n", VendorInbox(v)+".>", IntegratorAccount)
-		fmt.Fprintf(&b, "    imports: [{service: {account: %s, subject: %q}}]\n  }\n", IntegratorAccount, IntegratorInbox(v)+".>")
+		accounts = append(accounts, VendorAccountFor(v, users(VendorUser(v)), users(DeviceUser(v))))
 	}
-	b.WriteString("}\n")
-	return b.String()
+	return Layout{Accounts: accounts}.Render()
 }

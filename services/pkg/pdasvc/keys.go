@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -88,20 +89,35 @@ func LoadProxySecrets(path string) (*ProxySecrets, *pda.Group, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read proxy keys: %w", err)
 	}
+	defer clear(b)
+	s, g, err := ParseProxySecrets(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, g, nil
+}
+
+// ParseProxySecrets parses a proxy key bundle (the document pda keygen -role proxy writes)
+// from wherever it was read: a file, or a Vault field. Errors never quote the bundle.
+func ParseProxySecrets(b []byte) (*ProxySecrets, *pda.Group, error) {
 	var f proxyFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, nil, fmt.Errorf("parse proxy keys %s: %w", path, err)
+		return nil, nil, fmt.Errorf("parse proxy keys: not a key bundle (%d bytes)", len(b))
 	}
 	g, err := pda.NewGroup(f.Group)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("proxy keys: %w", err)
 	}
 	sb, err1 := hex.DecodeString(f.OPRF)
 	ob, err2 := hex.DecodeString(f.Oracle)
 	db, err3 := hex.DecodeString(f.Dedup)
 	mb, err4 := hex.DecodeString(f.Mix)
+	defer clear(sb)
+	defer clear(ob)
+	defer clear(db)
+	defer clear(mb)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(db) != pda.DedupKeySize || len(mb) != 32 {
-		return nil, nil, fmt.Errorf("parse proxy keys %s: bad encoding", path)
+		return nil, nil, errors.New("parse proxy keys: bad encoding")
 	}
 	s, err := g.DecodeNonZeroScalar(sb)
 	if err != nil {
@@ -123,17 +139,29 @@ func LoadDBSecrets(path string) (*DBSecrets, *pda.Group, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read DB key: %w", err)
 	}
+	defer clear(b)
+	s, g, err := ParseDBSecrets(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, g, nil
+}
+
+// ParseDBSecrets parses a DB key bundle (pda keygen -role db) from a file's or a Vault
+// field's bytes. Errors never quote the bundle.
+func ParseDBSecrets(b []byte) (*DBSecrets, *pda.Group, error) {
 	var f dbFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, nil, fmt.Errorf("parse DB key %s: %w", path, err)
+		return nil, nil, fmt.Errorf("parse DB key: not a key bundle (%d bytes)", len(b))
 	}
 	g, err := pda.NewGroup(f.Group)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("DB key: %w", err)
 	}
 	kb, err := hex.DecodeString(f.Key)
+	defer clear(kb)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse DB key %s: %w", path, err)
+		return nil, nil, errors.New("parse DB key: db_sk: bad encoding")
 	}
 	k, err := pda.ParsePrivateKey(g, kb)
 	if err != nil {

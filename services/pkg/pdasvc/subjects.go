@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Trust domains are NATS accounts (spec §4.2): the proxy domain and the DB domain. Only the
@@ -14,8 +16,8 @@ import (
 //	pda.v1.reveal.req.<w>         DB shard → proxy oracle stream (exported by PDA_PROXY)
 //	pda.v1.reveal.resp.<w>.<s>    proxy oracle → DB shard s (exported by PDA_DB)
 const (
-	ProxyAccount = "PDA_PROXY"
-	DBAccount    = "PDA_DB"
+	ProxyAccount = natsx.PDAProxyAccount
+	DBAccount    = natsx.PDADBAccount
 	ProxyUser    = "pda-proxy"
 	DBUser       = "pda-db"
 )
@@ -91,17 +93,11 @@ func ValidShardID(id string) bool {
 	return true
 }
 
-// AccountsConfig renders the nats-server accounts block of the two trust domains.
-// password(user) gives each service user's password.
+// AccountsConfig renders the nats-server accounts block of the two trust domains
+// (natsx.PDAAccountsFor, the layout the operator renders too). password(user) gives each
+// service user's password.
 func AccountsConfig(password func(user string) string) string {
-	var b strings.Builder
-	b.WriteString("accounts {\n")
-	fmt.Fprintf(&b, "  %s: {\n    jetstream: enabled\n    users: [{user: %q, password: %q}]\n", ProxyAccount, ProxyUser, password(ProxyUser))
-	fmt.Fprintf(&b, "    exports: [{service: \"pda.v1.reveal.req.>\", accounts: [%s]}]\n", DBAccount)
-	fmt.Fprintf(&b, "    imports: [\n      {service: {account: %s, subject: \"pda.v1.ingest.>\"}}\n      {service: {account: %s, subject: \"pda.v1.reveal.resp.>\"}}\n    ]\n  }\n", DBAccount, DBAccount)
-	fmt.Fprintf(&b, "  %s: {\n    jetstream: enabled\n    users: [{user: %q, password: %q}]\n", DBAccount, DBUser, password(DBUser))
-	fmt.Fprintf(&b, "    exports: [\n      {service: \"pda.v1.ingest.>\", accounts: [%s]}\n      {service: \"pda.v1.reveal.resp.>\", accounts: [%s]}\n    ]\n", ProxyAccount, ProxyAccount)
-	fmt.Fprintf(&b, "    imports: [{service: {account: %s, subject: \"pda.v1.reveal.req.>\"}}]\n  }\n", ProxyAccount)
-	b.WriteString("}\n")
-	return b.String()
+	return natsx.Layout{Accounts: natsx.PDAAccountsFor(
+		[]natsx.User{{Name: ProxyUser, Password: password(ProxyUser)}},
+		[]natsx.User{{Name: DBUser, Password: password(DBUser)}})}.Render()
 }

@@ -23,11 +23,11 @@ type CoordinatorConfig struct {
 	Deployment Deployment
 	JS         jetstream.JetStream // integrator account
 	Store      roundstate.Store
-	Key        *mohito.PrivateKey  // sk_I
-	VendorKeys []*mohito.PublicKey // pk_V per vendor (key directory)
-	ID         string              // replica id for the leader lease
-	LeaseTTL   time.Duration       // leader lease (default 3 s)
-	MaxRounds  int                 // stop opening after this many rounds (0: run forever)
+	Keys       *mohito.KeyRing // sk_I by epoch; the highest is announced and named by new rounds
+	VendorKeys *KeyDirectory   // pk_V by vendor and epoch (key directory); the highest is in force
+	ID         string          // replica id for the leader lease
+	LeaseTTL   time.Duration   // leader lease (default 3 s)
+	MaxRounds  int             // stop opening after this many rounds (0: run forever)
 	Log        *slog.Logger
 	Metrics    *Metrics
 	OnRound    func(RoundReport) // called when a round is planned or aborted
@@ -56,6 +56,9 @@ type Coordinator struct {
 	active map[uint64]*coordRound
 	opened int
 	status *statusBook
+
+	announced   uint32 // integrator epoch last announced to the vendors
+	hasAnnounce bool
 }
 
 type coordRound struct {
@@ -76,13 +79,22 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if err := cfg.Deployment.Validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.VendorKeys) != cfg.Deployment.Params.Vendors {
-		return nil, fmt.Errorf("coordinator: %d vendor keys for %d vendors", len(cfg.VendorKeys), cfg.Deployment.Params.Vendors)
+	if cfg.VendorKeys == nil || cfg.VendorKeys.Len() != cfg.Deployment.Params.Vendors {
+		return nil, fmt.Errorf("coordinator: the key directory does not cover the %d vendors", cfg.Deployment.Params.Vendors)
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	integ, err := mohito.NewIntegrator(cfg.Deployment.Params, cfg.Key)
+	if cfg.Keys == nil {
+		return nil, errors.New("coordinator: no integrator key ring")
+	}
+	_, key, ok := cfg.Keys.Current()
+	if !ok {
+		return nil, errors.New("coordinator: the integrator key ring is empty")
+	}
+	// The coordinator's stages (admission, close, the share check) never
+	// open a layer; the key only fixes the suite.
+	integ, err := mohito.NewIntegrator(cfg.Deployment.Params, key)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +122,15 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 
 // Run campaigns for leadership and runs the round clock while leader.
 func (c *Coordinator) Run(ctx context.Context) error {
+	// New vendor key epochs are in force from the first round opened after
+	// their announcement.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := WatchVendorKeys(wctx, c.cfg.JS, c.cfg.Deployment.Params, c.cfg.VendorKeys, c.cfg.Log, c.cfg.Metrics); err != nil && wctx.Err() == nil {
+			c.cfg.Log.Error("vendor key directory not watched: new vendor key epochs are not picked up", "err", err)
+		}
+	}()
 	for ctx.Err() == nil {
 		rev, err := c.lease.Create(ctx, "coordinator", []byte(c.cfg.ID))
 		if err != nil {
@@ -256,7 +277,10 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 	if err != nil {
 		return nil, err
 	}
-	ri := &mohito.RoundInfo{T: t, Shuffler: uint32(s), Params: d.Params, IntegratorKey: c.cfg.Key.PublicKey(), ShufflerKey: c.cfg.VendorKeys[s]}
+	ri, err := c.roundInfo(ctx, t, s)
+	if err != nil {
+		return nil, err
+	}
 	m0, err := ri.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -281,8 +305,47 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 		return nil, err
 	}
 	c.status.opened(ctx, t, s)
-	c.cfg.Log.Info("round opened", "t", t, "shuffler", s)
+	c.cfg.Log.Info("round opened", "t", t, "shuffler", s, "integrator_epoch", ri.IntegratorEpoch, "shuffler_epoch", ri.ShufflerEpoch())
 	return r, nil
+}
+
+// roundInfo names the keys in force for round t (spec O16): the
+// integrator's current epoch and every vendor's highest announced epoch. A
+// new integrator epoch is announced to the vendors before the first round
+// that names it, so shufflers can seal their fakes to it.
+func (c *Coordinator) roundInfo(ctx context.Context, t uint64, s int) (*mohito.RoundInfo, error) {
+	d := &c.cfg.Deployment
+	ie, ik, ok := c.cfg.Keys.Current()
+	if !ok {
+		return nil, errors.New("the integrator key ring is empty")
+	}
+	if !c.hasAnnounce || c.announced != ie {
+		ks := c.cfg.Keys.PublicKeys()
+		for v := range d.Params.Vendors {
+			if err := AnnounceIntegratorKey(ctx, c.cfg.JS, v, ks); err != nil {
+				return nil, fmt.Errorf("announce integrator key epoch %d to vendor %d: %w", ie, v, err)
+			}
+		}
+		if c.hasAnnounce {
+			c.cfg.Log.Info("integrator key epoch in force", "epoch", ie, "previous", c.announced, "from_round", t)
+		}
+		c.announced, c.hasAnnounce = ie, true
+	}
+	ri := &mohito.RoundInfo{T: t, Shuffler: uint32(s), Params: d.Params, IntegratorKey: ik.PublicKey(), IntegratorEpoch: ie, VendorEpochs: make([]uint32, d.Params.Vendors)}
+	for v := range d.Params.Vendors {
+		cur, ok := c.cfg.VendorKeys.Current(v)
+		if !ok {
+			return nil, fmt.Errorf("round %d: vendor %d has announced no key", t, v)
+		}
+		ri.VendorEpochs[v] = cur.Epoch
+		if v == s {
+			ri.ShufflerKey = cur.Key
+		}
+	}
+	if dropped := c.cfg.Keys.Observe(t, ie); len(dropped) > 0 {
+		c.cfg.Log.Info("integrator key epochs retired", "epochs", dropped, "round", t)
+	}
+	return ri, nil
 }
 
 func (c *Coordinator) dispatch(ctx context.Context, m jetstream.Msg) natsx.Outcome {

@@ -242,7 +242,7 @@ func FuzzSubmitResponse(f *testing.F) {
 
 func FuzzRoundInfoResponse(f *testing.F) {
 	f.Add([]byte{})
-	b, _ := proto.Marshal(&mohitov1.RoundInfoResponse{RoundInfo: make([]byte, mohito.RoundInfoSize(mohito.SuiteX25519))})
+	b, _ := proto.Marshal(&mohitov1.RoundInfoResponse{RoundInfo: make([]byte, mohito.RoundInfoSize(mohito.SuiteX25519, 1))})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var resp mohitov1.RoundInfoResponse
@@ -250,7 +250,7 @@ func FuzzRoundInfoResponse(f *testing.F) {
 			return
 		}
 		ri, err := mohito.ParseRoundInfo(resp.GetRoundInfo())
-		if err == nil && len(resp.GetRoundInfo()) != mohito.RoundInfoSize(ri.Params.Suite) {
+		if err == nil && len(resp.GetRoundInfo()) != mohito.RoundInfoSize(ri.Params.Suite, ri.Params.Vendors) {
 			t.Fatalf("accepted M0 of %d bytes", len(resp.GetRoundInfo()))
 		}
 	})

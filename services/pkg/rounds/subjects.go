@@ -36,6 +36,20 @@ const (
 	kindRespOut   = "rout"
 )
 
+// BucketOKVSClaims records which encoder encodes a command table (spec
+// §4.5 stage C), so overlapping partitions never encode one twice.
+const BucketOKVSClaims = "MOHITO_OKVS_CLAIMS"
+
+// EncoderConsumer names the durable consumer of encoder partition p of a
+// deployment with partitions encoders (its response-table consumer adds
+// "-resp"). The partition count is part of the name because it fixes the
+// consumer's filter: a rescaled encoder gets a fresh consumer that reads its
+// vendors' records from the start of the stream, instead of widening an old
+// one past records it never delivered.
+func EncoderConsumer(p, partitions int) string {
+	return fmt.Sprintf("encoder-%d-of-%d", p, partitions)
+}
+
 func toVendor(v int, t uint64, kind string) string {
 	return fmt.Sprintf("%s.r.%d.%s", natsx.VendorInbox(v), t, kind)
 }

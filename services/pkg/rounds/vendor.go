@@ -24,8 +24,8 @@ type VendorConfig struct {
 	Vendor     int
 	NC         *nats.Conn
 	JS         jetstream.JetStream
-	Key        *mohito.PrivateKey // sk_V (shuffler)
-	Integrator *mohito.PublicKey  // pk_I (fake pool)
+	Keys       *mohito.KeyRing    // sk_V by epoch (shuffler)
+	Integrator mohito.KeySet      // pk_I by epoch as announced (fake pools; later epochs are watched)
 	Devices    []RegisteredDevice // the vendor's devices (agent)
 	FakePool   int                // fakes kept per vendor in the pool
 	Log        *slog.Logger
@@ -49,13 +49,15 @@ func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int) err
 // π, the fake set and the response keys stay in this process (spec §10).
 type ShufflerService struct {
 	cfg    VendorConfig
-	sh     *mohito.Shuffler
-	pool   *mohito.FakePool
 	mu     sync.Mutex
 	rounds map[uint64]*shufRound
+
+	poolMu sync.Mutex
+	pools  map[uint32]*mohito.FakePool // by integrator key epoch
 }
 
 type shufRound struct {
+	sh         *mohito.Shuffler // bound to the round's key epochs
 	sr         *mohito.ShuffleRound
 	n          int
 	challenged bool
@@ -68,17 +70,71 @@ func NewShufflerService(ctx context.Context, cfg VendorConfig) (*ShufflerService
 	if err := EnsureVendorStreams(ctx, cfg.JS, cfg.Vendor); err != nil {
 		return nil, err
 	}
-	pool := mohito.NewFakePool(cfg.Deployment.Params, cfg.Integrator)
-	sh, err := mohito.NewShuffler(uint32(cfg.Vendor), cfg.Deployment.Params, cfg.Key, pool)
-	if err != nil {
-		return nil, err
+	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
+		return nil, errors.New("shuffler: no vendor key")
 	}
-	return &ShufflerService{cfg: cfg, sh: sh, pool: pool, rounds: map[uint64]*shufRound{}}, nil
+	if cfg.Keys.Suite() != cfg.Deployment.Params.Suite {
+		return nil, fmt.Errorf("shuffler: %v keys for a %v deployment", cfg.Keys.Suite(), cfg.Deployment.Params.Suite)
+	}
+	s := &ShufflerService{cfg: cfg, rounds: map[uint64]*shufRound{}, pools: map[uint32]*mohito.FakePool{}}
+	s.integratorKeys(cfg.Integrator)
+	return s, nil
+}
+
+// keepPools is how many integrator epochs have a fake pool: the current one
+// and the one before (rounds in flight when it rotated).
+const keepPools = 2
+
+// integratorKeys makes a fake pool for every announced integrator epoch,
+// so fakes for a new epoch are ready before the first round names it (G7).
+func (s *ShufflerService) integratorKeys(ks mohito.KeySet) {
+	for _, e := range ks {
+		s.pool(e.Epoch, e.Key)
+	}
+}
+
+// pool returns the fake pool of integrator epoch e for key pk, replacing a
+// pool for another key and forgetting the oldest beyond keepPools.
+func (s *ShufflerService) pool(e uint32, pk *mohito.PublicKey) *mohito.FakePool {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	if p := s.pools[e]; p != nil && p.Key().Equal(pk) {
+		return p
+	}
+	p := mohito.NewFakePool(s.cfg.Deployment.Params, pk)
+	s.pools[e] = p
+	for len(s.pools) > keepPools {
+		oldest := e
+		for k := range s.pools {
+			oldest = min(oldest, k)
+		}
+		if oldest == e {
+			break
+		}
+		delete(s.pools, oldest)
+	}
+	return p
+}
+
+func (s *ShufflerService) poolList() []*mohito.FakePool {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	out := make([]*mohito.FakePool, 0, len(s.pools))
+	for _, p := range s.pools {
+		out = append(out, p)
+	}
+	return out
 }
 
 // Run fills the fake pool and serves rounds until ctx ends.
 func (s *ShufflerService) Run(ctx context.Context) error {
 	go s.fillPool(ctx)
+	go func() {
+		err := WatchIntegratorKeys(ctx, s.cfg.JS, s.cfg.Vendor, s.cfg.Deployment.Params, s.cfg.Log, s.cfg.Metrics, s.integratorKeys)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Log.Warn("integrator key directory not watched: fakes for a new epoch are made when its first round opens", "err", err)
+		}
+	}()
 	in := natsx.VendorInbox(s.cfg.Vendor)
 	var filters []string
 	for _, k := range []string{kindInfo, kindForward, kindClose, kindReply, kindFinish, kindRespLayer} {
@@ -97,11 +153,13 @@ func (s *ShufflerService) fillPool(ctx context.Context) {
 	tk := time.NewTicker(200 * time.Millisecond)
 	defer tk.Stop()
 	for {
-		for v := range s.cfg.Deployment.Params.Vendors {
-			if ctx.Err() != nil {
-				return
+		for _, pool := range s.poolList() {
+			for v := range s.cfg.Deployment.Params.Vendors {
+				if ctx.Err() != nil {
+					return
+				}
+				_ = pool.Fill(uint32(v), want, rand.Reader)
 			}
-			_ = s.pool.Fill(uint32(v), want, rand.Reader)
 		}
 		select {
 		case <-ctx.Done():
@@ -127,14 +185,31 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		if err != nil || ri.T != p.T {
 			return natsx.Drop
 		}
+		// Every vendor sees every round's key ids, so each retires its
+		// superseded epochs on the same rounds (spec O16).
+		if dropped := s.cfg.Keys.Observe(p.T, ri.VendorEpoch(uint32(s.cfg.Vendor))); len(dropped) > 0 {
+			s.cfg.Log.Info("vendor key epochs retired", "epochs", dropped, "round", p.T)
+		}
 		if int(ri.Shuffler) != s.cfg.Vendor || s.rounds[p.T] != nil {
 			return natsx.Ack
 		}
-		sr, err := s.sh.NewRound(ri, nil)
+		key, err := s.cfg.Keys.KeyFor(ri.ShufflerEpoch(), ri.ShufflerKey)
+		if err != nil {
+			// The coordinator aborts the round when V* does not answer.
+			s.cfg.Metrics.Dropped.WithLabelValues("key_epoch").Inc()
+			s.cfg.Log.Error("cannot shuffle round: key epoch not held", "t", p.T, "epoch", ri.ShufflerEpoch(), "held", s.cfg.Keys.Epochs(), "err", err)
+			return natsx.Drop
+		}
+		sh, err := mohito.NewShuffler(uint32(s.cfg.Vendor), s.cfg.Deployment.Params, key, s.pool(ri.IntegratorEpoch, ri.IntegratorKey))
 		if err != nil {
 			return natsx.Drop
 		}
-		s.rounds[p.T] = &shufRound{sr: sr, first: time.Now()}
+		sr, err := sh.NewRound(ri, nil)
+		if err != nil {
+			s.cfg.Log.Error("cannot shuffle round", "t", p.T, "err", err)
+			return natsx.Drop
+		}
+		s.rounds[p.T] = &shufRound{sh: sh, sr: sr, first: time.Now()}
 		for t, r := range s.rounds {
 			if time.Since(r.first) > staleAfter {
 				delete(s.rounds, t)
@@ -150,7 +225,7 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 	}
 	switch p.Kind {
 	case kindForward:
-		idx, layer, err := s.sh.OpenForward(p.T, m.Data())
+		idx, layer, err := r.sh.OpenForward(p.T, m.Data())
 		switch {
 		case err == nil:
 		case errors.Is(err, mohito.ErrDecrypt) || errors.Is(err, mohito.ErrNonCanonical):
@@ -391,11 +466,17 @@ func (a *VendorAgent) pump(ctx context.Context) {
 		a.mu.Lock()
 		var next *agentRound
 		var nt uint64
+		// A round whose table has not come by the time the integrator would have aborted it
+		// (its period, the shuffler's timeout, the response deadline, a second of slack) is
+		// dead even if its abort notice was lost (e.g. published while NATS restarted): it
+		// must not hold every later round back.
+		d := &a.cfg.Deployment
+		hold := d.Round + d.ShufflerTimeout + d.ResponseDeadline + time.Second
 		for t, r := range a.rounds {
 			if r.delivered || r.dead {
 				continue
 			}
-			if time.Since(r.first) > staleAfter {
+			if age := time.Since(r.first); age > staleAfter || (r.table == nil && age > hold) {
 				r.dead = true
 				continue
 			}

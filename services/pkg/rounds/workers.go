@@ -23,8 +23,8 @@ type WorkerConfig struct {
 	Deployment Deployment
 	JS         jetstream.JetStream // integrator account
 	Store      roundstate.Store
-	Key        *mohito.PrivateKey // sk_I (decrypt workers)
-	Partition  int                // encoder partition p
+	Keys       *mohito.KeyRing // sk_I by epoch (decrypt workers)
+	Partition  int             // encoder partition p
 	AckWait    time.Duration
 	Log        *slog.Logger
 	Metrics    *Metrics
@@ -37,35 +37,36 @@ func (c *WorkerConfig) ackWait() time.Duration {
 	return c.AckWait
 }
 
-// shufflerCache checks that M4 comes from the round's V*.
-type shufflerCache struct {
+// roundCache holds the RoundInfo of recent rounds: who V* is (M4 must come
+// from it) and which key epoch the round names.
+type roundCache struct {
 	kv jetstream.KeyValue
 	mu sync.Mutex
-	m  map[uint64]uint32
+	m  map[uint64]*mohito.RoundInfo
 }
 
-func (s *shufflerCache) shuffler(ctx context.Context, t uint64) (uint32, error) {
+// info returns round t's RoundInfo; fresh is true the first time it is read.
+func (s *roundCache) info(ctx context.Context, t uint64) (ri *mohito.RoundInfo, fresh bool, err error) {
 	s.mu.Lock()
-	v, ok := s.m[t]
+	ri, ok := s.m[t]
 	s.mu.Unlock()
 	if ok {
-		return v, nil
+		return ri, false, nil
 	}
 	e, err := s.kv.Get(ctx, "t."+strconv.FormatUint(t, 10))
 	if err != nil {
-		return 0, err
+		return nil, false, err
 	}
-	ri, err := mohito.ParseRoundInfo(e.Value())
-	if err != nil {
-		return 0, err
+	if ri, err = mohito.ParseRoundInfo(e.Value()); err != nil {
+		return nil, false, err
 	}
 	s.mu.Lock()
-	s.m[t] = ri.Shuffler
 	if len(s.m) > 256 {
 		clear(s.m)
 	}
+	s.m[t] = ri
 	s.mu.Unlock()
-	return ri.Shuffler, nil
+	return ri, true, nil
 }
 
 // DecryptWorker is Stage A (spec §4.5): stateless, any number of replicas
@@ -74,21 +75,48 @@ func (s *shufflerCache) shuffler(ctx context.Context, t uint64) (uint32, error) 
 // partitioning by position is safe.
 type DecryptWorker struct {
 	cfg    WorkerConfig
-	integ  *mohito.Integrator
-	rounds *shufflerCache
+	rounds *roundCache
+
+	mu    sync.Mutex
+	integ map[*mohito.PrivateKey]*mohito.Integrator
 }
 
 // NewDecryptWorker returns a Stage A worker.
 func NewDecryptWorker(ctx context.Context, cfg WorkerConfig) (*DecryptWorker, error) {
-	integ, err := mohito.NewIntegrator(cfg.Deployment.Params, cfg.Key)
-	if err != nil {
-		return nil, err
+	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
+		return nil, errors.New("decrypt worker: no integrator key")
+	}
+	if cfg.Keys.Suite() != cfg.Deployment.Params.Suite {
+		return nil, fmt.Errorf("decrypt worker: %v keys for a %v deployment", cfg.Keys.Suite(), cfg.Deployment.Params.Suite)
 	}
 	kv, err := natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	return &DecryptWorker{cfg: cfg, integ: integ, rounds: &shufflerCache{kv: kv, m: map[uint64]uint32{}}}, nil
+	return &DecryptWorker{cfg: cfg, rounds: &roundCache{kv: kv, m: map[uint64]*mohito.RoundInfo{}}, integ: map[*mohito.PrivateKey]*mohito.Integrator{}}, nil
+}
+
+// integrator returns Stage A for the key of round ri's integrator epoch. A
+// round naming an epoch this worker does not hold is an error the caller
+// retries: another replica (a newer pod) may hold it.
+func (w *DecryptWorker) integrator(ri *mohito.RoundInfo) (*mohito.Integrator, error) {
+	k, err := w.cfg.Keys.KeyFor(ri.IntegratorEpoch, ri.IntegratorKey)
+	if err != nil {
+		return nil, fmt.Errorf("round %d: %w", ri.T, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	in := w.integ[k]
+	if in == nil {
+		if in, err = mohito.NewIntegrator(w.cfg.Deployment.Params, k); err != nil {
+			return nil, err
+		}
+		if len(w.integ) > 2*mohito.MaxKeyEpochs {
+			clear(w.integ)
+		}
+		w.integ[k] = in
+	}
+	return in, nil
 }
 
 // Run consumes until ctx ends.
@@ -105,11 +133,19 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 	if err != nil {
 		return natsx.Drop
 	}
-	s, err := w.rounds.shuffler(ctx, p.T)
+	ri, fresh, err := w.rounds.info(ctx, p.T)
 	if err != nil {
 		return natsx.Retry
 	}
-	if int(s) != p.Vendor {
+	if fresh {
+		if dropped := w.cfg.Keys.Observe(p.T, ri.IntegratorEpoch); len(dropped) > 0 {
+			w.cfg.Log.Info("integrator key epochs retired", "epochs", dropped, "round", p.T)
+			w.mu.Lock()
+			clear(w.integ) // no reference to a retired key stays
+			w.mu.Unlock()
+		}
+	}
+	if int(ri.Shuffler) != p.Vendor {
 		w.cfg.Metrics.Dropped.WithLabelValues("not_shuffler").Inc()
 		return natsx.Drop
 	}
@@ -118,7 +154,13 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 		return natsx.Drop
 	}
 	batchStart := int(binary.BigEndian.Uint32(data[10:14]))
-	cmds, void, err := w.integ.OpenShuffled(p.T, data, mohito.MaxRoundMessages, nil)
+	integ, err := w.integrator(ri)
+	if err != nil {
+		w.cfg.Metrics.Dropped.WithLabelValues("key_epoch").Inc()
+		w.cfg.Log.Error("cannot decrypt round: key epoch not held", "t", p.T, "epoch", ri.IntegratorEpoch, "held", w.cfg.Keys.Epochs(), "err", err)
+		return natsx.Retry
+	}
+	cmds, void, err := integ.OpenShuffled(p.T, data, mohito.MaxRoundMessages, nil)
 	if err != nil {
 		w.cfg.Metrics.Dropped.WithLabelValues("bad_m4").Inc()
 		return natsx.Drop
@@ -146,6 +188,8 @@ type Encoder struct {
 	cfg     WorkerConfig
 	vendors []int
 	objects jetstream.ObjectStore
+	claims  jetstream.KeyValue
+	id      string
 	mu      sync.Mutex
 	rounds  map[uint64]*encRound
 	blobs   *natsx.BlobAssembler
@@ -170,7 +214,14 @@ func NewEncoder(ctx context.Context, cfg WorkerConfig) (*Encoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Encoder{cfg: cfg, vendors: cfg.Deployment.VendorsOf(cfg.Partition), objects: os, rounds: map[uint64]*encRound{}, blobs: natsx.NewBlobAssembler()}, nil
+	claims, err := natsx.EnsureKV(ctx, cfg.JS, BucketOKVSClaims, claimTTL)
+	if err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Encoder{cfg: cfg, vendors: cfg.Deployment.VendorsOf(cfg.Partition), objects: os, claims: claims,
+		id: fmt.Sprintf("%s-%x", EncoderConsumer(cfg.Partition, cfg.Deployment.Encoders), id), rounds: map[uint64]*encRound{}, blobs: natsx.NewBlobAssembler()}, nil
 }
 
 // Vendors returns the vendors this partition owns.
@@ -188,7 +239,7 @@ func (e *Encoder) Run(ctx context.Context) error {
 		filters = append(filters, fmt.Sprintf("mohito.r.*.part.%d", v))
 		rfilters = append(rfilters, fmt.Sprintf("%s.r.*.%s", natsx.IntegratorInbox(v), kindRespTable))
 	}
-	name := fmt.Sprintf("encoder-%d", e.cfg.Partition)
+	name := EncoderConsumer(e.cfg.Partition, e.cfg.Deployment.Encoders)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -200,6 +251,16 @@ func (e *Encoder) Run(ctx context.Context) error {
 }
 
 const staleAfter = 2 * time.Minute
+
+// claimTTL bounds how long a claim of a dead encoder blocks its table: after
+// it, another owner encodes the table (nothing of it was sent yet: a table
+// is sent only after it is durable, and a durable table is re-sent as is).
+// A live encoder renews its claim while it encodes, so a slow encode keeps it.
+const claimTTL = 6 * time.Second
+
+// errClaimed: another encoder is encoding the table; the records stay held
+// and the seal is retried on their redelivery.
+var errClaimed = errors.New("table claimed by another encoder")
 
 func (e *Encoder) round(t uint64) *encRound {
 	r := e.rounds[t]
@@ -269,7 +330,10 @@ func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
 			all = false
 			continue
 		}
-		if err := e.seal(ctx, t, v, r.plan, ev); err != nil {
+		if err := e.seal(ctx, t, v, r.plan, ev); errors.Is(err, errClaimed) {
+			all = false
+			continue
+		} else if err != nil {
 			e.cfg.Log.Warn("seal failed, will retry on redelivery", "t", t, "err", err)
 			all = false
 			continue
@@ -307,6 +371,22 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		}
 	}
 	if m5 == nil {
+		// While the encoders are rescaled, partitions of the old and the new
+		// count overlap and two of them may own v: only the claim holder
+		// encodes, so the vendor never gets two different tables (and the
+		// slots in Redis always match the table sent).
+		rev, err := e.claims.Create(ctx, name, []byte(e.id))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			c, gerr := e.claims.Get(ctx, name)
+			if gerr != nil || string(c.Value()) != e.id {
+				return errClaimed
+			}
+			rev = c.Revision()
+		} else if err != nil {
+			return fmt.Errorf("claim table: %w", err)
+		}
+		stop := e.holdClaim(ctx, name, rev)
+		defer stop()
 		var cmds []mohito.ShuffledCommand
 		for _, b := range ev.batches {
 			cmds = append(cmds, b...)
@@ -334,6 +414,30 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		return err
 	}
 	return nil
+}
+
+// holdClaim renews the claim on table name until the returned stop is called.
+func (e *Encoder) holdClaim(ctx context.Context, name string, rev uint64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(claimTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				r, err := e.claims.Update(ctx, name, []byte(e.id), rev)
+				if err != nil {
+					return // lapsed or taken over: the durable table decides
+				}
+				rev = r
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // handleResponseTable decodes S_v^resp at the stored slots (R3 with G1) and

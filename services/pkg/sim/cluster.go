@@ -44,14 +44,16 @@ type Config struct {
 	Registry         prometheus.Registerer
 	OnRound          func(rounds.RoundReport)
 	OnDone           func(t uint64, k int)
+	KeyRetention     int // W of spec O16 (default rounds.DefaultKeyRetention)
 }
 
 // Cluster is a running simulated deployment.
 type Cluster struct {
 	cfg          Config
 	Metrics      *rounds.Metrics
-	ikey         *mohito.PrivateKey
-	vkeys        []*mohito.PrivateKey
+	ikey         *mohito.KeyRing   // sk_I by epoch, shared by the coordinator and the decrypt workers
+	vkeys        []*mohito.KeyRing // sk_V by epoch, shared by each vendor's shuffler and agent
+	vendorDir    *rounds.KeyDirectory
 	Creds        [][]mohito.DeviceCredentials // [vendor][device]
 	secrets      [][]mohito.DeviceSecret
 	Devices      [][]*client.Device
@@ -92,15 +94,29 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	p := cfg.Deployment.Params
 	c := &Cluster{cfg: cfg, Metrics: rounds.NewMetrics(cfg.Registry), procs: map[string]*proc{}, delivered: map[string]int{}}
 	var err error
-	if c.ikey, err = mohito.GenerateKey(p.Suite); err != nil {
-		return nil, err
+	if cfg.KeyRetention == 0 {
+		cfg.KeyRetention = rounds.DefaultKeyRetention
+		c.cfg.KeyRetention = cfg.KeyRetention
 	}
-	for v := range p.Vendors {
+	ring := func() (*mohito.KeyRing, error) {
 		k, err := mohito.GenerateKey(p.Suite)
 		if err != nil {
 			return nil, err
 		}
+		return mohito.SingleKeyRing(k, cfg.KeyRetention)
+	}
+	if c.ikey, err = ring(); err != nil {
+		return nil, err
+	}
+	var vpub []*mohito.PublicKey
+	for v := range p.Vendors {
+		k, err := ring()
+		if err != nil {
+			return nil, err
+		}
 		c.vkeys = append(c.vkeys, k)
+		vk, _ := k.Key(0)
+		vpub = append(vpub, vk.PublicKey())
 		n := cfg.DevicesPerVendor[v]
 		creds := make([]mohito.DeviceCredentials, n)
 		secrets := make([]mohito.DeviceSecret, n)
@@ -116,6 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.secrets = append(c.secrets, secrets)
 		c.Owner = append(c.Owner, owner)
 	}
+	c.vendorDir = rounds.StaticKeyDirectory(vpub)
 	// Vendor side first, so every inbox exists before the first round.
 	for v := range p.Vendors {
 		if err := c.StartRole(ctx, "shuffler", v); err != nil {
@@ -176,17 +193,65 @@ func (c *Cluster) connect(user string) (*nats.Conn, jetstream.JetStream, error) 
 	return nc, js, nil
 }
 
-func (c *Cluster) vendorKeys() []*mohito.PublicKey {
-	out := make([]*mohito.PublicKey, len(c.vkeys))
-	for i, k := range c.vkeys {
-		out[i] = k.PublicKey()
+// RotateIntegratorKey adds a fresh integrator key under epoch, as a
+// rotation does: the coordinator names it from its next round and announces
+// it to the vendors; the decrypt workers hold both epochs until the old one
+// is W rounds behind.
+func (c *Cluster) RotateIntegratorKey(epoch uint32) error {
+	k, err := mohito.GenerateKey(c.cfg.Deployment.Params.Suite)
+	if err != nil {
+		return err
 	}
-	return out
+	return c.ikey.Add(epoch, k)
 }
+
+// RotateVendorKey adds a fresh key for vendor v under epoch and announces
+// v's key set to the integrator (as its shuffler does on start), which puts
+// the epoch in force from the next round the coordinator opens.
+func (c *Cluster) RotateVendorKey(ctx context.Context, v int, epoch uint32) error {
+	k, err := mohito.GenerateKey(c.cfg.Deployment.Params.Suite)
+	if err != nil {
+		return err
+	}
+	if err := c.vkeys[v].Add(epoch, k); err != nil {
+		return err
+	}
+	return c.AnnounceVendorKeys(ctx, v, c.vkeys[v].PublicKeys())
+}
+
+// AnnounceVendorKeys publishes ks as vendor v's key set over v's account.
+func (c *Cluster) AnnounceVendorKeys(ctx context.Context, v int, ks mohito.KeySet) error {
+	nc, js, err := c.connect(natsx.VendorUser(v))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return rounds.AnnounceVendorKey(ctx, js, v, ks)
+}
+
+// IntegratorKeys and VendorKeys are the rings the roles hold (tests inspect
+// retention through them).
+func (c *Cluster) IntegratorKeys() *mohito.KeyRing { return c.ikey }
+
+// VendorKeys returns vendor v's ring.
+func (c *Cluster) VendorKeys(v int) *mohito.KeyRing { return c.vkeys[v] }
 
 // StartRole starts replica i of a role: coordinator, gateway, decrypt,
 // encoder, responder, shuffler (i = vendor) or agent (i = vendor).
 func (c *Cluster) StartRole(ctx context.Context, role string, i int) error {
+	return c.startRole(ctx, role, i, c.cfg.Deployment)
+}
+
+// StartEncoder starts encoder partition p of a deployment scaled to
+// partitions encoders (the operator rolls the StatefulSet with the new
+// count; pods of the old and the new count overlap while it rolls).
+func (c *Cluster) StartEncoder(ctx context.Context, p, partitions int) error {
+	d := c.cfg.Deployment
+	d.Encoders = partitions
+	return c.startRole(ctx, "encoder", p, d)
+}
+
+func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.Deployment) error {
 	name := fmt.Sprintf("%s-%d", role, i)
 	user := natsx.IntegratorUser
 	if role == "shuffler" || role == "agent" {
@@ -199,9 +264,8 @@ func (c *Cluster) StartRole(ctx context.Context, role string, i int) error {
 	rctx, cancel := context.WithCancel(ctx)
 	pr := &proc{cancel: cancel, done: make(chan struct{}), nc: nc}
 	log := c.cfg.Log.With("role", role, "replica", i)
-	d := c.cfg.Deployment
-	wcfg := rounds.WorkerConfig{Deployment: d, JS: js, Store: c.cfg.Store, Key: c.ikey, Partition: i, AckWait: c.cfg.AckWait, Log: log, Metrics: c.Metrics}
-	vcfg := rounds.VendorConfig{Deployment: d, Vendor: i, NC: nc, JS: js, Integrator: c.ikey.PublicKey(), Log: log, Metrics: c.Metrics}
+	wcfg := rounds.WorkerConfig{Deployment: d, JS: js, Store: c.cfg.Store, Keys: c.ikey, Partition: i, AckWait: c.cfg.AckWait, Log: log, Metrics: c.Metrics}
+	vcfg := rounds.VendorConfig{Deployment: d, Vendor: i, NC: nc, JS: js, Integrator: c.ikey.PublicKeys(), Log: log, Metrics: c.Metrics}
 	var run func(context.Context) error
 	fail := func(err error) error {
 		cancel()
@@ -211,7 +275,7 @@ func (c *Cluster) StartRole(ctx context.Context, role string, i int) error {
 	switch role {
 	case "coordinator":
 		co, err := rounds.NewCoordinator(rctx, rounds.CoordinatorConfig{
-			Deployment: d, JS: js, Store: c.cfg.Store, Key: c.ikey, VendorKeys: c.vendorKeys(),
+			Deployment: d, JS: js, Store: c.cfg.Store, Keys: c.ikey, VendorKeys: c.vendorDir,
 			ID: name, MaxRounds: c.cfg.MaxRounds, Log: log, Metrics: c.Metrics, OnRound: c.cfg.OnRound, LeaseTTL: 2 * time.Second,
 		})
 		if err != nil {
@@ -260,7 +324,7 @@ func (c *Cluster) StartRole(ctx context.Context, role string, i int) error {
 		r.OnDone = c.cfg.OnDone
 		run = r.Run
 	case "shuffler":
-		vcfg.Key = c.vkeys[i]
+		vcfg.Keys = c.vkeys[i]
 		s, err := rounds.NewShufflerService(rctx, vcfg)
 		if err != nil {
 			return fail(err)
@@ -304,6 +368,22 @@ func (c *Cluster) Kill(role string, i int) {
 	pr.nc.Close()
 	pr.cancel()
 	<-pr.done
+}
+
+// StopRole stops replica i of role gracefully: in-flight handlers finish,
+// then its connection closes; what it held unacked is redelivered.
+func (c *Cluster) StopRole(role string, i int) {
+	name := fmt.Sprintf("%s-%d", role, i)
+	c.mu.Lock()
+	pr := c.procs[name]
+	delete(c.procs, name)
+	c.mu.Unlock()
+	if pr == nil {
+		return
+	}
+	pr.cancel()
+	<-pr.done
+	pr.nc.Close()
 }
 
 func (c *Cluster) startDevices(ctx context.Context, v int) error {

@@ -80,8 +80,14 @@ func Handler(reg *prometheus.Registry, h *Health) http.Handler {
 	return mux
 }
 
-// Serve runs the observability server on addr ("" disables it) until ctx ends.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry, h *Health, log *slog.Logger) error {
+// ServeOption runs once the observability server has bound its address
+// (for instance [Publish]); an error stops the server.
+type ServeOption func(bound net.Addr) error
+
+// Serve runs the observability server on addr ("" disables it) until ctx
+// ends. addr may have port 0 (hostNetwork replicas); [Publish] tells where
+// it landed.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, h *Health, log *slog.Logger, opts ...ServeOption) error {
 	if addr == "" {
 		<-ctx.Done()
 		return nil
@@ -89,6 +95,12 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, h *Health
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	for _, o := range opts {
+		if err := o(l.Addr()); err != nil {
+			l.Close()
+			return err
+		}
 	}
 	srv := &http.Server{Handler: Handler(reg, h), ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -65,8 +65,8 @@ func (*RoundInfoRequest) Descriptor() ([]byte, []int) {
 
 type RoundInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// M0: the round's parameters and public keys, exactly
-	// RoundInfoSize(suite) bytes.
+	// M0: the round's parameters, public keys and key ids, exactly
+	// RoundInfoSize(suite, vendors) bytes.
 	RoundInfo     []byte `protobuf:"bytes,1,opt,name=round_info,json=roundInfo,proto3" json:"round_info,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

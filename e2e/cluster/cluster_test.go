@@ -1,0 +1,297 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+const (
+	release    = "obscura"
+	roundName  = "home"
+	vendorName = "acme"
+	mohitoAPI  = "mohito.obscura.dev/v1alpha1"
+	// edgeAddr and mqttAddr are where values-local.yaml puts the Envoy edge and NATS's MQTT
+	// listener on the node (everything is on 127.0.0.1).
+	edgeAddr = "127.0.0.1:8443"
+	mqttAddr = "127.0.0.1:1883"
+)
+
+func TestCluster(t *testing.T) {
+	if os.Getenv("OBSCURA_E2E_CLUSTER") != "1" {
+		t.Skip("needs the local cluster: make e2e-cluster (sets OBSCURA_E2E_CLUSTER=1)")
+	}
+	smoke := os.Getenv("OBSCURA_E2E_CLUSTER_MODE") == "smoke"
+	e := newEnv(t)
+	defer e.writeReport()
+	defer e.dumpOnFailure()
+
+	e.phase("remove what an earlier run left", e.reset)
+	e.phase("provision keys, devices and tokens", e.provision)
+	e.phase("helm install --wait", e.install)
+	e.phase("apply the Vendor, Shuffler and Round samples", e.applySamples)
+	e.phase("workloads ready", e.waitWorkloads)
+	e.phase("helm test (one round through the edge)", func() {
+		e.run("helm", "test", release, "-n", e.ns, "--timeout", "3m")
+	})
+	if !smoke {
+		e.loadAndScale()
+		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
+	}
+	e.phase("scan pod logs for secrets", e.scanLogs)
+	e.phase("delete the samples, helm uninstall", e.uninstall)
+}
+
+// writeReport saves the figures for docs/benchmarks.md.
+func (e *env) writeReport() {
+	path := os.Getenv("OBSCURA_E2E_REPORT")
+	if path == "" {
+		return
+	}
+	b, _ := json.MarshalIndent(e.report, "", "  ")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		e.t.Errorf("report: %v", err)
+	}
+}
+
+// dumpOnFailure logs what a failing run needs: pods, events, the operator's log tail.
+func (e *env) dumpOnFailure() {
+	if !e.t.Failed() {
+		return
+	}
+	for _, args := range [][]string{
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "events", "-n", e.ns, "--sort-by=.lastTimestamp"},
+		{"get", "rounds,vendors,shufflers", "-n", e.ns, "-o", "wide"},
+		{"logs", "-n", e.ns, "-l", "app.kubernetes.io/component=operator", "--tail", "80"},
+	} {
+		out, err := e.try("kubectl", args...)
+		e.t.Logf("kubectl %s:\n%s%v", strings.Join(args, " "), tail(out, 6000), errOrEmpty(err))
+	}
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// waitWorkloads waits for the Round, Vendor and Shuffler to be Ready and every Deployment and
+// StatefulSet in the namespace to be available.
+func (e *env) waitWorkloads() {
+	testenv.Eventually(e.t, 4*time.Minute, "Round, Vendor and Shuffler Ready", func() error {
+		for _, r := range [][2]string{{"Vendor", vendorName}, {"Shuffler", vendorName + "-shuffler"}, {"Round", roundName}} {
+			if st, msg := e.condition(mohitoAPI+"/"+r[0], r[1], "Ready"); st != "True" {
+				return fmt.Errorf("%s %s Ready=%s (%s)", r[0], r[1], st, msg)
+			}
+		}
+		return e.allAvailable()
+	})
+}
+
+func (e *env) allAvailable() error {
+	ctx := context.Background()
+	var deps appsv1.DeploymentList
+	if err := e.k.List(ctx, &deps, client.InNamespace(e.ns)); err != nil {
+		return err
+	}
+	for _, d := range deps.Items {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.AvailableReplicas < want || d.Status.UpdatedReplicas < want {
+			return fmt.Errorf("deployment %s: %d/%d available", d.Name, d.Status.AvailableReplicas, want)
+		}
+	}
+	var sts appsv1.StatefulSetList
+	if err := e.k.List(ctx, &sts, client.InNamespace(e.ns)); err != nil {
+		return err
+	}
+	for _, s := range sts.Items {
+		if s.Spec.Replicas != nil && s.Status.ReadyReplicas < *s.Spec.Replicas {
+			return fmt.Errorf("statefulset %s: %d/%d ready", s.Name, s.Status.ReadyReplicas, *s.Spec.Replicas)
+		}
+	}
+	return nil
+}
+
+// roundStatus reads the figures the operator reports on the Round.
+func (e *env) roundStatus() map[string]any {
+	u := e.get(mohitoAPI, "Round", roundName)
+	st, _, _ := unstructured.NestedMap(u.Object, "status")
+	return st
+}
+
+func (e *env) workers() int32 {
+	d := &appsv1.Deployment{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-decrypt-worker"}, d); err != nil {
+		e.t.Fatalf("decrypt workers: %v", err)
+	}
+	return d.Status.ReadyReplicas
+}
+
+// uninstall deletes the samples (the operator removes their finalizers and registry entries),
+// uninstalls the release and checks that nothing of it is left.
+func (e *env) uninstall() {
+	ctx := context.Background()
+	e.run("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m",
+		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
+	e.run("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "3m")
+	for _, s := range e.createdSecrets {
+		e.run("kubectl", "delete", "secret", "-n", e.ns, s, "--ignore-not-found")
+	}
+	testenv.Eventually(e.t, 2*time.Minute, "nothing left in the namespace", func() error {
+		var left []string
+		for _, kind := range []string{"pods", "deployments", "statefulsets", "services", "configmaps", "secrets", "serviceaccounts",
+			"roles", "rolebindings", "poddisruptionbudgets", "networkpolicies", "jobs"} {
+			out, err := e.try("kubectl", "get", kind, "-n", e.ns, "-o", "name")
+			if err != nil {
+				return err
+			}
+			for _, l := range strings.Fields(out) {
+				// Kubernetes itself keeps these in every namespace.
+				if l == "configmap/kube-root-ca.crt" || l == "serviceaccount/default" {
+					continue
+				}
+				left = append(left, l)
+			}
+		}
+		for _, kind := range []string{"clusterroles", "clusterrolebindings"} {
+			out, err := e.try("kubectl", "get", kind, "-l", "app.kubernetes.io/instance="+release, "-o", "name")
+			if err != nil {
+				return err
+			}
+			left = append(left, strings.Fields(out)...)
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left behind: %s", strings.Join(left, " "))
+		}
+		return nil
+	})
+	_ = ctx
+	e.run("kubectl", "delete", "namespace", e.ns, "--wait", "--timeout", "2m")
+	// The CRDs stay (Helm never deletes crds/ on uninstall, so that custom resources of other
+	// releases survive); the test removes them to leave the cluster as it found it.
+	out := e.run("kubectl", "get", "crd", "-o", "name")
+	for _, c := range strings.Fields(out) {
+		if strings.HasSuffix(c, ".obscura.dev") {
+			e.run("kubectl", "delete", c, "--wait", "--timeout", "1m")
+		}
+	}
+}
+
+// writeFile writes a file into the run's directory.
+func (e *env) writeFile(name string, b []byte) string {
+	p := filepath.Join(e.dir, name)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// imageValues turns the built images into the chart's images.<name>.repository/tag values.
+func (e *env) imageValues() []string {
+	chartName := map[string]string{"operator": "operator", "mohito": "mohito", "pda": "pda", "nats-server": "nats", "redis": "redis", "envoy": "envoy"}
+	var args []string
+	for comp, ref := range e.images {
+		name, ok := chartName[comp]
+		if !ok {
+			continue
+		}
+		i := strings.LastIndex(ref, ":")
+		args = append(args, "--set", fmt.Sprintf("images.%s.repository=%s,images.%s.tag=%s", name, ref[:i], name, ref[i+1:]))
+	}
+	if len(args) != 2*len(chartName) {
+		e.t.Fatalf("images.json lacks some of %v: %v", chartName, e.images)
+	}
+	return args
+}
+
+// helmArgs are the settings of this run's release (install and upgrade).
+func (e *env) helmArgs(extra ...string) []string {
+	args := []string{release, filepath.Join(e.root, "charts/obscura"), "-n", e.ns,
+		"-f", filepath.Join(e.root, "charts/obscura/values-local.yaml"),
+		"--set", "edge.round=" + roundName,
+		"--set", "tests.tokenSecret.name=obscura-smoke-token", "--set", "tests.tokenSecret.key=token",
+		"--wait", "--timeout", "5m"}
+	args = append(args, e.imageValues()...)
+	return append(args, extra...)
+}
+
+// install is the README's local-cluster path: helm install --wait.
+func (e *env) install() {
+	e.run("helm", append([]string{"install"}, e.helmArgs()...)...)
+	e.edgeServerName = "localhost"
+}
+
+// upgrade changes a setting of the release (the operator's log level rolls its pod).
+func (e *env) upgrade() {
+	e.run("helm", append([]string{"upgrade"}, e.helmArgs("--set", "operator.logLevel=debug")...)...)
+	st := e.run("helm", "status", release, "-n", e.ns, "-o", "json")
+	var s struct {
+		Version int `json:"version"`
+		Info    struct {
+			Status string `json:"status"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(st), &s); err != nil || s.Version != 2 || s.Info.Status != "deployed" {
+		e.t.Fatalf("after the upgrade: %s (%v)", tail(st, 500), err)
+	}
+}
+
+// scanLogs reads every container log of the run (the kubelet keeps them under the cluster's
+// state dir, those of replaced pods included) and fails on any secret of the run.
+func (e *env) scanLogs() {
+	dir := filepath.Join(e.root, "hack/cluster/state/pod-logs")
+	files, bytes := 0, 0
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(path))), e.ns+"_") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		bytes += len(b)
+		for what, v := range e.secrets {
+			if len(v) >= 4 && strings.Contains(string(b), v) {
+				e.t.Errorf("%s appears in %s", what, strings.TrimPrefix(path, dir+"/"))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if files == 0 {
+		e.t.Fatalf("no pod log of namespace %s under %s", e.ns, dir)
+	}
+	e.t.Logf("scanned %d log files (%d bytes) for %d secrets", files, bytes, len(e.secrets))
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("log scan: %d files, %d bytes, %d secrets, none found", files, bytes, len(e.secrets)))
+}
+
+// reset removes a release and namespace an interrupted earlier run left behind.
+func (e *env) reset() {
+	if _, err := e.try("kubectl", "get", "namespace", e.ns); err != nil {
+		return
+	}
+	e.t.Logf("namespace %s exists: removing an earlier run", e.ns)
+	_, _ = e.try("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found",
+		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
+	_, _ = e.try("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found")
+	e.run("kubectl", "delete", "namespace", e.ns, "--wait", "--timeout", "3m")
+}

@@ -1,0 +1,366 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+const (
+	devicesPerVendor = 48
+	tokens           = 64
+	// baseUsers drive the ×1 load; ×2 and ×4 double and quadruple it.
+	baseUsers = 8
+	loadFor   = 40 * time.Second
+)
+
+// LoadPhase is one load level and what it did.
+type LoadPhase struct {
+	Name             string   `json:"name"`
+	Users            int      `json:"users"`
+	Commands         int      `json:"commands"`
+	CommandsPerS     float64  `json:"commands_per_s"`
+	LatencyP50MS     float64  `json:"latency_p50_ms"`
+	LatencyP99MS     float64  `json:"latency_p99_ms"`
+	ExactlyOnce      bool     `json:"exactly_once"`
+	RoundSeconds     float64  `json:"round_seconds"` // mean lastRoundSeconds the Round reported
+	RoundSamples     int      `json:"round_samples"`
+	WorkersMin       int32    `json:"workers_min"`
+	WorkersMax       int32    `json:"workers_max"`
+	RoundTimeToBase  float64  `json:"round_time_to_base"`
+	AbortedRounds    int64    `json:"aborted_rounds_during"`
+	CompletedRounds  int64    `json:"completed_rounds_during"`
+	ScaleEventsAfter []string `json:"scale_events,omitempty"`
+}
+
+// provision builds the mohito CLI for this machine and generates keys, device secrets and
+// tokens with it, then creates the Secrets the samples reference.
+func (e *env) provision() {
+	bin := filepath.Join(e.dir, "mohito")
+	cmd := exec.Command("go", "build", "-o", bin, "./services/cmd/mohito")
+	cmd.Dir = e.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("build mohito: %v\n%s", err, out)
+	}
+	e.mohito = bin
+	out := filepath.Join(e.dir, "provision")
+	e.exec(bin, "provision", "--vendors", "1", "--devices-per-vendor", strconv.Itoa(devicesPerVendor),
+		"--users", strconv.Itoa(tokens), "--out", out)
+	e.prov = out
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return b
+	}
+	e.run("kubectl", "create", "namespace", e.ns)
+	e.secret("integrator-key", map[string][]byte{"private.key": read("integrator.key")})
+	e.secret(vendorName+"-vendor-key", map[string][]byte{"private.key": read("vendor-0.key")})
+	e.secret(roundName+"-user-tokens", map[string][]byte{"tokens.json": read("tokens.json")})
+	e.secret(vendorName+"-devices", map[string][]byte{"devices.json": read("devices-0.json")})
+	var toks map[string]string
+	if err := json.Unmarshal(read("tokens.json"), &toks); err != nil {
+		e.t.Fatal(err)
+	}
+	names := make([]string, 0, len(toks))
+	for tok := range toks {
+		names = append(names, tok)
+	}
+	sort.Strings(names)
+	e.secret("obscura-smoke-token", map[string][]byte{"token": []byte(names[0])})
+
+	// What no pod log may contain.
+	e.secrets = map[string]string{}
+	for tok := range toks {
+		e.secrets["token "+tok[:4]+"…"] = tok
+	}
+	for _, k := range []string{"integrator.key", "vendor-0.key"} {
+		b64 := strings.TrimSpace(string(read(k)))
+		e.secrets[k+" (base64)"] = b64
+		if raw, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			e.secrets[k+" (hex)"] = fmt.Sprintf("%x", raw)
+		}
+	}
+	var devs []struct {
+		ID     string `json:"id"`
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(read("devices.json"), &devs); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, d := range devs {
+		e.secrets["device id "+d.ID] = d.ID
+		e.secrets["device secret of "+d.ID] = d.Secret
+	}
+}
+
+// exec runs a program (not a repo tool) and fails the test on error.
+func (e *env) exec(bin string, args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, tail(string(out), 4000))
+	}
+	return string(out)
+}
+
+// applySamples applies the Vendor, Shuffler and Round samples as a user would, then tunes the
+// Round's autoscaler target so that this small machine's lag moves it.
+func (e *env) applySamples() {
+	for _, f := range []string{"mohito_v1alpha1_vendor.yaml", "mohito_v1alpha1_shuffler.yaml", "mohito_v1alpha1_round.yaml"} {
+		e.run("kubectl", "apply", "-n", e.ns, "-f", filepath.Join(e.root, "config/samples", f))
+	}
+	// The sample's vendor has 1,000 devices; this run registers devicesPerVendor of them.
+	e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge",
+		"-p", fmt.Sprintf(`{"spec":{"devices":%d}}`, devicesPerVendor))
+	e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge",
+		"-p", `{"spec":{"decryptWorkers":{"min":1,"max":4,"targetLag":25}}}`)
+}
+
+// deviceCredentials writes the driver's MQTT logins from the Vendor's NATS Secret, which the
+// operator generated (its device user is what the vendor hands to its devices).
+func (e *env) deviceCredentials() string {
+	user := e.secretData(e.ns, vendorName+"-nats", "device-user")
+	pw := e.secretData(e.ns, vendorName+"-nats", "device-password")
+	b, _ := json.Marshal(map[string]map[string]string{"0": {"user": string(user), "password": string(pw)}})
+	e.secrets["device NATS password"] = string(pw)
+	return e.writeFile("device-credentials.json", b)
+}
+
+// edgeCA writes the CA that signed the edge's certificate.
+func (e *env) edgeCA() string {
+	s := &corev1.Secret{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: release + "-edge-tls"}, s); err != nil {
+		e.t.Fatalf("edge TLS secret: %v", err)
+	}
+	ca := s.Data["ca.crt"]
+	if len(ca) == 0 {
+		ca = s.Data["tls.crt"]
+	}
+	return e.writeFile("edge-ca.crt", ca)
+}
+
+// drive runs `mohito drive` through the edge and the MQTT listener for d with users users and
+// returns its JSON summary.
+func (e *env) drive(name string, users int, d time.Duration) map[string]any {
+	e.t.Helper()
+	s, err := e.driveRaw(name, users, d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// driveRaw is drive without failing the test (it runs on other goroutines too).
+func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any, error) {
+	js := filepath.Join(e.dir, "drive-"+name+".json")
+	args := []string{"drive", "--gateway", edgeAddr, "--ca-file", e.ca, "--server-name", e.edgeServerName,
+		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", filepath.Join(e.prov, "devices.json"),
+		"--mqtt", mqttAddr, "--device-credentials-file", e.creds,
+		"--duration", d.String(), "--users", strconv.Itoa(users), "--timeout", "90s", "--progress", "10s", "--json", js}
+	out, err := exec.Command(e.mohito, args...).CombinedOutput()
+	e.t.Logf("mohito drive (%s, %d users):\n%s", name, users, tail(string(out), 3000))
+	if err != nil {
+		return nil, fmt.Errorf("drive %s: %w", name, err)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		return nil, err
+	}
+	var s map[string]any
+	return s, json.Unmarshal(b, &s)
+}
+
+// sampler records the Round's reported round time and the ready decryption workers while a
+// load phase runs.
+type sampler struct {
+	mu       sync.Mutex
+	rounds   []float64
+	lastSeen string
+	wmin     int32
+	wmax     int32
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func (e *env) sample() *sampler {
+	s := &sampler{wmin: 1 << 30, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion(mohitoAPI)
+			u.SetKind("Round")
+			if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName}, u); err == nil {
+				cur, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "currentRound")
+				secs, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "lastRoundSeconds")
+				key := fmt.Sprint(cur)
+				s.mu.Lock()
+				if ok && key != s.lastSeen {
+					if f, err := strconv.ParseFloat(fmt.Sprint(secs), 64); err == nil && f > 0 {
+						s.rounds = append(s.rounds, f)
+					}
+					s.lastSeen = key
+				}
+				s.mu.Unlock()
+			}
+			if w := e.workersNoFail(); w > 0 {
+				s.mu.Lock()
+				s.wmin, s.wmax = min(s.wmin, w), max(s.wmax, w)
+				s.mu.Unlock()
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) finish() (mean float64, n int, wmin, wmax int32) {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rounds {
+		mean += r
+	}
+	if len(s.rounds) > 0 {
+		mean /= float64(len(s.rounds))
+	}
+	return mean, len(s.rounds), s.wmin, s.wmax
+}
+
+// counter reads a Round status counter.
+func (e *env) counter(field string) int64 {
+	st := e.roundStatus()
+	v, _ := strconv.ParseInt(fmt.Sprint(st[field]), 10, 64)
+	return v
+}
+
+// loadAndScale drives ×1, ×2 and ×4 load and checks that every command arrived exactly once
+// and that round time stayed within 1.2× of the ×1 round time while the operator sized the
+// decryption workers.
+func (e *env) loadAndScale() {
+	e.ca = e.edgeCA()
+	e.creds = e.deviceCredentials()
+	var base float64
+	for i, mult := range []int{1, 2, 4} {
+		name := fmt.Sprintf("x%d", mult)
+		users := baseUsers * mult
+		e.phase("load "+name, func() {
+			ab0, c0 := e.counter("abortedRounds"), e.counter("completedRounds")
+			s := e.sample()
+			sum := e.drive(name, users, loadFor)
+			mean, n, wmin, wmax := s.finish()
+			lp := LoadPhase{Name: name, Users: users, RoundSeconds: mean, RoundSamples: n, WorkersMin: wmin, WorkersMax: wmax,
+				AbortedRounds: e.counter("abortedRounds") - ab0, CompletedRounds: e.counter("completedRounds") - c0}
+			lp.Commands = int(num(sum["commands"]))
+			lp.CommandsPerS = num(sum["commands_per_s"])
+			lp.LatencyP50MS, lp.LatencyP99MS = num(sum["latency_p50_ms"]), num(sum["latency_p99_ms"])
+			lp.ExactlyOnce, _ = sum["exactly_once"].(bool)
+			if i == 0 {
+				base = mean
+			}
+			if base > 0 {
+				lp.RoundTimeToBase = mean / base
+			}
+			lp.ScaleEventsAfter = e.scaleEvents()
+			e.report.Load = append(e.report.Load, lp)
+			e.t.Logf("load %s: %d users, %d commands, %.1f commands/s, p50 %.0f ms, p99 %.0f ms, round %.3fs (%.2f× base, %d samples), workers %d..%d, %d completed / %d aborted rounds",
+				name, users, lp.Commands, lp.CommandsPerS, lp.LatencyP50MS, lp.LatencyP99MS, mean, lp.RoundTimeToBase, n, wmin, wmax, lp.CompletedRounds, lp.AbortedRounds)
+			if !lp.ExactlyOnce {
+				e.t.Errorf("load %s: commands not delivered exactly once", name)
+			}
+			if lp.Commands == 0 {
+				e.t.Errorf("load %s: no command was answered", name)
+			}
+			if lp.AbortedRounds > 0 {
+				e.t.Errorf("load %s: %d rounds aborted", name, lp.AbortedRounds)
+			}
+			if base > 0 && lp.RoundTimeToBase > 1.2 {
+				e.t.Errorf("load %s: round time %.3fs is %.2f× the ×1 round time %.3fs (want ≤ 1.2×)", name, mean, lp.RoundTimeToBase, base)
+			}
+		})
+	}
+}
+
+// scaleEvents lists the operator's scaling Events on the Round so far.
+func (e *env) scaleEvents() []string {
+	var evs corev1.EventList
+	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
+		return nil
+	}
+	var out []string
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Kind == "Round" && strings.Contains(strings.ToLower(ev.Reason), "scale") {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return out
+}
+
+func num(v any) float64 {
+	f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
+	return f
+}
+
+func (e *env) workersNoFail() int32 {
+	out, err := e.try("kubectl", "get", "deployment", "-n", e.ns, roundName+"-decrypt-worker", "-o", "jsonpath={.status.readyReplicas}")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(out))
+	return int32(n)
+}
+
+// upgradeUnderLoad changes a Round parameter and upgrades the release while users send
+// commands: no command may be lost or duplicated.
+func (e *env) upgradeUnderLoad() {
+	type result struct {
+		sum map[string]any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := e.driveRaw("upgrade", 2*baseUsers, 75*time.Second)
+		done <- result{s, err}
+	}()
+	time.Sleep(10 * time.Second)
+	// A Round parameter: the response timeout of the shuffler policy rolls every round workload.
+	e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge",
+		"-p", `{"spec":{"shufflerPolicy":{"responseTimeout":"1800ms"}}}`)
+	testenv.Eventually(e.t, 3*time.Minute, "round workloads rolled and available", e.allAvailable)
+	e.upgrade()
+	testenv.Eventually(e.t, 3*time.Minute, "everything available after the upgrade", e.allAvailable)
+	r := <-done
+	if r.err != nil {
+		e.t.Fatalf("drive during the upgrade: %v", r.err)
+	}
+	sum := r.sum
+	if ok, _ := sum["exactly_once"].(bool); !ok {
+		e.t.Errorf("commands lost or duplicated across the upgrade: %v", sum)
+	}
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %v commands, exactly once %v", sum["commands"], sum["exactly_once"]))
+}

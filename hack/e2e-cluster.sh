@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The cluster end-to-end test (make e2e-cluster, docs/cluster.md): bring the local cluster up,
+# build and import the images, run e2e/cluster against it, and always tear the cluster down.
+#
+#   E2E_CLUSTER_MODE=full|smoke   full (default): install, samples, load ×1/×2/×4 with
+#                                 autoscaling, upgrade, uninstall, log scan; smoke: install,
+#                                 one round through the edge (helm test), uninstall
+#   E2E_KEEP_CLUSTER=1            leave the cluster running afterwards (for debugging)
+#   E2E_REPORT=<file>             where the run's figures go (default e2e/cluster/out/report.json)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+start=$SECONDS
+log() { printf '[e2e-cluster %4ds] %s\n' "$((SECONDS - start))" "$*" >&2; }
+
+mode=${E2E_CLUSTER_MODE:-full}
+report=${E2E_REPORT:-$ROOT/e2e/cluster/out/report.json}
+mkdir -p "$(dirname "$report")"
+
+down() {
+  rc=$?
+  if [[ ${E2E_KEEP_CLUSTER:-0} == 1 ]]; then
+    log "leaving the cluster up (E2E_KEEP_CLUSTER=1); make cluster-down stops it"
+  else
+    log "tearing the cluster down"
+    hack/cluster/cluster.sh down >&2 || rc=1
+  fi
+  log "finished with status $rc in $((SECONDS - start))s"
+  exit $rc
+}
+trap down EXIT
+
+log "tools (helm, kubectl, ...)"
+hack/tools.sh >&2
+log "cluster up"
+hack/cluster/cluster.sh up >&2
+log "images"
+hack/images/images.sh build >&2
+hack/images/images.sh import >&2
+log "e2e/cluster ($mode)"
+export KUBECONFIG="$ROOT/hack/cluster/state/kubeconfig/admin.conf"
+(cd e2e && OBSCURA_E2E_CLUSTER=1 OBSCURA_E2E_CLUSTER_MODE="$mode" OBSCURA_E2E_REPORT="$report" \
+  OBSCURA_BIN="$ROOT/bin" go test ./cluster -count=1 -v -timeout 40m -run TestCluster)
+log "report: $report"

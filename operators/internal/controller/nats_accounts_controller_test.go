@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+)
+
+// renderedHashes reads the accounts Secret: user → bcrypt hash, checking the hash annotation.
+func renderedHashes() (map[string]string, error) {
+	var s corev1.Secret
+	if err := k8s.Get(context.Background(), testAccountsSecret, &s); err != nil {
+		return nil, err
+	}
+	conf := string(s.Data[specs.NATSAccountsKey])
+	if got, want := s.Annotations[specs.AnnotationNATSAccountsHash], specs.NATSAccountsHash(conf); got != want {
+		return nil, fmt.Errorf("hash annotation %q, content hash %q", got, want)
+	}
+	users := map[string]string{}
+	for _, m := range regexp.MustCompile(`\{user: "([^"]+)", password: "([^"]+)"`).FindAllStringSubmatch(conf, -1) {
+		users[m[1]] = m[2]
+	}
+	return users, nil
+}
+
+// hasUser checks that the accounts hold user with a hash of password.
+func hasUser(users map[string]string, user string, password []byte) error {
+	h, ok := users[user]
+	if !ok {
+		return fmt.Errorf("user %s not rendered (have %d users)", user, len(users))
+	}
+	if !strings.HasPrefix(h, "$2a$11$") {
+		return fmt.Errorf("user %s: not a cost-11 bcrypt hash", user)
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(h), password); err != nil {
+		return fmt.Errorf("user %s: the hash is not the Secret's password", user)
+	}
+	return nil
+}
+
+func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
+	// nats-server user names are global, so vendor 0 of every test namespace claims the same
+	// users and the first Secret by namespace/name wins: this namespace sorts before the
+	// suite's "t-" namespaces.
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "a0-nats-"}}
+	create(t, nsObj)
+	ns := nsObj.Name
+	keySecret(t, ns, "integrator-key", X25519KeySize)
+	keySecret(t, ns, "acme-key", X25519KeySize)
+	create(t, vendor(ns, "acme", 0, 100))
+	create(t, shuffler(ns, "acme-shuffler", "acme"))
+	rd := round(ns, "home")
+	create(t, rd)
+
+	vs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: specs.NATSSecretName("acme")}}
+	rs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: specs.NATSSecretName("home")}}
+	get(t, vs)
+	get(t, rs)
+	if string(rs.Data[specs.NATSUserKey]) != specs.RoundNATSUser(rd) {
+		t.Errorf("Round user %q, want %q", rs.Data[specs.NATSUserKey], specs.RoundNATSUser(rd))
+	}
+	if string(vs.Data[specs.NATSDeviceUserKey]) != "device0" || len(vs.Data[specs.NATSDevicePasswordKey]) != 64 {
+		t.Errorf("vendor Secret has no device user: keys %v", keysOf(vs.Data))
+	}
+	var before map[string]string
+	eventually(t, "accounts hold the operator, the Round and the vendor", func() error {
+		users, err := renderedHashes()
+		if err != nil {
+			return err
+		}
+		before = users
+		return errors.Join(
+			hasUser(users, "operator", []byte("operator-password")),
+			hasUser(users, specs.RoundNATSUser(rd), rs.Data[specs.NATSPasswordKey]),
+			hasUser(users, "vendor0", vs.Data[specs.NATSPasswordKey]),
+			hasUser(users, "device0", vs.Data[specs.NATSDevicePasswordKey]))
+	})
+	accounts := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testAccountsSecret.Namespace, Name: testAccountsSecret.Name}}
+	waitEvent(t, accounts, corev1.EventTypeNormal, ReasonAccountsRendered)
+
+	// The Round's credentials change (deleted, regenerated with a new password): the round's
+	// hash follows, every other hash stays as it was, so the server reloads only what changed.
+	if err := k8s.Delete(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the regenerated Round password is rendered", func() error {
+		fresh := &corev1.Secret{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(rs), fresh); err != nil {
+			return err
+		}
+		if fresh.UID == rs.UID {
+			return fmt.Errorf("not regenerated yet")
+		}
+		users, err := renderedHashes()
+		if err != nil {
+			return err
+		}
+		if err := hasUser(users, specs.RoundNATSUser(rd), fresh.Data[specs.NATSPasswordKey]); err != nil {
+			return err
+		}
+		for _, u := range []string{"operator", "vendor0", "device0"} {
+			if users[u] != before[u] {
+				return fmt.Errorf("%s's hash changed on a re-render", u)
+			}
+		}
+		return nil
+	})
+}
+
+func keysOf(m map[string][]byte) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// TestBcryptCacheSurvivesRestart: a fresh cache seeded with the written configuration reuses
+// its hashes, so a restarted operator rewrites nothing; a changed password is hashed anew.
+func TestBcryptCacheSurvivesRestart(t *testing.T) {
+	var first bcryptCache
+	h, err := first.hash("vendor0", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("accounts {\n  \"VENDOR0\": {\n    users: [\n      {user: %q, password: %q}\n    ]\n  }\n}\n", "vendor0", h)
+	var restarted bcryptCache
+	restarted.seed(conf)
+	if again, err := restarted.hash("vendor0", "pw"); err != nil || again != h {
+		t.Errorf("after a restart the hash changed (%v)", err)
+	}
+	if other, err := restarted.hash("vendor0", "new-pw"); err != nil || other == h || bcrypt.CompareHashAndPassword([]byte(other), []byte("new-pw")) != nil {
+		t.Errorf("a new password kept the old hash (%v)", err)
+	}
+}

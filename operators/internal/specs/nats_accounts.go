@@ -1,0 +1,241 @@
+package specs
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+)
+
+// The NATS credentials contract. Every credentials Secret the operator generates carries the
+// label LabelNATSCredentials and names its account in AnnotationNATSAccount; its keys user and
+// password are what the pods connect with, and a vendor's also holds device-user and
+// device-password, the restricted user its devices connect as over MQTT. The accounts
+// reconciler renders every such Secret into the server's accounts block (NATSAccounts) and
+// writes it, with bcrypt hashes in place of the passwords, to NATSAccountsKey of one Secret
+// the nats-server mounts and reloads.
+const (
+	LabelNATSCredentials       = "obscura.dev/nats-credentials"
+	AnnotationNATSAccount      = "obscura.dev/nats-account"
+	AnnotationNATSAccountsHash = "obscura.dev/nats-accounts-hash"
+
+	NATSUserKey           = "user"
+	NATSPasswordKey       = "password"
+	NATSDeviceUserKey     = "device-user"
+	NATSDevicePasswordKey = "device-password"
+	NATSAccountsKey       = "accounts.conf"
+
+	// NATSSystemAccount is the server's system account; no party has a user in it.
+	NATSSystemAccount = "SYS"
+)
+
+// RoundNATSUser is a Round's user in the integrator account. It is unique per Round (a
+// namespace name never contains a dot), so every series has its own password and a deleted
+// Round's user leaves the server.
+func RoundNATSUser(rd *mohitov1.Round) string { return "round-" + rd.Namespace + "." + rd.Name }
+
+// withNATSAccount marks s as credentials of a user in account.
+func withNATSAccount(s *corev1.Secret, account string) *corev1.Secret {
+	s.Labels[LabelNATSCredentials] = "true"
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[AnnotationNATSAccount] = account
+	return s
+}
+
+// NATSUser is one user of the rendered accounts. Password is the plain password; only its
+// hash is rendered.
+type NATSUser struct {
+	Account, Name, Password string
+	// Device users get natsx.DevicePermissions.
+	Device bool
+	// Source says where the user comes from in problems: a Secret's namespace/name or a flag.
+	Source string
+}
+
+// NATSAccountsResult is a rendered layout and what it holds.
+type NATSAccountsResult struct {
+	Config string
+	// Users counts the users per account (for metrics and Events).
+	Users map[string]int
+	// Problems are credentials left out, each with its reason; they hold no password or hash.
+	Problems []string
+}
+
+var natsUserName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
+// natsAccountRank orders the accounts: INTEGRATOR, VENDOR<v> by index, PDA_PROXY, PDA_DB;
+// ok is false for an account the operator does not render.
+func natsAccountRank(account string) (rank int, ok bool) {
+	switch account {
+	case natsx.IntegratorAccount:
+		return -1, true
+	case natsx.PDAProxyAccount:
+		return 1 << 17, true
+	case natsx.PDADBAccount:
+		return 1<<17 + 1, true
+	}
+	s, found := strings.CutPrefix(account, "VENDOR")
+	v, err := strconv.Atoi(s)
+	if !found || err != nil || v < 0 || v > 65535 || strconv.Itoa(v) != s {
+		return 0, false
+	}
+	return v, true
+}
+
+// NATSSecretUsers are the users a labelled credentials Secret holds.
+func NATSSecretUsers(s *corev1.Secret) ([]NATSUser, error) {
+	src := s.Namespace + "/" + s.Name
+	account := s.Annotations[AnnotationNATSAccount]
+	if _, ok := natsAccountRank(account); !ok {
+		return nil, fmt.Errorf("Secret %s: annotation %s %q names no account the operator renders", src, AnnotationNATSAccount, account)
+	}
+	users := []NATSUser{{Account: account, Name: string(s.Data[NATSUserKey]), Password: string(s.Data[NATSPasswordKey]), Source: src}}
+	if d, ok := s.Data[NATSDeviceUserKey]; ok {
+		if !strings.HasPrefix(account, "VENDOR") {
+			return nil, fmt.Errorf("Secret %s: only a vendor's credentials hold a device user", src)
+		}
+		users = append(users, NATSUser{Account: account, Name: string(d), Password: string(s.Data[NATSDevicePasswordKey]), Device: true, Source: src})
+	}
+	return users, nil
+}
+
+// NATSAccounts lays out the server's accounts from the operator's own users (first, in the
+// order given) and the credentials Secrets (by namespace/name), and renders it. hash turns a
+// password into what the server stores (a bcrypt hash). nats-server user names are global, so
+// a name seen before is left out and reported, as is a Secret that names no known account or
+// has an invalid user: one bad Secret never keeps every other party off the server.
+//
+// INTEGRATOR and SYS are always rendered (every vendor imports from the integrator, and the
+// server needs its system account); a vendor account when it has a user; the two PDA accounts
+// together (they import from each other) when either has one. Users are ordered by name
+// within their account, so the same credentials always render to the same bytes.
+func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, password string) (string, error)) NATSAccountsResult {
+	res := NATSAccountsResult{Users: map[string]int{}}
+	all := slices.Clone(operator)
+	secrets = slices.Clone(secrets)
+	slices.SortFunc(secrets, func(a, b corev1.Secret) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for i := range secrets {
+		us, err := NATSSecretUsers(&secrets[i])
+		if err != nil {
+			res.Problems = append(res.Problems, err.Error())
+			continue
+		}
+		all = append(all, us...)
+	}
+
+	type account struct{ users, devices []natsx.User }
+	accounts := map[string]*account{natsx.IntegratorAccount: {}}
+	seen := map[string]string{} // user name → source
+	for _, u := range all {
+		switch prev, dup := seen[u.Name]; {
+		case !natsUserName.MatchString(u.Name):
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: user name %q is not a valid NATS user name", u.Source, u.Name))
+			continue
+		case u.Password == "":
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: user %s has an empty password", u.Source, u.Name))
+			continue
+		case dup:
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: user %s is already defined by %s", u.Source, u.Name, prev))
+			continue
+		}
+		if _, ok := natsAccountRank(u.Account); !ok {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: user %s: unknown account %q", u.Source, u.Name, u.Account))
+			continue
+		}
+		h, err := hash(u.Name, u.Password)
+		if err != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: user %s: hash password: %v", u.Source, u.Name, err))
+			continue
+		}
+		seen[u.Name] = u.Source
+		a := accounts[u.Account]
+		if a == nil {
+			a = &account{}
+			accounts[u.Account] = a
+		}
+		nu := natsx.User{Name: u.Name, Password: h}
+		if u.Device {
+			a.devices = append(a.devices, nu)
+		} else {
+			a.users = append(a.users, nu)
+		}
+	}
+	if accounts[natsx.PDAProxyAccount] != nil || accounts[natsx.PDADBAccount] != nil {
+		for _, n := range []string{natsx.PDAProxyAccount, natsx.PDADBAccount} {
+			if accounts[n] == nil {
+				accounts[n] = &account{}
+			}
+		}
+	}
+	names := make([]string, 0, len(accounts))
+	var vendors []int
+	for n, a := range accounts {
+		names = append(names, n)
+		byName := func(x, y natsx.User) int { return cmp.Compare(x.Name, y.Name) }
+		slices.SortFunc(a.users, byName)
+		slices.SortFunc(a.devices, byName)
+		res.Users[n] = len(a.users) + len(a.devices)
+		if r, _ := natsAccountRank(n); strings.HasPrefix(n, "VENDOR") {
+			vendors = append(vendors, r)
+		}
+	}
+	slices.SortFunc(names, func(x, y string) int {
+		rx, _ := natsAccountRank(x)
+		ry, _ := natsAccountRank(y)
+		return cmp.Compare(rx, ry)
+	})
+	slices.Sort(vendors)
+
+	layout := natsx.Layout{System: NATSSystemAccount}
+	for _, n := range names {
+		a := accounts[n]
+		switch {
+		case n == natsx.IntegratorAccount:
+			layout.Accounts = append(layout.Accounts, natsx.IntegratorAccountFor(vendors, a.users))
+		case n == natsx.PDAProxyAccount:
+			layout.Accounts = append(layout.Accounts, natsx.PDAAccountsFor(a.users, accounts[natsx.PDADBAccount].users)...)
+		case n == natsx.PDADBAccount:
+		default:
+			v, _ := natsAccountRank(n)
+			layout.Accounts = append(layout.Accounts, natsx.VendorAccountFor(v, a.users, a.devices))
+		}
+	}
+	layout.Accounts = append(layout.Accounts, natsx.Account{Name: NATSSystemAccount})
+	res.Users[NATSSystemAccount] = 0
+	res.Config = "# Rendered by the Obscura operator from the NATS credentials Secrets\n" +
+		"# (label " + LabelNATSCredentials + "); edits are overwritten.\n" + layout.Render()
+	return res
+}
+
+// NATSAccountsHash identifies a rendered configuration (the Secret's annotation, the
+// reloader's logs).
+func NATSAccountsHash(config string) string {
+	sum := sha256.Sum256([]byte(config))
+	return hex.EncodeToString(sum[:])
+}
+
+// NATSAccountsSecret is the Secret the nats-server mounts and includes: the rendered accounts
+// under NATSAccountsKey and their hash as an annotation.
+func NATSAccountsSecret(namespace, name, config string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
+			Labels:      map[string]string{LabelName: "nats", LabelComponent: "nats-accounts", LabelManagedBy: ManagedBy, LabelPartOf: "obscura"},
+			Annotations: map[string]string{AnnotationNATSAccountsHash: NATSAccountsHash(config)}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{NATSAccountsKey: []byte(config)},
+	}
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+func TestNATSReloaderFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"no watch", []string{"--pid-file", "p"}},
+		{"no pid file", []string{"--watch", "w"}},
+		{"interval too short", []string{"--watch", "w", "--pid-file", "p", "--interval", "1ms"}},
+		{"bad interval", []string{"--watch", "w", "--pid-file", "p", "--interval", "soon"}},
+		{"bad log level", []string{"--watch", "w", "--pid-file", "p", "--log-level", "loud"}},
+		{"positional", []string{"--watch", "w", "--pid-file", "p", "extra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := parseNATSReloader(tc.args); !errors.Is(err, errConfig) {
+				t.Fatalf("parseNATSReloader(%q) = %v, want a configuration error (exit 2)", tc.args, err)
+			}
+		})
+	}
+	c, err := parseNATSReloader([]string{"--watch", "w", "--pid-file", "p"})
+	if err != nil || c.Interval != 2*time.Second {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+}
+
+// secretVolume plays the kubelet's Secret volume: files live in a timestamped directory that
+// ..data points to, the visible file is a symlink through ..data, and an update swaps ..data
+// atomically.
+type secretVolume struct {
+	t   *testing.T
+	dir string
+	gen int
+}
+
+func (v *secretVolume) write(name, content string) {
+	v.t.Helper()
+	v.gen++
+	ts := filepath.Join(v.dir, fmt.Sprintf("..2026_01_01_00_00_%02d", v.gen))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ts, name), []byte(content), 0o644); err != nil {
+		v.t.Fatal(err)
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		v.t.Fatal(err)
+	}
+	link := filepath.Join(v.dir, name)
+	if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
+		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+			v.t.Fatal(err)
+		}
+	}
+}
+
+// accounts renders the layout the operator renders (natsx.Layout, bcrypt hashes, a system
+// account) for the given vendors, each with its service and device user.
+func accounts(t *testing.T, pw func(string) string, vendors ...int) string {
+	t.Helper()
+	hash := func(u string) natsx.User {
+		h, err := bcrypt.GenerateFromPassword([]byte(pw(u)), 11)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return natsx.User{Name: u, Password: string(h)}
+	}
+	l := natsx.Layout{System: "SYS", Accounts: []natsx.Account{natsx.IntegratorAccountFor(vendors, []natsx.User{hash(natsx.IntegratorUser)})}}
+	for _, v := range vendors {
+		l.Accounts = append(l.Accounts, natsx.VendorAccountFor(v, []natsx.User{hash(natsx.VendorUser(v))}, []natsx.User{hash(natsx.DeviceUser(v))}))
+	}
+	l.Accounts = append(l.Accounts, natsx.Account{Name: "SYS"})
+	return l.Render()
+}
+
+// syncBuffer is a log sink the reloader's goroutine writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestNATSReloaderReloadsServer runs a real nats-server on a configuration that includes the
+// rendered accounts from a Secret-like volume, and the reloader beside it: after the accounts
+// change, a new vendor's users get in and a removed vendor's are refused.
+func TestNATSReloaderReloadsServer(t *testing.T) {
+	bin, err := testenv.Bin("nats-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	vol := &secretVolume{t: t, dir: filepath.Join(dir, "accounts")}
+	if err := os.Mkdir(vol.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pw := func(u string) string { return "pw-" + u }
+	vol.write("accounts.conf", accounts(t, pw, 0))
+
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: %q\njetstream: {store_dir: %q}\ninclude \"accounts/accounts.conf\"\n",
+		fmt.Sprintf("%s:%d", testenv.Host, port), filepath.Join(dir, "js")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "nats.pid")
+	logFile, err := os.Create(filepath.Join(dir, "nats.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	// start plays the container runtime: it (re)starts nats-server after it exits.
+	var exited chan error
+	var server *exec.Cmd
+	start := func() {
+		server = exec.Command(bin, "-c", conf, "--pid", pidFile)
+		server.Stdout, server.Stderr = logFile, logFile
+		server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited = make(chan error, 1)
+		go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(server, exited)
+	}
+	start()
+	t.Cleanup(func() {
+		_ = server.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = server.Process.Kill()
+			<-exited
+		}
+	})
+	url := fmt.Sprintf("nats://%s:%d", testenv.Host, port)
+	connectAs := func(user, password string) error {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("nats-server exited: %v\n%s", err, log)
+		default:
+		}
+		nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.Timeout(2*time.Second))
+		if err != nil {
+			return err
+		}
+		nc.Close()
+		return nil
+	}
+	connect := func(user string) error { return connectAs(user, pw(user)) }
+	testenv.Eventually(t, 20*time.Second, "nats-server accepts vendor0", func() error { return connect(natsx.VendorUser(0)) })
+	if err := connect(natsx.VendorUser(1)); err == nil {
+		t.Fatal("vendor1 connected before its account existed")
+	}
+
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	cfg, err := parseNATSReloader([]string{"--watch", filepath.Join(vol.dir, "accounts.conf"), "--pid-file", pidFile, "--interval", "50ms", "--metrics-addr", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newNATSReloader(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), reg, &telemetry.Health{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, "first reload", func() error {
+		if n := testutil.ToFloat64(r.reloads); n != 1 {
+			return fmt.Errorf("%v reloads", n)
+		}
+		return nil
+	})
+
+	// Users only (vendor0's passwords rotate): a reload, the same process.
+	pw2 := func(u string) string { return "pw2-" + u }
+	pid := server.Process.Pid
+	vol.write("accounts.conf", accounts(t, pw2, 0))
+	testenv.Eventually(t, 20*time.Second, "vendor0's new password accepted after the reload", func() error {
+		return connectAs(natsx.VendorUser(0), pw2(natsx.VendorUser(0)))
+	})
+	if err := connect(natsx.VendorUser(0)); err == nil {
+		t.Error("vendor0's old password still accepted after the reload")
+	}
+	if server.Process.Pid != pid || testutil.ToFloat64(r.reloads) != 2 {
+		t.Errorf("a users-only change: pid %d → %d, %v signals; want a reload of the same process", pid, server.Process.Pid, testutil.ToFloat64(r.reloads))
+	}
+
+	// A new account (vendor1 replaces vendor0): the server is restarted (SIGTERM), because a
+	// reload would not rewire the integrator's imports; the runtime starts it again.
+	next := accounts(t, pw, 1)
+	vol.write("accounts.conf", next)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("nats-server still runs 20s after its accounts changed shape; want a restart")
+	}
+	start()
+	testenv.Eventually(t, 20*time.Second, "vendor1 and device1 accepted after the restart", func() error {
+		return errors.Join(connect(natsx.VendorUser(1)), connect(natsx.DeviceUser(1)))
+	})
+	for _, u := range []string{natsx.VendorUser(0), natsx.DeviceUser(0)} {
+		if err := connectAs(u, pw2(u)); err == nil {
+			t.Errorf("%s, removed, still connects", u)
+		}
+	}
+	if n := testutil.ToFloat64(r.reloads); n != 3 {
+		t.Errorf("%v signals, want 3", n)
+	}
+	out := logs.String()
+	if !strings.Contains(out, contentHash([]byte(next))) || !strings.Contains(out, "signalled to restart") {
+		t.Errorf("log does not name the new hash and the restart:\n%s", out)
+	}
+	if strings.Contains(out, "$2a$") || strings.Contains(out, "pw-") {
+		t.Errorf("log leaks configuration content:\n%s", out)
+	}
+}

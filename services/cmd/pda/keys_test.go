@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/obscura-iot/obscura/services/pkg/pda"
+	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// TestRolesLoadBundleFromVault runs the PDA roles' own entry points with the key bundle in a
+// real Vault dev server (KV v2), selected by the same OBSCURA_VAULT_* variables as the Mohito
+// roles. The proxy domain logs in with the Kubernetes auth method: Vault reviews a
+// ServiceAccount token against a real kube-apiserver (TokenReview) and the role's policy
+// allows only the proxy's path. The DB front-end uses token auth ($VAULT_TOKEN). A role that
+// loaded its bundle goes on to connect to NATS (which is not there: the error is then a
+// runtime one, not a configuration one); a role that cannot load it exits with a
+// configuration error naming the source and never the bundle.
+func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the environment
+	quiet(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	v := testenv.StartVault(t)
+	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
+	kc, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns, sa = "pda-proxy", "pda-proxy"
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Vault reviews tokens with the login JWT itself, which needs system:auth-delegator.
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "vault-tokenreview"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(600)
+	tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwt := filepath.Join(t.TempDir(), "sa.jwt")
+	if err := os.WriteFile(jwt, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	root := v.Client(t)
+	if err := root.Sys().EnableAuthWithOptionsWithContext(ctx, "kubernetes", &vaultapi.EnableAuthOptions{Type: "kubernetes"}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string, data map[string]any) {
+		t.Helper()
+		if _, err := root.Logical().WriteWithContext(ctx, path, data); err != nil {
+			t.Fatalf("write %s: %v", path, err)
+		}
+	}
+	write("auth/kubernetes/config", map[string]any{
+		"kubernetes_host": api.Config.Host, "kubernetes_ca_cert": string(api.Config.CAData), "disable_local_ca_jwt": true})
+	if err := root.Sys().PutPolicyWithContext(ctx, "pda-proxy", `path "secret/data/pda/proxy" { capabilities = ["read"] }`); err != nil {
+		t.Fatal(err)
+	}
+	write("auth/kubernetes/role/pda-proxy", map[string]any{
+		"bound_service_account_names": sa, "bound_service_account_namespaces": ns, "token_policies": "pda-proxy", "token_ttl": "5m"})
+
+	g, err := pda.NewGroup(pda.Ristretto255)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := pdasvc.GenerateProxySecrets(g)
+	proxyBundle, _ := pdasvc.MarshalProxySecrets(g, ps)
+	ds, _ := pdasvc.GenerateDBSecrets(g)
+	dbBundle, _ := pdasvc.MarshalDBSecrets(g, ds)
+	for path, b := range map[string][]byte{"pda/proxy": proxyBundle, "pda/db": dbBundle} {
+		if _, err := root.KVv2("secret").Put(ctx, path, map[string]any{"private_key": string(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// What the operator sets on a pod (operators/internal/specs, AggregationJob with keys.vault).
+	vaultEnv := func(role, path string) {
+		t.Setenv("OBSCURA_VAULT_ADDR", v.Addr())
+		t.Setenv("OBSCURA_VAULT_ROLE", role)
+		t.Setenv("OBSCURA_VAULT_MOUNT", "secret")
+		t.Setenv("OBSCURA_VAULT_PATH", path)
+		t.Setenv("OBSCURA_VAULT_FIELD", "private_key")
+		t.Setenv("OBSCURA_VAULT_JWT_FILE", jwt)
+	}
+	noNATS := []string{"-nats-url", "nats://127.0.0.1:1", "-metrics-addr", "",
+		"-proxy-public-key", hex.EncodeToString(ps.Keys.Oracle.PublicKey()), "-db-public-key", hex.EncodeToString(ds.Key.PublicKey())}
+	loaded := func(what string, err error) {
+		t.Helper()
+		if err == nil || errors.Is(err, errConfig) || !strings.Contains(err.Error(), "connect to NATS") {
+			t.Fatalf("%s: %v; want the bundle loaded and then no NATS\nvault log:\n%s", what, err, tail(v.LogPath))
+		}
+	}
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want a configuration error saying %q", what, err, want)
+		}
+		for _, secret := range []string{string(proxyBundle), string(dbBundle), v.RootToken, tr.Status.Token} {
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("%s: the error quotes a secret: %v", what, err)
+			}
+		}
+	}
+
+	// Proxy domain: Kubernetes auth; an ambient root token must not be used when a role is set.
+	t.Setenv("VAULT_TOKEN", v.RootToken)
+	vaultEnv("pda-proxy", "pda/proxy")
+	loaded("oracle via Kubernetes auth", runOracle(noNATS))
+	loaded("mixer via Kubernetes auth", runMixer(noNATS))
+	// The role's policy confines the proxy to its own bundle.
+	vaultEnv("pda-proxy", "pda/db")
+	refused("proxy reading the DB bundle", runOracle(noNATS), "403")
+	// Both sources at once.
+	vaultEnv("pda-proxy", "pda/proxy")
+	refused("-keys and Vault", runOracle(append([]string{"-keys", "/nonexistent/proxy.json"}, noNATS...)), "not both")
+
+	// DB domain: token auth.
+	vaultEnv("", "pda/db")
+	loaded("db-frontend via token auth", runFrontend(noNATS))
+	// A bundle of the other domain is refused, naming where it came from.
+	vaultEnv("", "pda/proxy")
+	refused("db-frontend with the proxy bundle", runFrontend(noNATS), "secret/data/pda/proxy field private_key")
+	// Vault settings without a path are reported before anything is contacted.
+	vaultEnv("", "")
+	refused("no path", runFrontend(noNATS), "--vault-path")
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
