@@ -170,12 +170,13 @@ func (e *env) drive(name string, users int, d time.Duration) map[string]any {
 
 // driveRaw is drive without failing the test (it runs on other goroutines too).
 func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any, error) {
-	js := filepath.Join(e.dir, "drive-"+name+".json")
+	js := filepath.Join(e.outDir(), "drive-"+name+".json")
 	args := []string{"drive", "--gateway", edgeAddr, "--ca-file", e.ca, "--server-name", e.edgeServerName,
 		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", filepath.Join(e.prov, "devices.json"),
 		"--mqtt", mqttAddr, "--device-credentials-file", e.creds,
 		"--duration", d.String(), "--users", strconv.Itoa(users), "--timeout", "90s", "--progress", "10s", "--json", js}
 	out, err := exec.Command(e.mohito, args...).CombinedOutput()
+	_ = os.WriteFile(filepath.Join(e.outDir(), "drive-"+name+".txt"), out, 0o644)
 	e.t.Logf("mohito drive (%s, %d users):\n%s", name, users, tail(string(out), 3000))
 	if err != nil {
 		return nil, fmt.Errorf("drive %s: %w", name, err)
@@ -363,4 +364,12 @@ func (e *env) upgradeUnderLoad() {
 		e.t.Errorf("commands lost or duplicated across the upgrade: %v", sum)
 	}
 	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %v commands, exactly once %v", sum["commands"], sum["exactly_once"]))
+}
+
+// outDir keeps the drives' outputs next to the report (or in the run's directory).
+func (e *env) outDir() string {
+	if p := os.Getenv("OBSCURA_E2E_REPORT"); p != "" {
+		return filepath.Dir(p)
+	}
+	return e.dir
 }
