@@ -252,8 +252,9 @@ func (e *env) upgrade() {
 	}
 }
 
-// scanLogs reads every container log of the run (the kubelet keeps them under the cluster's
-// state dir, those of replaced pods included) and fails on any secret of the run.
+// scanLogs reads every container log of the namespace still on the node (the kubelet's files
+// under the cluster's state dir: restarted containers' earlier logs included, pods deleted by a
+// rollout gone with theirs) and fails on any secret of the run.
 func (e *env) scanLogs() {
 	dir := filepath.Join(e.root, "hack/cluster/state/pod-logs")
 	files, bytes := 0, 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,7 +59,13 @@ func (e *env) provision() {
 		e.t.Fatalf("build mohito: %v\n%s", err, out)
 	}
 	e.mohito = bin
+	// OBSCURA_E2E_KEEP_PROVISION=1 keeps the generated secrets (of this throwaway deployment)
+	// next to the report, to drive the cluster by hand after a failure.
 	out := filepath.Join(e.dir, "provision")
+	if os.Getenv("OBSCURA_E2E_KEEP_PROVISION") == "1" {
+		out = filepath.Join(e.outDir(), "provision")
+		_ = os.RemoveAll(out)
+	}
 	e.exec(bin, "provision", "--vendors", "1", "--devices-per-vendor", strconv.Itoa(devicesPerVendor),
 		"--users", strconv.Itoa(tokens), "--out", out)
 	e.prov = out
@@ -131,7 +138,7 @@ func (e *env) applySamples() {
 	e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge",
 		"-p", fmt.Sprintf(`{"spec":{"devices":%d}}`, devicesPerVendor))
 	e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge",
-		"-p", `{"spec":{"decryptWorkers":{"min":1,"max":4,"targetLag":25}}}`)
+		"-p", `{"spec":{"decryptWorkers":{"min":1,"max":3,"targetLag":100}}}`)
 }
 
 // deviceCredentials writes the driver's MQTT logins from the Vendor's NATS Secret, which the
@@ -178,7 +185,8 @@ func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any,
 	out, err := exec.Command(e.mohito, args...).CombinedOutput()
 	_ = os.WriteFile(filepath.Join(e.outDir(), "drive-"+name+".txt"), out, 0o644)
 	e.t.Logf("mohito drive (%s, %d users):\n%s", name, users, tail(string(out), 3000))
-	if err != nil {
+	// Exit status 1 with a summary is a run that was not exactly once: the caller judges it.
+	if ee := (*exec.ExitError)(nil); err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
 		return nil, fmt.Errorf("drive %s: %w", name, err)
 	}
 	b, err := os.ReadFile(js)
@@ -266,6 +274,7 @@ func (e *env) counter(field string) int64 {
 func (e *env) loadAndScale() {
 	e.ca = e.edgeCA()
 	e.creds = e.deviceCredentials()
+	e.phase("autoscaler settled", e.waitSettled)
 	var base float64
 	for i, mult := range []int{1, 2, 4} {
 		name := fmt.Sprintf("x%d", mult)
@@ -292,13 +301,15 @@ func (e *env) loadAndScale() {
 			e.t.Logf("load %s: %d users, %d commands, %.1f commands/s, p50 %.0f ms, p99 %.0f ms, round %.3fs (%.2f× base, %d samples), workers %d..%d, %d completed / %d aborted rounds",
 				name, users, lp.Commands, lp.CommandsPerS, lp.LatencyP50MS, lp.LatencyP99MS, mean, lp.RoundTimeToBase, n, wmin, wmax, lp.CompletedRounds, lp.AbortedRounds)
 			if !lp.ExactlyOnce {
-				e.t.Errorf("load %s: commands not delivered exactly once", name)
+				e.t.Errorf("load %s: not every command was delivered exactly once and answered (failed %v, duplicated %v)", name, sum["failed"], sum["duplicated"])
 			}
 			if lp.Commands == 0 {
 				e.t.Errorf("load %s: no command was answered", name)
 			}
-			if lp.AbortedRounds > 0 {
-				e.t.Errorf("load %s: %d rounds aborted", name, lp.AbortedRounds)
+			// An occasional abort (a shuffler answering late on two shared cores) is retried by
+			// its users and reported; more than one round in twenty is a fault.
+			if lp.AbortedRounds*20 > lp.CompletedRounds {
+				e.t.Errorf("load %s: %d rounds aborted, %d completed", name, lp.AbortedRounds, lp.CompletedRounds)
 			}
 			if base > 0 && lp.RoundTimeToBase > 1.2 {
 				e.t.Errorf("load %s: round time %.3fs is %.2f× the ×1 round time %.3fs (want ≤ 1.2×)", name, mean, lp.RoundTimeToBase, base)
@@ -344,6 +355,7 @@ func (e *env) upgradeUnderLoad() {
 		err error
 	}
 	done := make(chan result, 1)
+	ab0 := e.counter("abortedRounds")
 	go func() {
 		s, err := e.driveRaw("upgrade", 2*baseUsers, 75*time.Second)
 		done <- result{s, err}
@@ -360,10 +372,18 @@ func (e *env) upgradeUnderLoad() {
 		e.t.Fatalf("drive during the upgrade: %v", r.err)
 	}
 	sum := r.sum
-	if ok, _ := sum["exactly_once"].(bool); !ok {
-		e.t.Errorf("commands lost or duplicated across the upgrade: %v", sum)
+	// Rolling the coordinator, the encoders and the responder can abort a round in flight; its
+	// users retry in a later round (docs/services.md: a round aborted after its devices got
+	// their commands can deliver a retried command twice). No command may be lost.
+	aborted := e.counter("abortedRounds") - ab0
+	if num(sum["failed"]) > 0 {
+		e.t.Errorf("commands lost across the upgrade: %v failed of %v sent", sum["failed"], sum["sent"])
 	}
-	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %v commands, exactly once %v", sum["commands"], sum["exactly_once"]))
+	if num(sum["duplicated"]) > 0 && aborted == 0 {
+		e.t.Errorf("commands duplicated across the upgrade with no aborted round: %v", sum["duplicated"])
+	}
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %.0f sent, %.0f answered, %.0f failed, %.0f duplicated, %d rounds aborted during the rollouts",
+		num(sum["sent"]), num(sum["commands"]), num(sum["failed"]), num(sum["duplicated"]), aborted))
 }
 
 // outDir keeps the drives' outputs next to the report (or in the run's directory).
@@ -372,4 +392,30 @@ func (e *env) outDir() string {
 		return filepath.Dir(p)
 	}
 	return e.dir
+}
+
+// waitSettled waits until the decryption workers' count has not changed for 30 s and every
+// worker is ready: the operator sizes them from the rounds' lag, which (rounds are padded to
+// C_v) does not depend on how many commands are real.
+func (e *env) waitSettled() {
+	var last int32 = -1
+	since := time.Now()
+	testenv.Eventually(e.t, 4*time.Minute, "decryption workers settled", func() error {
+		out, err := e.try("kubectl", "get", "deployment", "-n", e.ns, roundName+"-decrypt-worker", "-o", "jsonpath={.spec.replicas} {.status.readyReplicas}")
+		if err != nil {
+			return err
+		}
+		var want, ready int32
+		if _, err := fmt.Sscan(out, &want, &ready); err != nil {
+			return fmt.Errorf("%q: %v", out, err)
+		}
+		if want != last {
+			last, since = want, time.Now()
+		}
+		if ready != want || time.Since(since) < 30*time.Second {
+			return fmt.Errorf("%d/%d ready, unchanged for %s", ready, want, time.Since(since).Round(time.Second))
+		}
+		e.report.Notes = append(e.report.Notes, fmt.Sprintf("decryption workers settled at %d before the load phases", want))
+		return nil
+	})
 }
