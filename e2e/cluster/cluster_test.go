@@ -93,7 +93,7 @@ func errOrEmpty(err error) string {
 func (e *env) waitWorkloads() {
 	testenv.Eventually(e.t, 4*time.Minute, "Round, Vendor and Shuffler Ready", func() error {
 		for _, r := range [][2]string{{"Vendor", vendorName}, {"Shuffler", vendorName + "-shuffler"}, {"Round", roundName}} {
-			if st, msg := e.condition(mohitoAPI+"/"+r[0], r[1], "Ready"); st != "True" {
+			if st, msg := e.condition(r[0], r[1], "Ready"); st != "True" {
 				return fmt.Errorf("%s %s Ready=%s (%s)", r[0], r[1], st, msg)
 			}
 		}
@@ -130,23 +130,17 @@ func (e *env) allAvailable() error {
 
 // roundStatus reads the figures the operator reports on the Round.
 func (e *env) roundStatus() map[string]any {
-	u := e.get(mohitoAPI, "Round", roundName)
+	u, err := e.resource("Round", roundName)
+	if err != nil {
+		e.t.Fatalf("Round %s: %v", roundName, err)
+	}
 	st, _, _ := unstructured.NestedMap(u.Object, "status")
 	return st
-}
-
-func (e *env) workers() int32 {
-	d := &appsv1.Deployment{}
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-decrypt-worker"}, d); err != nil {
-		e.t.Fatalf("decrypt workers: %v", err)
-	}
-	return d.Status.ReadyReplicas
 }
 
 // uninstall deletes the samples (the operator removes their finalizers and registry entries),
 // uninstalls the release and checks that nothing of it is left.
 func (e *env) uninstall() {
-	ctx := context.Background()
 	e.run("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m",
 		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
 	e.run("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "3m")
@@ -181,7 +175,6 @@ func (e *env) uninstall() {
 		}
 		return nil
 	})
-	_ = ctx
 	e.run("kubectl", "delete", "namespace", e.ns, "--wait", "--timeout", "2m")
 	// The CRDs stay (Helm never deletes crds/ on uninstall, so that custom resources of other
 	// releases survive); the test removes them to leave the cluster as it found it.

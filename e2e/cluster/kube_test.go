@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -162,28 +161,6 @@ func readImages(t *testing.T, root string) map[string]string {
 	return out
 }
 
-// readManifests decodes every object of a YAML file.
-func readManifests(t *testing.T, path string) []*unstructured.Unstructured {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
 // secret creates or replaces a Secret in the test namespace.
 func (e *env) secret(name string, data map[string][]byte) {
 	e.t.Helper()
@@ -211,12 +188,18 @@ func (e *env) secretData(ns, name, key string) []byte {
 	return v
 }
 
-// condition returns the status and message of a condition of a custom resource.
-func (e *env) condition(gvk, name, cond string) (string, string) {
+// resource reads a mohito.obscura.dev custom resource of the test namespace.
+func (e *env) resource(kind, name string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(strings.SplitN(gvk, "/", 3)[0] + "/" + strings.SplitN(gvk, "/", 3)[1])
-	u.SetKind(strings.SplitN(gvk, "/", 3)[2])
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, u); err != nil {
+	u.SetAPIVersion(mohitoAPI)
+	u.SetKind(kind)
+	return u, e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, u)
+}
+
+// condition returns the status and message of a condition of a Mohito custom resource.
+func (e *env) condition(kind, name, cond string) (string, string) {
+	u, err := e.resource(kind, name)
+	if err != nil {
 		return "", err.Error()
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
@@ -229,14 +212,14 @@ func (e *env) condition(gvk, name, cond string) (string, string) {
 	return "", "no " + cond + " condition yet"
 }
 
-// get reads a custom resource.
-func (e *env) get(apiVersion, kind, name string) *unstructured.Unstructured {
-	e.t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(apiVersion)
-	u.SetKind(kind)
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, u); err != nil {
-		e.t.Fatalf("%s %s: %v", kind, name, err)
+// decryptWorkers returns the Round's decryption workers: wanted and ready replicas.
+func (e *env) decryptWorkers() (want, ready int32, err error) {
+	d := &appsv1.Deployment{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-decrypt-worker"}, d); err != nil {
+		return 0, 0, err
 	}
-	return u
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return want, d.Status.ReadyReplicas, nil
 }

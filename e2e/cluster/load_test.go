@@ -216,10 +216,7 @@ func (e *env) sample() *sampler {
 		t := time.NewTicker(2 * time.Second)
 		defer t.Stop()
 		for {
-			u := &unstructured.Unstructured{}
-			u.SetAPIVersion(mohitoAPI)
-			u.SetKind("Round")
-			if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName}, u); err == nil {
+			if u, err := e.resource("Round", roundName); err == nil {
 				cur, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "currentRound")
 				secs, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "lastRoundSeconds")
 				key := fmt.Sprint(cur)
@@ -232,7 +229,7 @@ func (e *env) sample() *sampler {
 				}
 				s.mu.Unlock()
 			}
-			if w := e.workersNoFail(); w > 0 {
+			if _, w, err := e.decryptWorkers(); err == nil && w > 0 {
 				s.mu.Lock()
 				s.wmin, s.wmax = min(s.wmin, w), max(s.wmax, w)
 				s.mu.Unlock()
@@ -338,15 +335,6 @@ func num(v any) float64 {
 	return f
 }
 
-func (e *env) workersNoFail() int32 {
-	out, err := e.try("kubectl", "get", "deployment", "-n", e.ns, roundName+"-decrypt-worker", "-o", "jsonpath={.status.readyReplicas}")
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(out))
-	return int32(n)
-}
-
 // upgradeUnderLoad changes a Round parameter and upgrades the release while users send
 // commands: no command may be lost or duplicated.
 func (e *env) upgradeUnderLoad() {
@@ -401,13 +389,9 @@ func (e *env) waitSettled() {
 	var last int32 = -1
 	since := time.Now()
 	testenv.Eventually(e.t, 4*time.Minute, "decryption workers settled", func() error {
-		out, err := e.try("kubectl", "get", "deployment", "-n", e.ns, roundName+"-decrypt-worker", "-o", "jsonpath={.spec.replicas} {.status.readyReplicas}")
+		want, ready, err := e.decryptWorkers()
 		if err != nil {
 			return err
-		}
-		var want, ready int32
-		if _, err := fmt.Sscan(out, &want, &ready); err != nil {
-			return fmt.Errorf("%q: %v", out, err)
 		}
 		if want != last {
 			last, since = want, time.Now()

@@ -208,19 +208,17 @@ func run(cfg Config) error {
 		}
 		defer pdaServices.Close()
 	}
+	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL,
+		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest}
 	if err := controller.SetupAll(mgr, controller.Options{
-		PDAPlatform:        specs.PDAPlatform{Image: cfg.PDAImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL, HostNetwork: cfg.HostNetwork, VaultAddress: cfg.VaultAddress, CPURequest: cfg.CPURequest},
+		PDAPlatform:        specs.PDAPlatform{Image: cfg.PDAImage, Runtime: rt},
 		PDAServices:        pdaServices,
 		NATSAccountsSecret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
 		NATSAccountsOwner:  cfg.NATSAccountsOwner,
 		NATSOperatorUsers:  operatorUsers,
 		VaultAddress:       cfg.VaultAddress,
 		Services:           services,
-		Platform: specs.Platform{
-			Image: cfg.MohitoImage, ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
-			NATSURL: cfg.NATSURL, IntegratorRedis: cfg.IntegratorRedis, VaultAddress: cfg.VaultAddress,
-			HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest,
-		},
+		Platform:           specs.Platform{Image: cfg.MohitoImage, IntegratorRedis: cfg.IntegratorRedis, Runtime: rt},
 	}); err != nil {
 		return err
 	}

@@ -37,13 +37,13 @@ var natsServer *testenv.NATS
 
 // testPlatform makes the reconcilers run workloads. envtest runs no kube-controller-manager,
 // so no pod ever starts: tests play its part with markAvailable.
-var testPlatform = specs.Platform{Image: "obscura/mohito:test", ImagePullPolicy: corev1.PullNever,
-	NATSURL: "nats://127.0.0.1:4222", IntegratorRedis: "127.0.0.1:6379"}
+var testPlatform = specs.Platform{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379",
+	Runtime: specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}}
 
 // testPDAPlatform makes the AggregationJob reconciler run the PDA workloads; pdaServices is its
 // connection to the PDA services' KV on natsServer (one account for both domains here).
 var (
-	testPDAPlatform = specs.PDAPlatform{Image: "obscura/pda:test", ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}
+	testPDAPlatform = specs.PDAPlatform{Image: "obscura/pda:test", Runtime: testPlatform.Runtime}
 	pdaServices     *pdastatus.Client
 )
 

@@ -68,16 +68,8 @@ func PDAEnv(flag string) string {
 // PDAPlatform is what the operator knows about where the PDA services run.
 type PDAPlatform struct {
 	// Image runs every PDA role (`pda proxy`, `pda db-shard`, …).
-	Image           string
-	ImagePullPolicy corev1.PullPolicy
-	// NATSURL reaches the NATS server; each trust domain authenticates as its own user.
-	NATSURL string
-	// HostNetwork runs every pod on the node's network on 127.0.0.1 (hostnetwork.go).
-	HostNetwork bool
-	// VaultAddress is the default Vault address for key references without their own.
-	VaultAddress string
-	// CPURequest, when set, replaces every workload's CPU request (see Platform).
-	CPURequest string
+	Image string
+	Runtime
 }
 
 // Validate reports what is missing for workloads to be built.

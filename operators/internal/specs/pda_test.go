@@ -15,8 +15,8 @@ import (
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 )
 
-var pdaPlatform = PDAPlatform{Image: "obscura/pda:dev", ImagePullPolicy: corev1.PullIfNotPresent,
-	NATSURL: "nats://nats.obscura-system.svc:4222"}
+var pdaPlatform = PDAPlatform{Image: "obscura/pda:dev",
+	Runtime: Runtime{ImagePullPolicy: corev1.PullIfNotPresent, NATSURL: "nats://nats.obscura-system.svc:4222"}}
 
 // pdaSample reads config/samples' AggregationJob as the API server would default it, with a
 // window that starts on a window boundary.

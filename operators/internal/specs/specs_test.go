@@ -20,8 +20,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-var platform = Platform{Image: "obscura/mohito:dev", ImagePullPolicy: corev1.PullIfNotPresent,
-	NATSURL: "nats://nats.obscura-system.svc:4222", IntegratorRedis: "redis-integrator.obscura-system.svc:6379"}
+var platform = Platform{Image: "obscura/mohito:dev", IntegratorRedis: "redis-integrator.obscura-system.svc:6379",
+	Runtime: Runtime{ImagePullPolicy: corev1.PullIfNotPresent, NATSURL: "nats://nats.obscura-system.svc:4222"}}
 
 // samples reads the CRs of config/samples as the API server would default them for the
 // fields the builders read.

@@ -16,15 +16,12 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
-// Platform is what the operator knows about where it deploys (its flags, the chart's values).
-type Platform struct {
-	// Image runs every Mohito role.
-	Image           string
+// Runtime is what Mohito's and PDA's workloads share (the operator's flags, the chart's values):
+// how images are pulled, where NATS and Vault are, how pods are placed and sized.
+type Runtime struct {
 	ImagePullPolicy corev1.PullPolicy
 	// NATSURL reaches the NATS server; each party authenticates as its own user.
 	NATSURL string
-	// IntegratorRedis is the integrator's Redis (round state, mailboxes).
-	IntegratorRedis string
 	// VaultAddress is the default Vault address for key references without their own.
 	VaultAddress string
 	// HostNetwork runs every pod on the node's network on 127.0.0.1 (hostnetwork.go).
@@ -32,6 +29,15 @@ type Platform struct {
 	// CPURequest, when set, replaces every workload's CPU request (small clusters: the local
 	// one has 2 CPUs for everything).
 	CPURequest string
+}
+
+// Platform is what the operator knows about where it deploys Mohito.
+type Platform struct {
+	// Image runs every Mohito role.
+	Image string
+	// IntegratorRedis is the integrator's Redis (round state, mailboxes).
+	IntegratorRedis string
+	Runtime
 }
 
 // Validate reports what is missing for workloads to be built.
