@@ -122,47 +122,86 @@ func joinConfig(errs []error) error {
 	return fmt.Errorf("%w: %w", errConfig, errors.Join(errs...))
 }
 
-// loadKey reads a party's key ring (one X25519 key per epoch, spec O16) once, from --key-file
-// (a file: epoch 0; a directory: every epoch-<n>.key) or Vault (pkg/keys); errors name the
-// source, never the key.
-func loadKey(src *keys.Source, suite mohito.Suite) (*mohito.KeyRing, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), keyLoadTimeout)
-	defer cancel()
-	epochs, err := src.LoadRing(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ring, err := mohito.NewKeyRing(suite, rounds.DefaultKeyRetention)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range epochs {
-		k, err := mohito.ParsePrivateKey(suite, e.Key)
-		clear(e.Key)
-		if err == nil {
-			err = ring.Add(e.N, k)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: key epoch %d is not a private key of the deployment's suite", src, e.N)
-		}
-	}
-	return ring, nil
+// RoleKey is the key ring of a role that holds a private key: where it comes from (pkg/keys), how
+// it is reloaded live (rounds.KeyReloader) and how long superseded epochs are kept (W, spec O16).
+type RoleKey struct {
+	Source          keys.Source
+	ReloadInterval  time.Duration
+	ActivationDelay time.Duration
+	Retention       int
+
+	ring *mohito.KeyRing // by epoch
 }
 
-// validateAndLoadKey checks the key source and, only when the rest of the configuration (errs)
+func (k *RoleKey) bind(f *envflag.Set, whose string) {
+	k.Source.Bind(f, DefaultKeyPath, whose)
+	f.Duration(&k.ReloadInterval, "key-reload-interval", rounds.DefaultKeyReloadInterval,
+		"re-read the key source this often and stage new epochs (0: never; rotation then needs a restart)")
+	f.Duration(&k.ActivationDelay, "key-activation-delay", rounds.DefaultKeyActivationDelay,
+		"name and announce a newly loaded key epoch only after this delay, longer than the time the source takes to reach every replica")
+	f.Int(&k.Retention, "key-retention-rounds", rounds.DefaultKeyRetention,
+		"keep a superseded key epoch this many rounds after the first round naming a newer one (W)")
+}
+
+// validateAndLoad checks the key settings and, only when the rest of the configuration (errs)
 // and the source are valid, loads the key ring once, so a bad config never reaches Vault.
-func validateAndLoadKey(errs []error, src *keys.Source, suite mohito.Suite) (*mohito.KeyRing, []error) {
-	if err := src.Validate(); err != nil {
-		return nil, append(errs, err)
+func (k *RoleKey) validateAndLoad(errs []error, suite mohito.Suite) []error {
+	if k.ReloadInterval < 0 {
+		errs = append(errs, errors.New("--key-reload-interval must be ≥ 0"))
+	}
+	if k.ActivationDelay < rounds.MinKeyActivationDelay {
+		errs = append(errs, fmt.Errorf("--key-activation-delay must be ≥ %s", rounds.MinKeyActivationDelay))
+	}
+	if k.Retention < mohito.MinKeyRetention {
+		errs = append(errs, fmt.Errorf("--key-retention-rounds must be ≥ %d (a round is still decrypted while the next collects)", mohito.MinKeyRetention))
+	}
+	if err := k.Source.Validate(); err != nil {
+		return append(errs, err)
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return errs
 	}
-	k, err := loadKey(src, suite)
+	if err := k.load(suite); err != nil {
+		return append(errs, err)
+	}
+	return nil
+}
+
+// load reads the key ring (one key per epoch, spec O16) once, from --key-file (a file: epoch 0;
+// a directory: every epoch-<n>.key) or Vault; every epoch found at start is active. Errors name
+// the source, never the key.
+func (k *RoleKey) load(suite mohito.Suite) error {
+	ctx, cancel := context.WithTimeout(context.Background(), keyLoadTimeout)
+	defer cancel()
+	epochs, err := k.Source.LoadRing(ctx)
 	if err != nil {
-		return nil, append(errs, err)
+		return err
 	}
-	return k, nil
+	ring, err := mohito.NewKeyRing(suite, k.Retention)
+	if err != nil {
+		return err
+	}
+	for _, e := range epochs {
+		pk, err := mohito.ParsePrivateKey(suite, e.Key)
+		clear(e.Key)
+		if err == nil {
+			err = ring.Add(e.N, pk)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: key epoch %d is not a private key of the deployment's suite", &k.Source, e.N)
+		}
+	}
+	k.ring = ring
+	return nil
+}
+
+// reloader returns the live reload of the ring, or nil when --key-reload-interval is 0.
+func (k *RoleKey) reloader(d *daemon, onActivate func(context.Context, uint32)) *rounds.KeyReloader {
+	if k.ReloadInterval == 0 {
+		return nil
+	}
+	return &rounds.KeyReloader{Ring: k.ring, Load: k.Source.LoadRing, Interval: k.ReloadInterval,
+		ActivationDelay: k.ActivationDelay, OnActivate: onActivate, Log: d.log, Metrics: d.metrics}
 }
 
 // keyLoadTimeout bounds loading the key at start (a Vault login and one read).
@@ -193,19 +232,15 @@ type GatewayConfig struct {
 type CoordinatorConfig struct {
 	Common
 	RedisAddr string
-	Key       keys.Source
+	Key       RoleKey
 	MaxRounds int
 	ReplicaID string
-
-	key *mohito.KeyRing // by epoch
 }
 
 // DecryptWorkerConfig configures `mohito decrypt-worker`.
 type DecryptWorkerConfig struct {
 	Common
-	Key keys.Source
-
-	key *mohito.KeyRing // by epoch
+	Key RoleKey
 }
 
 // EncoderConfig configures `mohito encoder`.
@@ -226,21 +261,18 @@ type ResponderConfig struct {
 // ShufflerConfig configures `mohito shuffler`.
 type ShufflerConfig struct {
 	Common
-	Key      keys.Source
+	Key      RoleKey
 	Vendor   int
 	FakePool int
-
-	key *mohito.KeyRing // by epoch
 }
 
 // VendorAgentConfig configures `mohito vendor-agent`.
 type VendorAgentConfig struct {
 	Common
-	Key         keys.Source
+	Key         RoleKey
 	Vendor      int
 	DevicesFile string
 
-	key     *mohito.KeyRing // by epoch
 	devices []rounds.RegisteredDevice
 }
 
@@ -271,7 +303,7 @@ func (c *CoordinatorConfig) validate() error {
 	if c.MaxRounds < 0 {
 		errs = append(errs, errors.New("--max-rounds must be ≥ 0"))
 	}
-	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
+	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
 	if c.ReplicaID == "" {
 		c.ReplicaID = podName()
 	}
@@ -280,7 +312,7 @@ func (c *CoordinatorConfig) validate() error {
 
 func (c *DecryptWorkerConfig) validate() error {
 	errs := c.Common.validate()
-	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
+	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
@@ -357,7 +389,7 @@ func (c *ShufflerConfig) validate() error {
 	if c.FakePool < 1 {
 		errs = append(errs, errors.New("--fake-pool must be ≥ 1"))
 	}
-	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
+	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
@@ -395,7 +427,7 @@ func (c *VendorAgentConfig) validate() error {
 	} else if c.DevicesFile != DefaultDevicesPath || !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("--devices-file: %w", err))
 	}
-	c.key, errs = validateAndLoadKey(errs, &c.Key, c.Deployment.Params.Suite)
+	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
 	return joinConfig(errs)
 }
 
@@ -433,7 +465,7 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 	redis := func(p *string) {
 		f.String(p, "redis-addr", "", "the integrator's Redis (host:port)")
 	}
-	key := func(p *keys.Source, whose string) { p.Bind(f, DefaultKeyPath, whose) }
+	key := func(p *RoleKey, whose string) { p.bind(f, whose) }
 	vendor := func(p *int) {
 		f.Int(p, "vendor", -1, "this vendor's index in the deployment", "OBSCURA_VENDOR_INDEX")
 	}

@@ -22,7 +22,7 @@ func TestKeySourceExactlyOne(t *testing.T) {
 	base := []string{"--deployment", goldenDeployment}
 	// File source (hex accepted).
 	cfg, err := parseRole("decrypt-worker", append(base, "--key-file", keyFile))
-	if err != nil || cfg.(*DecryptWorkerConfig).key == nil {
+	if err != nil || cfg.(*DecryptWorkerConfig).Key.ring == nil {
 		t.Fatalf("decrypt-worker with --key-file: %v", err)
 	}
 	// Both sources: a configuration error (exit 2).

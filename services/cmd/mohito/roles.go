@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 	"github.com/obscura-iot/obscura/services/pkg/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -261,32 +262,34 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKeys()
-		for v := range dep.Params.Vendors {
-			if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
-				return nil, nil, fmt.Errorf("announce pk_I to vendor %d: %w", v, err)
+		announceAll := func(ctx context.Context) error {
+			pk := c.Key.ring.PublicKeys()
+			for v := range dep.Params.Vendors {
+				if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
+					return fmt.Errorf("announce pk_I to vendor %d: %w", v, err)
+				}
 			}
+			return nil
+		}
+		if err := announceAll(ctx); err != nil {
+			return nil, nil, err
 		}
 		vkeys, err := rounds.FetchVendorKeys(ctx, js, dep.Params)
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the vendors' keys: %w", err)
 		}
 		co, err := rounds.NewCoordinator(ctx, rounds.CoordinatorConfig{
-			Deployment: dep, JS: js, Store: d.store(), Keys: c.key, VendorKeys: vkeys,
+			Deployment: dep, JS: js, Store: d.store(), Keys: c.Key.ring, VendorKeys: vkeys,
 			ID: c.ReplicaID, MaxRounds: c.MaxRounds, Log: d.log, Metrics: d.metrics,
 		})
 		if err != nil {
 			return nil, nil, err
 		}
+		// A newly active epoch is announced by the coordinator before the first round naming it.
+		reload := c.Key.reloader(d, nil)
 		run := func(ctx context.Context) error {
-			go d.reannounce(ctx, func(ctx context.Context) error {
-				for v := range dep.Params.Vendors {
-					if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			go d.reannounce(ctx, announceAll)
+			d.reloadKeys(ctx, reload)
 			if err := co.Run(ctx); err != nil {
 				return err
 			}
@@ -301,11 +304,16 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Keys: c.key, Log: d.log, Metrics: d.metrics})
+		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Keys: c.Key.ring, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
-		return w.Run, []check{consumerExists(js, rounds.StreamIntegratorIn, rounds.ConsumerDecryptWorkers)}, nil
+		reload := c.Key.reloader(d, nil)
+		run := func(ctx context.Context) error {
+			d.reloadKeys(ctx, reload)
+			return w.Run(ctx)
+		}
+		return run, []check{consumerExists(js, rounds.StreamIntegratorIn, rounds.ConsumerDecryptWorkers)}, nil
 
 	case *EncoderConfig:
 		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
@@ -334,20 +342,22 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKeys()
-		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
+		announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)
+		if err := announce(ctx); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
 		ipk, err := rounds.FetchIntegratorKey(ctx, js, c.Vendor, dep.Params)
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the integrator's key: %w", err)
 		}
-		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.key, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
+		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.Key.ring, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
+		reload := c.Key.reloader(d, d.announceOnActivate(announce))
 		run := func(ctx context.Context) error {
-			go d.reannounce(ctx, func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk) })
+			go d.reannounce(ctx, announce)
+			d.reloadKeys(ctx, reload)
 			return s.Run(ctx)
 		}
 		return run, []check{consumerExists(js, rounds.StreamVendorIn, "shuffler")}, nil
@@ -356,8 +366,8 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
-		pk := c.key.PublicKeys()
-		if err := rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk); err != nil {
+		announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)
+		if err := announce(ctx); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
 		a, err := rounds.NewVendorAgent(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, Log: d.log, Metrics: d.metrics})
@@ -365,13 +375,40 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			return nil, nil, err
 		}
 		d.log.Info("vendor agent", "vendor", c.Vendor, "devices", len(c.devices))
+		reload := c.Key.reloader(d, d.announceOnActivate(announce))
 		run := func(ctx context.Context) error {
-			go d.reannounce(ctx, func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, c.Vendor, pk) })
+			go d.reannounce(ctx, announce)
+			d.reloadKeys(ctx, reload)
 			return a.Run(ctx)
 		}
 		return run, []check{consumerExists(js, rounds.StreamVendorIn, "agent")}, nil
 	}
 	return nil, nil, errors.New("unknown role configuration")
+}
+
+// vendorAnnouncer publishes the vendor's active public keys (read from the ring at each call, so
+// a newly active epoch goes out with the next announcement).
+func (d *daemon) vendorAnnouncer(js jetstream.JetStream, vendor int, ring *mohito.KeyRing) func(context.Context) error {
+	return func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, vendor, ring.PublicKeys()) }
+}
+
+// announceOnActivate announces at once when an epoch becomes active, rather than at the next
+// periodic re-announcement.
+func (d *daemon) announceOnActivate(announce func(context.Context) error) func(context.Context, uint32) {
+	return func(ctx context.Context, epoch uint32) {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := announce(actx); err != nil && ctx.Err() == nil {
+			d.log.Warn("announcing a new key epoch failed; the periodic re-announcement will retry", "epoch", epoch, "err", err)
+		}
+	}
+}
+
+// reloadKeys starts the live reload of a role's key ring (nil: disabled).
+func (d *daemon) reloadKeys(ctx context.Context, r *rounds.KeyReloader) {
+	if r != nil {
+		go func() { _ = r.Run(ctx) }()
+	}
 }
 
 // reannounce re-publishes a key every rounds.KeyAnnounceInterval so the

@@ -16,6 +16,11 @@ import (
 // HPKE layer picks the private key by that epoch, so rounds opened before a
 // rotation still decrypt. A superseded epoch is kept for a retention window of
 // W rounds after the first round that named a newer one, then forgotten.
+//
+// A key can also be staged: held for decryption but not yet current nor
+// announced. A role that reloads its key source live stages a new epoch and
+// activates it only after every replica sharing the source has had time to
+// load it, so no round names an epoch a peer does not hold yet.
 
 // ErrKeyEpoch: a round names a key epoch the role does not hold (never loaded,
 // or already past its retention window).
@@ -36,6 +41,7 @@ type KeyRing struct {
 
 	mu         sync.RWMutex
 	keys       map[uint32]*PrivateKey
+	staged     map[uint32]bool   // held, not yet current nor announced
 	superseded map[uint32]uint64 // epoch → first round seen naming a newer epoch
 }
 
@@ -48,7 +54,7 @@ func NewKeyRing(s Suite, retain int) (*KeyRing, error) {
 	if retain < MinKeyRetention {
 		return nil, fmt.Errorf("%w: key retention of %d rounds (minimum %d)", ErrParams, retain, MinKeyRetention)
 	}
-	return &KeyRing{suite: s, retain: uint64(retain), keys: map[uint32]*PrivateKey{}, superseded: map[uint32]uint64{}}, nil
+	return &KeyRing{suite: s, retain: uint64(retain), keys: map[uint32]*PrivateKey{}, staged: map[uint32]bool{}, superseded: map[uint32]uint64{}}, nil
 }
 
 // SingleKeyRing is a ring holding k as epoch 0 (tests and one-key deployments).
@@ -63,9 +69,20 @@ func SingleKeyRing(k *PrivateKey, retain int) (*KeyRing, error) {
 // Suite returns the ring's suite.
 func (r *KeyRing) Suite() Suite { return r.suite }
 
-// Add installs k as epoch. Adding the same key again is a no-op; a different
-// key under an epoch the ring holds is refused (an epoch names one key).
+// Add installs k as epoch, active at once. Adding the same key again is a
+// no-op (and activates it if staged); a different key under an epoch the ring
+// holds is refused (an epoch names one key).
 func (r *KeyRing) Add(epoch uint32, k *PrivateKey) error {
+	return r.put(epoch, k, false)
+}
+
+// Stage installs k as epoch for decryption only: Current and PublicKeys skip
+// it until Activate. Staging a key the ring already holds is a no-op.
+func (r *KeyRing) Stage(epoch uint32, k *PrivateKey) error {
+	return r.put(epoch, k, true)
+}
+
+func (r *KeyRing) put(epoch uint32, k *PrivateKey, staged bool) error {
 	if k == nil || k.suite != r.suite {
 		return fmt.Errorf("%w: key of epoch %d is not a %v key", ErrParams, epoch, r.suite)
 	}
@@ -75,10 +92,52 @@ func (r *KeyRing) Add(epoch uint32, k *PrivateKey) error {
 		if !old.PublicKey().Equal(k.PublicKey()) {
 			return fmt.Errorf("%w: epoch %d already holds a different key", ErrParams, epoch)
 		}
+		if !staged {
+			delete(r.staged, epoch)
+		}
 		return nil
 	}
 	r.keys[epoch] = k
+	if staged {
+		r.staged[epoch] = true
+	}
 	return nil
+}
+
+// Activate makes a staged epoch eligible as current and announced. It
+// reports whether epoch was staged.
+func (r *KeyRing) Activate(epoch uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.staged[epoch] {
+		return false
+	}
+	delete(r.staged, epoch)
+	return true
+}
+
+// Staged returns the staged epochs, ascending.
+func (r *KeyRing) Staged() []uint32 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]uint32, 0, len(r.staged))
+	for e := range r.staged {
+		out = append(out, e)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Highest returns the highest epoch held, staged or active.
+func (r *KeyRing) Highest() (epoch uint32, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for e := range r.keys {
+		if !ok || e > epoch {
+			epoch, ok = e, true
+		}
+	}
+	return epoch, ok
 }
 
 // Len is the number of epochs held.
@@ -88,19 +147,20 @@ func (r *KeyRing) Len() int {
 	return len(r.keys)
 }
 
-// Current returns the highest epoch and its key; ok is false for an empty ring.
+// Current returns the highest active epoch and its key; ok is false when no
+// epoch is active.
 func (r *KeyRing) Current() (epoch uint32, k *PrivateKey, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for e, key := range r.keys {
-		if !ok || e > epoch {
+		if !r.staged[e] && (!ok || e > epoch) {
 			epoch, k, ok = e, key, true
 		}
 	}
 	return epoch, k, ok
 }
 
-// Key returns the key of epoch, or ErrKeyEpoch.
+// Key returns the key of epoch (active or staged), or ErrKeyEpoch.
 func (r *KeyRing) Key(epoch uint32) (*PrivateKey, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -125,7 +185,7 @@ func (r *KeyRing) KeyFor(epoch uint32, want *PublicKey) (*PrivateKey, error) {
 	return k, nil
 }
 
-// Epochs returns the epochs held, ascending.
+// Epochs returns the epochs held (active and staged), ascending.
 func (r *KeyRing) Epochs() []uint32 {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -141,13 +201,16 @@ func (r *KeyRing) epochsLocked() []uint32 {
 	return out
 }
 
-// PublicKeys returns the public half of every epoch held (the key directory
-// announcement).
+// PublicKeys returns the public half of every active epoch held (the key
+// directory announcement).
 func (r *KeyRing) PublicKeys() KeySet {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	ks := make(KeySet, 0, len(r.keys))
 	for _, e := range r.epochsLocked() {
+		if r.staged[e] {
+			continue
+		}
 		ks = append(ks, EpochKey{Epoch: e, Key: r.keys[e].PublicKey()})
 	}
 	return ks
@@ -163,7 +226,9 @@ func (r *KeyRing) Observe(t uint64, epoch uint32) (dropped []uint32) {
 	defer r.mu.Unlock()
 	var cur uint32
 	for e := range r.keys {
-		cur = max(cur, e)
+		if !r.staged[e] {
+			cur = max(cur, e)
+		}
 	}
 	for e := range r.keys {
 		if e >= epoch {
@@ -180,6 +245,7 @@ func (r *KeyRing) Observe(t uint64, epoch uint32) (dropped []uint32) {
 		}
 		if e < cur && t >= first+r.retain {
 			delete(r.keys, e)
+			delete(r.staged, e)
 			delete(r.superseded, e)
 			dropped = append(dropped, e)
 		}

@@ -209,3 +209,60 @@ func FuzzParseKeySet(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyRingStaged: a staged epoch decrypts at once but is neither current
+// nor announced, and does not retire the epoch in force, until activated.
+func TestKeyRingStaged(t *testing.T) {
+	r, err := NewKeyRing(SuiteX25519, MinKeyRetention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := epochKey(t, 1), epochKey(t, 2)
+	if err := r.Add(1, k1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stage(2, k2); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stage(2, k1); !errors.Is(err, ErrParams) {
+		t.Fatalf("staging a second key under epoch 2: %v", err)
+	}
+	if k, err := r.KeyFor(2, k2.PublicKey()); err != nil || k != k2 {
+		t.Fatalf("a staged epoch must decrypt: %v", err)
+	}
+	if e, _, _ := r.Current(); e != 1 {
+		t.Fatalf("current = %d while 2 is staged", e)
+	}
+	if ks := r.PublicKeys(); len(ks) != 1 || ks[0].Epoch != 1 {
+		t.Fatalf("announced %v while 2 is staged", ks)
+	}
+	if h, ok := r.Highest(); !ok || h != 2 {
+		t.Fatalf("highest = %d, %v", h, ok)
+	}
+	// Rounds keep naming epoch 1: nothing retires while 2 is only staged.
+	for round := uint64(1); round < 10; round++ {
+		if dropped := r.Observe(round, 1); len(dropped) > 0 {
+			t.Fatalf("round %d retired %v", round, dropped)
+		}
+	}
+	if !r.Activate(2) || r.Activate(2) {
+		t.Fatal("Activate must report the staged epoch once")
+	}
+	if got := r.Staged(); len(got) != 0 {
+		t.Fatalf("staged after activation: %v", got)
+	}
+	if e, k, _ := r.Current(); e != 2 || k != k2 {
+		t.Fatalf("current = %d after activation", e)
+	}
+	if ks := r.PublicKeys(); len(ks) != 2 {
+		t.Fatalf("announced %v after activation", ks)
+	}
+	// Add of a staged key activates it.
+	k3 := epochKey(t, 3)
+	if err := r.Stage(3, k3); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add(3, k3); err != nil || len(r.Staged()) != 0 {
+		t.Fatalf("Add after Stage: %v, staged %v", err, r.Staged())
+	}
+}

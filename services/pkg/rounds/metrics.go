@@ -16,6 +16,10 @@ type Metrics struct {
 	StageSeconds *prometheus.HistogramVec // by stage
 	ConsumerLag  *prometheus.GaugeVec     // by consumer
 	Dropped      *prometheus.CounterVec   // by reason: bad input from the network
+
+	KeyEpoch      prometheus.Gauge       // the role's current (active) key epoch
+	KeyEpochsHeld prometheus.Gauge       // epochs held, staged included
+	KeyReloads    *prometheus.CounterVec // by result: ok, failed
 }
 
 // NewMetrics registers the series on reg (nil: unregistered, for tests).
@@ -29,9 +33,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
 		ConsumerLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
 		Dropped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
+
+		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
+		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
+		KeyReloads:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_key_reloads_total", Help: "Re-reads of the key source by result."}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads)
 	}
 	return m
 }
