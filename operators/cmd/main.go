@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -60,6 +61,21 @@ type Config struct {
 	HostNetwork bool
 	// CPURequest replaces every workload's CPU request when set (small clusters).
 	CPURequest string
+	// KeyActivationDelay is every key-holding role's --key-activation-delay (0: the services'
+	// default).
+	KeyActivationDelay string
+}
+
+// keyActivationDelay parses --key-activation-delay ("" or "0": the services' default).
+func (c Config) keyActivationDelay() (time.Duration, error) {
+	if c.KeyActivationDelay == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.KeyActivationDelay)
+	if err == nil && d != 0 && d < time.Second {
+		err = errors.New("must be 0 or at least 1s")
+	}
+	return d, err
 }
 
 func (c Config) validate() error {
@@ -77,6 +93,9 @@ func (c Config) validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--vault-address %q: want an http(s)://host:port URL", c.VaultAddress))
 		}
+	}
+	if _, err := c.keyActivationDelay(); err != nil {
+		errs = append(errs, fmt.Errorf("--key-activation-delay %q: %w", c.KeyActivationDelay, err))
 	}
 	switch c.ImagePullPolicy {
 	case "Always", "IfNotPresent", "Never":
@@ -148,6 +167,7 @@ func main() {
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
 	flag.StringVar(&cfg.CPURequest, "workload-cpu-request", envOr("OBSCURA_WORKLOAD_CPU_REQUEST", ""), "CPU request of every workload the operator runs, replacing each role's default (e.g. 10m on a small cluster); empty keeps the defaults")
+	flag.StringVar(&cfg.KeyActivationDelay, "key-activation-delay", envOr("OBSCURA_KEY_ACTIVATION_DELAY", ""), "how long the workloads wait after loading a new key epoch before naming it; must exceed the time a Secret update takes to reach every pod (0: the services' default, 3m) (env OBSCURA_KEY_ACTIVATION_DELAY)")
 	flag.BoolVar(&cfg.HostNetwork, "host-network", envOr("OBSCURA_HOST_NETWORK", "false") == "true", "run the workloads with hostNetwork on 127.0.0.1: dynamic metrics/health ports, exec probes, SO_REUSEPORT listeners (env OBSCURA_HOST_NETWORK)")
 	flag.StringVar(&cfg.NATSAccountsSecret, "nats-accounts-secret", envOr("OBSCURA_NATS_ACCOUNTS_SECRET", ""), "Secret to render the NATS server's accounts into (key accounts.conf); empty renders none (env OBSCURA_NATS_ACCOUNTS_SECRET)")
 	flag.StringVar(&cfg.NATSAccountsOwner, "nats-accounts-owner", envOr("OBSCURA_NATS_ACCOUNTS_OWNER", ""), "the operator's Deployment (in that namespace), set as the accounts Secret's owner so it is deleted with the operator (env OBSCURA_NATS_ACCOUNTS_OWNER)")
@@ -208,8 +228,9 @@ func run(cfg Config) error {
 		}
 		defer pdaServices.Close()
 	}
+	activation, _ := cfg.keyActivationDelay() // validated at start
 	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL,
-		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest}
+		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation}
 	if err := controller.SetupAll(mgr, controller.Options{
 		PDAPlatform:        specs.PDAPlatform{Image: cfg.PDAImage, Runtime: rt},
 		PDAServices:        pdaServices,

@@ -17,6 +17,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
@@ -157,7 +158,10 @@ func (r *AggregationJobReconciler) evaluate(ctx context.Context, job *pdav1.Aggr
 		if err != nil {
 			return outcome{}, fmt.Errorf("get %s namespace %s: %w", d.role, d.td.Namespace, err)
 		}
-		if o, err := r.Keys.check(ctx, d.td.Namespace, d.role+" key", d.td.Keys, 0); err != nil || o != nil {
+		if k := d.td.Keys.SecretRef; k != nil && k.Epochs {
+			return *degraded(common.ReasonInvalidKey, "%s key: keys.secretRef.epochs applies to Mohito keys only; a PDA key bundle is one Secret entry", d.role), nil
+		}
+		if _, o, err := r.Keys.check(ctx, d.td.Namespace, d.role+" key", d.td.Keys, 0); err != nil || o != nil {
 			return deref(o), err
 		}
 	}

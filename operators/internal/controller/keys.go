@@ -3,10 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
@@ -28,55 +31,103 @@ type KeyCheck struct {
 	VaultAddress string
 }
 
-// check verifies that ref resolves in namespace ns. wantLen > 0 also checks the key's length.
-// It returns nil when the reference is usable, a degraded outcome when it is not, and an error
-// only when the API server could not answer.
-func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyReference, wantLen int) (*outcome, error) {
+// check verifies that ref resolves in namespace ns and returns the key epochs of a Secret
+// reference (epoch 0 for a single key; nil for Vault, which the operator does not read). wantLen
+// > 0 also checks every key's length. It returns a degraded outcome when the reference is not
+// usable, and an error only when the API server could not answer.
+func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyReference, wantLen int) ([]int32, *outcome, error) {
 	switch {
 	case ref.Vault != nil:
 		if ref.Vault.Address == "" && k.VaultAddress == "" {
-			return degraded(common.ReasonVaultNotConfigured,
+			return nil, degraded(common.ReasonVaultNotConfigured,
 				"%s: keys.vault has no address and the operator has no --vault-address", what), nil
 		}
-		// Vault itself is contacted by the workloads (Kubernetes auth, read once at start).
-		return nil, nil
+		// Vault itself is contacted by the workloads (Kubernetes auth).
+		return nil, nil, nil
 	case ref.SecretRef != nil:
 		var s corev1.Secret
 		err := k.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.SecretRef.Name}, &s)
 		if apierrors.IsNotFound(err) {
-			return degraded(common.ReasonKeySecretNotFound, "%s: Secret %s/%s not found", what, ns, ref.SecretRef.Name), nil
+			return nil, degraded(common.ReasonKeySecretNotFound, "%s: Secret %s/%s not found", what, ns, ref.SecretRef.Name), nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get key Secret %s/%s: %w", ns, ref.SecretRef.Name, err)
+			return nil, nil, fmt.Errorf("get key Secret %s/%s: %w", ns, ref.SecretRef.Name, err)
+		}
+		if ref.SecretRef.Epochs {
+			return checkEpochs(what, &s, wantLen)
 		}
 		key := ref.SecretRef.Key
 		if key == "" {
 			key = "private.key"
 		}
-		v, ok := s.Data[key]
-		switch {
-		case !ok:
-			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s has no key %q", what, ns, s.Name, key), nil
-		case len(v) == 0:
-			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q is empty", what, ns, s.Name, key), nil
+		if o := checkKeyEntry(what, &s, key, wantLen); o != nil {
+			return nil, o, nil
 		}
-		if wantLen > 0 {
-			// What the services accept (services/pkg/keys): raw, hex or base64 text.
-			k, err := keys.Decode(v)
-			if err == nil && len(k) != wantLen {
-				err = fmt.Errorf("decodes to %d bytes", len(k))
-			}
-			clear(k)
-			if err != nil {
-				return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes: want a %d-byte private key (raw, hex or base64): %v",
-					what, ns, s.Name, key, len(v), wantLen, err), nil
-			}
-		}
-		return nil, nil
+		return []int32{0}, nil, nil
 	default:
 		// CEL rejects this; kept so a schema change cannot turn it into a silent pass.
-		return degraded(common.ReasonInvalidKey, "%s: no key source set", what), nil
+		return nil, degraded(common.ReasonInvalidKey, "%s: no key source set", what), nil
 	}
+}
+
+// checkEpochs lists the epoch-<n>.key entries of a key ring Secret, ascending, and checks each.
+func checkEpochs(what string, s *corev1.Secret, wantLen int) ([]int32, *outcome, error) {
+	var epochs []int32
+	for name := range s.Data {
+		n, ok := keys.ParseEpochFileName(name)
+		if !ok {
+			continue
+		}
+		if o := checkKeyEntry(what, s, name, wantLen); o != nil {
+			return nil, o, nil
+		}
+		epochs = append(epochs, int32(n))
+	}
+	if len(epochs) == 0 {
+		return nil, degraded(common.ReasonInvalidKey,
+			"%s: Secret %s/%s has no epoch-<n>.key entry (keys.secretRef.epochs is set)", what, s.Namespace, s.Name), nil
+	}
+	slices.Sort(epochs)
+	return epochs, nil, nil
+}
+
+// checkKeyEntry checks one entry of a key Secret: present, non-empty and, with wantLen > 0, a
+// key of that length in an encoding the services accept. Messages never show the content.
+func checkKeyEntry(what string, s *corev1.Secret, key string, wantLen int) *outcome {
+	v, ok := s.Data[key]
+	switch {
+	case !ok:
+		return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s has no key %q", what, s.Namespace, s.Name, key)
+	case len(v) == 0:
+		return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q is empty", what, s.Namespace, s.Name, key)
+	}
+	if wantLen > 0 {
+		// What the services accept (services/pkg/keys): raw, hex or base64 text.
+		k, err := keys.Decode(v)
+		if err == nil && len(k) != wantLen {
+			err = fmt.Errorf("decodes to %d bytes", len(k))
+		}
+		clear(k)
+		if err != nil {
+			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes: want a %d-byte private key (raw, hex or base64): %v",
+				what, s.Namespace, s.Name, key, len(v), wantLen, err)
+		}
+	}
+	return nil
+}
+
+// ReasonKeyEpochRotated is the Event recorded when a key Secret gains a higher epoch.
+const ReasonKeyEpochRotated = "KeyEpochRotated"
+
+// recordKeyEpochs records a KeyEpochRotated Event when the highest epoch of a key Secret rises
+// above the one in status (old), and returns the epochs to store.
+func recordKeyEpochs(rec events.EventRecorder, obj runtime.Object, what string, old, now []int32, activationDelay string) []int32 {
+	if len(old) > 0 && len(now) > 0 && now[len(now)-1] > old[len(old)-1] {
+		rec.Eventf(obj, nil, corev1.EventTypeNormal, ReasonKeyEpochRotated, "RotateKey",
+			"%s: epoch %d added (epochs %v, previously current %d); the workloads stage it within their reload interval and name it after their activation delay (%s), without a restart",
+			what, now[len(now)-1], now, old[len(old)-1], activationDelay)
+	}
+	return now
 }
 
 // secretName returns the Secret a key reference names, or "".

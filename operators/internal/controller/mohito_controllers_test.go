@@ -2,9 +2,13 @@ package controller
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,6 +134,69 @@ func TestVendorKeyChecks(t *testing.T) {
 	v.Spec.Keys.Vault.Address = "https://vault.vault.svc:8200"
 	update(t, v)
 	waitReady(t, v, conds, metav1.ConditionTrue, common.ReasonReconciled)
+}
+
+// TestVendorKeyEpochs: a key ring Secret (keys.secretRef.epochs) is checked entry by entry, its
+// epochs are reported in status, and a new epoch records a KeyEpochRotated Event; the API
+// server refuses a key name that does not apply with epochs.
+func TestVendorKeyEpochs(t *testing.T) {
+	ns := namespace(t)
+	v := vendor(ns, "initech", 2, 10)
+	v.Spec.Keys.SecretRef.Epochs = true
+	create(t, v)
+	conds := func() []metav1.Condition { return v.Status.Conditions }
+	key := func() []byte {
+		k := make([]byte, X25519KeySize)
+		if _, err := rand.Read(k); err != nil {
+			t.Fatal(err)
+		}
+		return []byte(base64.StdEncoding.EncodeToString(k))
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "initech-key"},
+		Data: map[string][]byte{"private.key": key()}}
+	create(t, sec)
+	waitReady(t, v, conds, metav1.ConditionFalse, common.ReasonInvalidKey)
+	if c := readyCondition(v.Status.Conditions); c == nil || !contains(c.Message, "no epoch-<n>.key") {
+		t.Errorf("message should say the Secret has no epoch entry: %+v", c)
+	}
+
+	sec.Data = map[string][]byte{"epoch-3.key": key(), "epoch-4.key": []byte("short")}
+	update(t, sec)
+	eventually(t, "the message names the bad epoch entry", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(v), v); err != nil {
+			return err
+		}
+		if c := readyCondition(v.Status.Conditions); c == nil || c.Reason != common.ReasonInvalidKey || !contains(c.Message, `"epoch-4.key"`) {
+			return errorf("ready condition %+v", c)
+		}
+		return nil
+	})
+
+	delete(sec.Data, "epoch-4.key")
+	update(t, sec)
+	waitReady(t, v, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if got := v.Status.KeyEpochs; !slices.Equal(got, []int32{3}) {
+		t.Errorf("status.keyEpochs = %v, want [3]", got)
+	}
+
+	sec.Data["epoch-4.key"] = key()
+	update(t, sec)
+	eventually(t, "status.keyEpochs [3 4]", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(v), v); err != nil {
+			return err
+		}
+		if !slices.Equal(v.Status.KeyEpochs, []int32{3, 4}) {
+			return errorf("status.keyEpochs = %v", v.Status.KeyEpochs)
+		}
+		return nil
+	})
+	waitEvent(t, v, "Normal", ReasonKeyEpochRotated)
+
+	bad := vendor(ns, "hooli", 3, 10)
+	bad.Spec.Keys.SecretRef.Epochs, bad.Spec.Keys.SecretRef.Key = true, "other.key"
+	if err := k8s.Create(context.Background(), bad); err == nil || !contains(err.Error(), "does not apply with epochs") {
+		t.Errorf("epochs with a key name: %v, want a CEL rejection", err)
+	}
 }
 
 func TestVendorIndexMustBeUnique(t *testing.T) {

@@ -135,9 +135,11 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 	}
 	rd.Status.Shufflers = int32(len(shufflers))
 
-	if o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize); err != nil || o != nil {
+	epochs, o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize)
+	if err != nil || o != nil {
 		return deref(o), nil, err
 	}
+	rd.Status.KeyEpochs = recordKeyEpochs(r.Recorder, rd, "integrator key", rd.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
 	if o, err := r.Keys.checkSecretFile(ctx, rd.Namespace, "gateway tokens", rd.Spec.Gateway.Tokens, specs.TokensFile); err != nil || o != nil {
 		return deref(o), nil, err
 	}

@@ -97,9 +97,11 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (outcome, error) {
-	if o, err := r.Keys.check(ctx, v.Namespace, "vendor key", v.Spec.Keys, X25519KeySize); err != nil || o != nil {
+	epochs, o, err := r.Keys.check(ctx, v.Namespace, "vendor key", v.Spec.Keys, X25519KeySize)
+	if err != nil || o != nil {
 		return deref(o), err
 	}
+	v.Status.KeyEpochs = recordKeyEpochs(r.Recorder, v, "vendor key", v.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
 	if v.Spec.Agent != nil {
 		if o, err := r.Keys.checkSecretFile(ctx, v.Namespace, "device registry", v.Spec.Agent.Devices, specs.DevicesFile); err != nil || o != nil {
 			return deref(o), err

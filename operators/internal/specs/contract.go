@@ -1,5 +1,7 @@
 package specs
 
+import "time"
+
 // The services contract (docs/services.md): one image runs every role as `mohito <role>`.
 const (
 	RoleCoordinator   = "coordinator"
@@ -46,23 +48,28 @@ const (
 
 // Environment variable names of the contract.
 const (
-	EnvDeployment       = "OBSCURA_DEPLOYMENT"
-	EnvNATSURL          = "OBSCURA_NATS_URL"
-	EnvNATSUser         = "OBSCURA_NATS_USER"
-	EnvNATSPasswordFile = "OBSCURA_NATS_PASSWORD_FILE"
-	EnvRedisAddr        = "OBSCURA_REDIS_ADDR"
-	EnvKeyFile          = "OBSCURA_KEY_FILE"
-	EnvVendorIndex      = "OBSCURA_VENDOR_INDEX"
-	EnvPartition        = "OBSCURA_PARTITION"
-	EnvMetricsAddr      = "OBSCURA_METRICS_ADDR"
-	EnvHealthAddr       = "OBSCURA_HEALTH_ADDR"
-	EnvListen           = "OBSCURA_LISTEN"
-	EnvPodName          = "POD_NAME"
-	EnvTokensFile       = "OBSCURA_TOKENS_FILE"
-	EnvVaultAddr        = "OBSCURA_VAULT_ADDR"
-	EnvVaultRole        = "OBSCURA_VAULT_ROLE"
-	EnvVaultMount       = "OBSCURA_VAULT_MOUNT"
-	EnvVaultPath        = "OBSCURA_VAULT_PATH"
-	EnvVaultField       = "OBSCURA_VAULT_FIELD"
-	EnvDevicesFile      = "OBSCURA_DEVICES_FILE"
+	EnvDeployment         = "OBSCURA_DEPLOYMENT"
+	EnvNATSURL            = "OBSCURA_NATS_URL"
+	EnvNATSUser           = "OBSCURA_NATS_USER"
+	EnvNATSPasswordFile   = "OBSCURA_NATS_PASSWORD_FILE"
+	EnvRedisAddr          = "OBSCURA_REDIS_ADDR"
+	EnvKeyFile            = "OBSCURA_KEY_FILE"
+	EnvKeyActivationDelay = "OBSCURA_KEY_ACTIVATION_DELAY"
+	EnvVendorIndex        = "OBSCURA_VENDOR_INDEX"
+	EnvPartition          = "OBSCURA_PARTITION"
+	EnvMetricsAddr        = "OBSCURA_METRICS_ADDR"
+	EnvHealthAddr         = "OBSCURA_HEALTH_ADDR"
+	EnvListen             = "OBSCURA_LISTEN"
+	EnvPodName            = "POD_NAME"
+	EnvTokensFile         = "OBSCURA_TOKENS_FILE"
+	EnvVaultAddr          = "OBSCURA_VAULT_ADDR"
+	EnvVaultRole          = "OBSCURA_VAULT_ROLE"
+	EnvVaultMount         = "OBSCURA_VAULT_MOUNT"
+	EnvVaultPath          = "OBSCURA_VAULT_PATH"
+	EnvVaultField         = "OBSCURA_VAULT_FIELD"
+	EnvDevicesFile        = "OBSCURA_DEVICES_FILE"
 )
+
+// DefaultKeyActivationDelay is the services' --key-activation-delay default
+// (rounds.DefaultKeyActivationDelay; contract_test.go keeps them equal).
+const DefaultKeyActivationDelay = 3 * time.Minute

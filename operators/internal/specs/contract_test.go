@@ -13,6 +13,7 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/rounds"
 )
 
@@ -55,5 +56,21 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 	if d.Series != specs.SeriesName(&rd) || d.Params.Vendors != 2 || d.Encoders != int(rd.Spec.Encoders.Partitions) ||
 		d.Round != 2*time.Second || d.Capacity[0] != int(v.Spec.Capacity.PaddedEntries) || d.Weights[1] != 40 {
 		t.Errorf("services read a different deployment: %+v", d)
+	}
+}
+
+// TestKeyRotationContract: the operator's view of key rotation is the services' — the default
+// activation delay it reports in Events, and the env variable and file names it mounts.
+func TestKeyRotationContract(t *testing.T) {
+	if specs.DefaultKeyActivationDelay != rounds.DefaultKeyActivationDelay {
+		t.Errorf("specs.DefaultKeyActivationDelay %v, services %v", specs.DefaultKeyActivationDelay, rounds.DefaultKeyActivationDelay)
+	}
+	if n, ok := keys.ParseEpochFileName("epoch-12.key"); !ok || n != 12 || keys.EpochFileName(12) != "epoch-12.key" {
+		t.Error("epoch file names disagree")
+	}
+	for _, name := range []string{specs.KeyFile, "epoch-01.key", "epoch-1", "..data"} {
+		if _, ok := keys.ParseEpochFileName(name); ok {
+			t.Errorf("%q taken for an epoch file", name)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -302,6 +303,52 @@ func TestHostNetworkMode(t *testing.T) {
 			}
 		} else if _, ok := env[EnvReusePort]; ok {
 			t.Errorf("%s sets %s without a fixed listener", name, EnvReusePort)
+		}
+	}
+}
+
+// TestKeyEpochsMountTheSecretWhole: a key ring Secret is mounted whole (no items, no subPath) so
+// the kubelet updates it in place and the roles stage a new epoch without a restart; the key
+// file is the directory; the activation delay reaches exactly the roles that hold a key.
+func TestKeyEpochsMountTheSecretWhole(t *testing.T) {
+	rd, v, s := samples(t)
+	v.Spec.Keys = common.KeyReference{SecretRef: &common.SecretKeyReference{Name: "acme-keys", Key: KeyFile, Epochs: true}}
+	pl := platform
+	pl.KeyActivationDelay = 45 * time.Second
+	sh := Shuffler(s, v, rd, pl, "0123456789abcdef")
+	golden(t, "shuffler_key_epochs.yaml", sh)
+	spec := sh.Spec.Template.Spec
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[EnvKeyFile] != KeysDir || env[EnvKeyActivationDelay] != "45s" {
+		t.Errorf("key file %q, activation delay %q", env[EnvKeyFile], env[EnvKeyActivationDelay])
+	}
+	for _, vol := range spec.Volumes {
+		if vol.Name == "keys" && (vol.Secret == nil || vol.Secret.SecretName != "acme-keys" || len(vol.Secret.Items) > 0) {
+			t.Errorf("keys volume %+v: want the whole Secret acme-keys", vol.VolumeSource)
+		}
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.Name == "keys" && m.SubPath != "" {
+			t.Error("a subPath mount is never updated by the kubelet")
+		}
+	}
+	// A single key stays one file; roles without a key get no activation delay.
+	for _, e := range VendorAgent(v, rd, pl, "h").Spec.Template.Spec.Containers[0].Env {
+		if e.Name == EnvKeyFile && e.Value != KeysDir {
+			t.Errorf("the agent of the same vendor reads %q", e.Value)
+		}
+	}
+	for _, e := range Responder(rd, pl, "h").Spec.Template.Spec.Containers[0].Env {
+		if e.Name == EnvKeyActivationDelay {
+			t.Error("the responder holds no key but got an activation delay")
+		}
+	}
+	for _, e := range Coordinator(rd, pl, "h").Spec.Template.Spec.Containers[0].Env {
+		if e.Name == EnvKeyFile && e.Value != KeysDir+"/"+KeyFile {
+			t.Errorf("the coordinator's single key file is %q", e.Value)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package specs
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,18 @@ type Runtime struct {
 	// CPURequest, when set, replaces every workload's CPU request (small clusters: the local
 	// one has 2 CPUs for everything).
 	CPURequest string
+	// KeyActivationDelay, when set, is every key-holding role's --key-activation-delay: how long
+	// after loading a new key epoch it starts naming and announcing it (longer than a Secret
+	// update takes to reach every pod). Zero keeps the services' default.
+	KeyActivationDelay time.Duration
+}
+
+// KeyActivation is the activation delay the workloads use, for messages.
+func (r Runtime) KeyActivation() string {
+	if r.KeyActivationDelay > 0 {
+		return r.KeyActivationDelay.String()
+	}
+	return DefaultKeyActivationDelay.String()
 }
 
 // Platform is what the operator knows about where it deploys Mohito.
@@ -170,6 +183,13 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 	}
 	automount := false
 	switch k := p.key; {
+	case k != nil && k.SecretRef != nil && k.SecretRef.Epochs:
+		// A key ring: the Secret mounted whole (no items, no subPath), so the kubelet updates
+		// the directory in place when an epoch is added and the role stages it live.
+		env = append(env, corev1.EnvVar{Name: EnvKeyFile, Value: KeysDir})
+		mounts = append(mounts, corev1.VolumeMount{Name: "keys", MountPath: KeysDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: k.SecretRef.Name, DefaultMode: ptr.To[int32](0o400)}}})
 	case k != nil && k.SecretRef != nil:
 		item := k.SecretRef.Key
 		if item == "" {
@@ -184,6 +204,9 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 		// the key once and holds it in memory; the token is the only API credential it gets.
 		env = append(env, vaultKeyEnv(k.Vault, pl.VaultAddress)...)
 		automount = true
+	}
+	if p.key != nil && pl.KeyActivationDelay > 0 {
+		env = append(env, corev1.EnvVar{Name: EnvKeyActivationDelay, Value: pl.KeyActivationDelay.String()})
 	}
 	if p.redis != "" {
 		env = append(env, corev1.EnvVar{Name: EnvRedisAddr, Value: p.redis})

@@ -270,6 +270,15 @@ func parseEpochName(name string) (uint32, bool) {
 // EpochFileName is the file (Secret key) holding epoch n of a ring directory.
 func EpochFileName(n uint32) string { return "epoch-" + strconv.FormatUint(uint64(n), 10) + ".key" }
 
+// ParseEpochFileName returns n for a ring directory's file (Secret key) "epoch-<n>.key"; ok is
+// false for any other name (the operator lists a Secret's epochs with it).
+func ParseEpochFileName(name string) (n uint32, ok bool) {
+	if !strings.HasSuffix(name, ".key") {
+		return 0, false
+	}
+	return parseEpochName(name)
+}
+
 func sortEpochs(es []Epoch) []Epoch {
 	slices.SortFunc(es, func(a, b Epoch) int { return int(int64(a.N) - int64(b.N)) })
 	return es
@@ -322,8 +331,8 @@ func (s *Source) LoadRing(ctx context.Context) ([]Epoch, error) {
 	}
 	var out []Epoch
 	for _, e := range ents {
-		n, ok := parseEpochName(e.Name())
-		if !ok || !strings.HasSuffix(e.Name(), ".key") {
+		n, ok := ParseEpochFileName(e.Name())
+		if !ok {
 			continue
 		}
 		path := filepath.Join(s.File, e.Name())

@@ -301,6 +301,12 @@ type RoundStatus struct {
 	// +optional
 	WorkerSelector string `json:"workerSelector,omitempty"`
 
+	// KeyEpochs are the integrator key epochs in the key Secret (keys.secretRef), ascending; the
+	// highest becomes current once the workloads have activated it. Empty for Vault keys.
+	// +optional
+	// +listType=atomic
+	KeyEpochs []int32 `json:"keyEpochs,omitempty"`
+
 	// LastScaleTime is when the operator last changed the worker count.
 	// +optional
 	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`

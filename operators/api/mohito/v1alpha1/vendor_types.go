@@ -109,6 +109,12 @@ type VendorStatus struct {
 	// +optional
 	ShufflerDuty int64 `json:"shufflerDuty,omitempty"`
 
+	// KeyEpochs are the vendor key epochs in the key Secret (keys.secretRef), ascending; the
+	// highest becomes current once the workloads have activated it. Empty for Vault keys.
+	// +optional
+	// +listType=atomic
+	KeyEpochs []int32 `json:"keyEpochs,omitempty"`
+
 	// Shufflers is the number of Shuffler resources that name this vendor.
 	// +optional
 	Shufflers int32 `json:"shufflers,omitempty"`

@@ -213,6 +213,11 @@ func (in *RoundStatus) DeepCopyInto(out *RoundStatus) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.KeyEpochs != nil {
+		in, out := &in.KeyEpochs, &out.KeyEpochs
+		*out = make([]int32, len(*in))
+		copy(*out, *in)
+	}
 	if in.LastScaleTime != nil {
 		in, out := &in.LastScaleTime, &out.LastScaleTime
 		*out = (*in).DeepCopy()
@@ -492,6 +497,11 @@ func (in *VendorStatus) DeepCopyInto(out *VendorStatus) {
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.KeyEpochs != nil {
+		in, out := &in.KeyEpochs, &out.KeyEpochs
+		*out = make([]int32, len(*in))
+		copy(*out, *in)
 	}
 }
 
