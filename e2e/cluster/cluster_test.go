@@ -39,6 +39,7 @@ func TestCluster(t *testing.T) {
 
 	e.phase("remove what an earlier run left", e.reset)
 	e.phase("provision keys, devices and tokens", e.provision)
+	e.phase("install Vault (dev server) with Kubernetes auth; the integrator key ring in it", e.installVault)
 	e.phase("helm install --wait", e.install)
 	e.phase("apply the Vendor, Shuffler and Round samples", e.applySamples)
 	e.phase("workloads ready", e.waitWorkloads)
@@ -48,9 +49,11 @@ func TestCluster(t *testing.T) {
 	if !smoke {
 		e.loadAndScale()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
+		e.phase("rotate the integrator (Vault) and vendor (Secret) keys under load", e.rotateKeysUnderLoad)
 	}
 	e.phase("scan pod logs for secrets", e.scanLogs)
 	e.phase("delete the samples, helm uninstall", e.uninstall)
+	e.phase("uninstall Vault", e.uninstallVault)
 }
 
 // writeReport saves the figures for docs/benchmarks.md.
@@ -219,6 +222,7 @@ func (e *env) helmArgs(extra ...string) []string {
 		"-f", filepath.Join(e.root, "charts/obscura/values-local.yaml"),
 		"--set", "edge.round=" + roundName,
 		"--set", "tests.tokenSecret.name=obscura-smoke-token", "--set", "tests.tokenSecret.key=token",
+		"--set", "vault.address=" + vaultAddr,
 		"--wait", "--timeout", "5m"}
 	args = append(args, e.imageValues()...)
 	return append(args, extra...)
@@ -245,12 +249,11 @@ func (e *env) upgrade() {
 	}
 }
 
-// scanLogs reads every container log of the namespace still on the node (the kubelet's files
-// under the cluster's state dir: restarted containers' earlier logs included, pods deleted by a
-// rollout gone with theirs) and fails on any secret of the run.
-func (e *env) scanLogs() {
+// podLogs calls f with every container log of the namespace still on the node (the kubelet's
+// files under the cluster's state dir: restarted containers' earlier logs included, pods deleted
+// by a rollout gone with theirs), and returns how many files and bytes it read.
+func (e *env) podLogs(f func(path string, b []byte)) (files, size int) {
 	dir := filepath.Join(e.root, "hack/cluster/state/pod-logs")
-	files, bytes := 0, 0
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(path))), e.ns+"_") {
 			return err
@@ -260,12 +263,8 @@ func (e *env) scanLogs() {
 			return err
 		}
 		files++
-		bytes += len(b)
-		for what, v := range e.secrets {
-			if len(v) >= 4 && strings.Contains(string(b), v) {
-				e.t.Errorf("%s appears in %s", what, strings.TrimPrefix(path, dir+"/"))
-			}
-		}
+		size += len(b)
+		f(strings.TrimPrefix(path, dir+"/"), b)
 		return nil
 	})
 	if err != nil {
@@ -274,12 +273,25 @@ func (e *env) scanLogs() {
 	if files == 0 {
 		e.t.Fatalf("no pod log of namespace %s under %s", e.ns, dir)
 	}
+	return files, size
+}
+
+// scanLogs fails on any secret of the run in any pod log of the namespace.
+func (e *env) scanLogs() {
+	files, bytes := e.podLogs(func(path string, b []byte) {
+		for what, v := range e.secrets {
+			if len(v) >= 4 && strings.Contains(string(b), v) {
+				e.t.Errorf("%s appears in %s", what, path)
+			}
+		}
+	})
 	e.t.Logf("scanned %d log files (%d bytes) for %d secrets", files, bytes, len(e.secrets))
 	e.report.Notes = append(e.report.Notes, fmt.Sprintf("log scan: %d files, %d bytes, %d secrets, none found", files, bytes, len(e.secrets)))
 }
 
 // reset removes a release and namespace an interrupted earlier run left behind.
 func (e *env) reset() {
+	e.uninstallVault()
 	if _, err := e.try("kubectl", "get", "namespace", e.ns); err != nil {
 		return
 	}

@@ -42,6 +42,8 @@ type env struct {
 	// The host-side client: the mohito CLI, the provisioned files, the edge's CA and server
 	// name, the devices' MQTT logins.
 	mohito, prov, ca, edgeServerName, creds string
+	// vaultToken is the root token of the dev Vault the run installs.
+	vaultToken string
 }
 
 // Report is what the run measured; written as JSON next to the test's log (OBSCURA_E2E_REPORT).
@@ -105,9 +107,15 @@ func (e *env) run(name string, args ...string) string {
 }
 
 func (e *env) try(name string, args ...string) (string, error) {
+	return e.tryEnv(nil, name, args...)
+}
+
+// tryEnv is try with extra environment variables (never on the logged command line).
+func (e *env) tryEnv(extraEnv []string, name string, args ...string) (string, error) {
 	bin := filepath.Join(e.root, "bin", name)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(e.dir, "helm-cache"),
+	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Env = append(cmd.Env, "KUBECONFIG="+e.kubeconfig, "HELM_CACHE_HOME="+filepath.Join(e.dir, "helm-cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(e.dir, "helm-config"), "HELM_DATA_HOME="+filepath.Join(e.dir, "helm-data"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -54,15 +54,17 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 	for _, n := range []string{ns, "pda-proxy", "pda-db"} {
 		mustCreate(t, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
-	for _, s := range []struct{ ns, name string }{
-		{ns, "acme-vendor-key"}, {ns, "integrator-key"}, {"pda-proxy", "pda-proxy-keys"}, {"pda-db", "pda-db-keys"},
+	// The vendor's Secret is a key ring (keys.secretRef.epochs): its entries are epoch-<n>.key.
+	for _, s := range []struct{ ns, name, entry string }{
+		{ns, "acme-vendor-key", "epoch-0.key"}, {ns, "integrator-key", "private.key"},
+		{"pda-proxy", "pda-proxy-keys", "private.key"}, {"pda-db", "pda-db-keys", "private.key"},
 	} {
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
 			t.Fatal(err)
 		}
 		mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name},
-			Data: map[string][]byte{"private.key": key}})
+			Data: map[string][]byte{s.entry: key}})
 	}
 
 	// The gateway's user tokens and the vendor agent's device registry, as files in Secrets.

@@ -69,6 +69,9 @@ func Components(root string) []Component {
 		{Name: "nats-server", Module: "hack/tools/nats", Pkg: "github.com/nats-io/nats-server/v2", Dest: "/usr/local/bin/nats-server", Check: []string{"--version"}},
 		{Name: "redis", HostBin: "/usr/bin/redis-server", Dest: "/usr/local/bin/redis-server", Check: []string{"--version"}},
 		{Name: "envoy", HostBin: envoy, Dest: "/usr/local/bin/envoy", Check: []string{"--version"}},
+		// Vault (bin/vault, built by hack/tools.sh from Go modules with cgo): the cluster e2e's
+		// dev server, which the workloads read keys from through the Kubernetes auth method.
+		{Name: "vault", HostBin: filepath.Join(root, "bin", "vault"), Dest: "/usr/local/bin/vault", Check: []string{"version"}},
 	}
 }
 
