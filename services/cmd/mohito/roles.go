@@ -370,7 +370,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := announce(ctx); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
-		a, err := rounds.NewVendorAgent(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, Log: d.log, Metrics: d.metrics})
+		a, err := rounds.NewVendorAgent(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, ID: podName(), Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}

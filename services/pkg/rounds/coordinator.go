@@ -51,7 +51,7 @@ type Coordinator struct {
 	sched  *Scheduler
 	ids    jetstream.KeyValue
 	info   jetstream.KeyValue
-	lease  jetstream.KeyValue
+	lease  *natsx.Lease
 	mu     sync.Mutex
 	active map[uint64]*coordRound
 	opened int
@@ -105,7 +105,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if c.info, err = natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	if c.lease, err = natsx.EnsureKV(ctx, cfg.JS, BucketLeader, cfg.LeaseTTL); err != nil {
+	if c.lease, err = natsx.NewLease(ctx, cfg.JS, BucketLeader, "coordinator", cfg.ID, cfg.LeaseTTL, cfg.Log); err != nil {
 		return nil, err
 	}
 	if _, err := natsx.EnsureStream(ctx, cfg.JS, StreamIntegratorIn, "mohito.i.in.>"); err != nil {
@@ -131,54 +131,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.cfg.Log.Error("vendor key directory not watched: new vendor key epochs are not picked up", "err", err)
 		}
 	}()
-	for ctx.Err() == nil {
-		rev, err := c.lease.Create(ctx, "coordinator", []byte(c.cfg.ID))
-		if err != nil {
-			if !clock.Sleep(ctx, c.cfg.LeaseTTL/4) {
-				break
-			}
-			continue
-		}
-		c.cfg.Log.Info("leader elected", "replica", c.cfg.ID)
-		lctx, cancel := context.WithCancel(ctx)
-		go c.renew(lctx, cancel, rev)
-		err = c.lead(lctx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			c.cfg.Log.Error("leadership ended", "err", err)
-		}
-		if c.cfg.MaxRounds > 0 && c.opened >= c.cfg.MaxRounds {
-			c.mu.Lock()
-			c.mu.Unlock()
-			break
-		}
-	}
-	// Release the lease so a standby takes over at once.
-	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = c.lease.Delete(dctx, "coordinator")
-	cancel()
+	// lead and this check run in turn on this goroutine: opened needs no lock.
+	c.lease.Lead(ctx, c.lead, func() bool { return c.cfg.MaxRounds == 0 || c.opened < c.cfg.MaxRounds })
 	return nil
-}
-
-func (c *Coordinator) renew(ctx context.Context, lost context.CancelFunc, rev uint64) {
-	tk := time.NewTicker(c.cfg.LeaseTTL / 3)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
-		r, err := c.lease.Update(ctx, "coordinator", []byte(c.cfg.ID), rev)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.cfg.Log.Warn("leader lease lost", "err", err)
-			}
-			lost()
-			return
-		}
-		rev = r
-	}
 }
 
 // allocate returns a fresh round id by compare-and-set: ids are never reused

@@ -17,6 +17,7 @@ const (
 	BucketRounds       = "MOHITO_ROUNDS"    // round id counter (CAS)
 	BucketRoundInfo    = "MOHITO_ROUNDINFO" // M0 for clients
 	BucketLeader       = "MOHITO_LEADER"    // coordinator lease
+	BucketAgentLeader  = "MOHITO_AGENT"     // vendor agent lease (vendor account)
 	BucketOKVS         = "MOHITO_OKVS"      // durable copy of command tables
 
 	kindInfo      = "info"

@@ -28,6 +28,7 @@ type VendorConfig struct {
 	Integrator mohito.KeySet      // pk_I by epoch as announced (fake pools; later epochs are watched)
 	Devices    []RegisteredDevice // the vendor's devices (agent)
 	FakePool   int                // fakes kept per vendor in the pool
+	ID         string             // replica id for the agent's leader lease (agent)
 	Log        *slog.Logger
 	Metrics    *Metrics
 }
@@ -330,7 +331,13 @@ type VendorAgent struct {
 	rounds map[uint64]*agentRound
 	blobs  *natsx.BlobAssembler
 	sub    *nats.Subscription
+	// inflight counts the rounds sent to devices whose response table is not out yet.
+	inflight sync.WaitGroup
 }
+
+// AgentLeaseTTL is the vendor agent's leader lease: a standby replica takes over within it
+// after a crash, at once after a graceful stop.
+const AgentLeaseTTL = 3 * time.Second
 
 type agentRound struct {
 	vr        *mohito.VendorRound
@@ -364,19 +371,64 @@ func NewVendorAgent(ctx context.Context, cfg VendorConfig) (*VendorAgent, error)
 	return &VendorAgent{cfg: cfg, vendor: v, index: idx, active: active, rounds: map[uint64]*agentRound{}, blobs: natsx.NewBlobAssembler()}, nil
 }
 
-// Run serves rounds until ctx ends.
+// Run serves rounds while this replica holds the vendor's agent lease, until ctx ends. One
+// agent is active per vendor: devices accept rounds only in increasing order, so two agents
+// delivering at once (a rolling update, replicas > 1) would make devices drop the commands of
+// the older round while its response table still went out. Standby replicas wait for the lease.
 func (a *VendorAgent) Run(ctx context.Context) error {
+	id := a.cfg.ID
+	if id == "" {
+		id = fmt.Sprintf("agent-%d", time.Now().UnixNano())
+	}
+	lease, err := natsx.NewLease(ctx, a.cfg.JS, BucketAgentLeader, fmt.Sprintf("agent-%d", a.cfg.Vendor), id, AgentLeaseTTL, a.cfg.Log)
+	if err != nil {
+		return fmt.Errorf("agent lease: %w", err)
+	}
+	lease.Lead(ctx, a.serve, nil)
+	return nil
+}
+
+// serve is one leadership: it consumes the vendor's inbox until ctx ends, then hands over
+// gracefully — the rounds already sent to devices still send their response tables, and the
+// messages of rounds not delivered yet are released for the next leader at once.
+func (a *VendorAgent) serve(ctx context.Context) error {
+	a.mu.Lock()
+	a.rounds = map[uint64]*agentRound{}
+	a.mu.Unlock()
 	sub, err := a.cfg.NC.Subscribe("mohito.dev.*.resp", a.onResponse)
 	if err != nil {
 		return fmt.Errorf("subscribe to device responses: %w", err)
 	}
 	sub.SetPendingLimits(-1, -1)
-	defer sub.Unsubscribe()
 	in := natsx.VendorInbox(a.cfg.Vendor)
-	return natsx.Consume(ctx, a.cfg.JS, natsx.ConsumerSpec{
+	err = natsx.Consume(ctx, a.cfg.JS, natsx.ConsumerSpec{
 		Stream: StreamVendorIn, Durable: "agent", Filters: []string{in + ".r.*." + kindInfo, in + ".r.*." + kindTable, in + ".r.*." + kindAbort},
 		AckWait: 30 * time.Second, Batch: 64, DeliverNew: true,
 	}, a.cfg.Log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome { return a.handle(ctx, m) })
+	a.inflight.Wait()
+	_ = sub.Unsubscribe()
+	a.handBack()
+	return err
+}
+
+// handBack releases the messages of every round not delivered, so the next leader gets them
+// without waiting for their ack deadline.
+func (a *VendorAgent) handBack() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for t, r := range a.rounds {
+		if !r.delivered {
+			for _, m := range append(r.infoMsgs, r.tableMsgs...) {
+				_ = m.Nak()
+			}
+			n++
+		}
+		delete(a.rounds, t)
+	}
+	if n > 0 {
+		a.cfg.Log.Info("handed undelivered rounds back", "rounds", n)
+	}
 }
 
 func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome {
@@ -495,7 +547,13 @@ func (a *VendorAgent) pump(ctx context.Context) {
 		if !a.send(nt, next, table, msgs) {
 			continue
 		}
-		go a.collect(ctx, nt, next, msgs)
+		// The response table goes out even when leadership ends meanwhile: the devices have
+		// the round's commands.
+		a.inflight.Add(1)
+		go func() {
+			defer a.inflight.Done()
+			a.collect(context.WithoutCancel(ctx), nt, next, msgs)
+		}()
 	}
 }
 

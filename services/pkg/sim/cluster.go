@@ -251,8 +251,20 @@ func (c *Cluster) StartEncoder(ctx context.Context, p, partitions int) error {
 	return c.startRole(ctx, "encoder", p, d)
 }
 
+// StartAgentReplica starts another replica r of vendor v's agent (replica 0 is StartRole's), as
+// a rolling update or a second replica would: the agents share the vendor's lease.
+func (c *Cluster) StartAgentReplica(ctx context.Context, v, r int) error {
+	return c.startNamed(ctx, fmt.Sprintf("agent-%d-r%d", v, r), "agent", v, c.cfg.Deployment)
+}
+
+// StopAgentReplica stops replica r of vendor v's agent gracefully.
+func (c *Cluster) StopAgentReplica(v, r int) { c.stop(fmt.Sprintf("agent-%d-r%d", v, r), true) }
+
 func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.Deployment) error {
-	name := fmt.Sprintf("%s-%d", role, i)
+	return c.startNamed(ctx, fmt.Sprintf("%s-%d", role, i), role, i, d)
+}
+
+func (c *Cluster) startNamed(ctx context.Context, name, role string, i int, d rounds.Deployment) error {
 	user := natsx.IntegratorUser
 	if role == "shuffler" || role == "agent" {
 		user = natsx.VendorUser(i)
@@ -265,7 +277,7 @@ func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.De
 	pr := &proc{cancel: cancel, done: make(chan struct{}), nc: nc}
 	log := c.cfg.Log.With("role", role, "replica", i)
 	wcfg := rounds.WorkerConfig{Deployment: d, JS: js, Store: c.cfg.Store, Keys: c.ikey, Partition: i, AckWait: c.cfg.AckWait, Log: log, Metrics: c.Metrics}
-	vcfg := rounds.VendorConfig{Deployment: d, Vendor: i, NC: nc, JS: js, Integrator: c.ikey.PublicKeys(), Log: log, Metrics: c.Metrics}
+	vcfg := rounds.VendorConfig{Deployment: d, Vendor: i, NC: nc, JS: js, Integrator: c.ikey.PublicKeys(), ID: name, Log: log, Metrics: c.Metrics}
 	var run func(context.Context) error
 	fail := func(err error) error {
 		cancel()
@@ -356,8 +368,13 @@ func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.De
 
 // Kill stops replica i of role abruptly: its connection is closed and
 // whatever it had not acked is redelivered to the next replica.
-func (c *Cluster) Kill(role string, i int) {
-	name := fmt.Sprintf("%s-%d", role, i)
+func (c *Cluster) Kill(role string, i int) { c.stop(fmt.Sprintf("%s-%d", role, i), false) }
+
+// StopRole stops replica i of role gracefully: in-flight handlers finish,
+// then its connection closes; what it held unacked is redelivered.
+func (c *Cluster) StopRole(role string, i int) { c.stop(fmt.Sprintf("%s-%d", role, i), true) }
+
+func (c *Cluster) stop(name string, graceful bool) {
 	c.mu.Lock()
 	pr := c.procs[name]
 	delete(c.procs, name)
@@ -365,21 +382,8 @@ func (c *Cluster) Kill(role string, i int) {
 	if pr == nil {
 		return
 	}
-	pr.nc.Close()
-	pr.cancel()
-	<-pr.done
-}
-
-// StopRole stops replica i of role gracefully: in-flight handlers finish,
-// then its connection closes; what it held unacked is redelivered.
-func (c *Cluster) StopRole(role string, i int) {
-	name := fmt.Sprintf("%s-%d", role, i)
-	c.mu.Lock()
-	pr := c.procs[name]
-	delete(c.procs, name)
-	c.mu.Unlock()
-	if pr == nil {
-		return
+	if !graceful {
+		pr.nc.Close()
 	}
 	pr.cancel()
 	<-pr.done

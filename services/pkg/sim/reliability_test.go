@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -143,4 +144,51 @@ func TestCoordinatorRestart(t *testing.T) {
 		t.Fatalf("planned rounds %v (before restart ≤ %d)", planned, before)
 	}
 	t.Logf("%d commands; rounds %v", len(recs), planned)
+}
+
+// TestAgentRollingUpdate runs a second agent replica of one vendor next to the first, as a
+// rolling update (or agent.replicas: 2) does, then stops each in turn gracefully. The agents
+// share the vendor's lease, so one delivers at a time; a stopped leader sends the response
+// tables of the rounds its devices have and hands the others back. Every command is answered
+// exactly once.
+func TestAgentRollingUpdate(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 9, 1, nil)
+	stop := make(chan struct{})
+	next := func(n int64, what string) {
+		target := h.planned.Load() + n
+		waitFor(t, 60*time.Second, what, func() bool { return h.planned.Load() >= target })
+	}
+	go func() {
+		defer close(stop)
+		next(3, "first rounds")
+		for cycle := range 2 {
+			// Roll: the new replica starts while the old one runs, then the old one stops.
+			if err := h.cluster.StartAgentReplica(t.Context(), 0, 1); err != nil {
+				t.Error(err)
+				return
+			}
+			next(3, "rounds with two agents of vendor 0")
+			h.cluster.StopRole("agent", 0)
+			next(3, "rounds after the handover")
+			// And back, so the next cycle rolls again.
+			if err := h.cluster.StartRole(t.Context(), "agent", 0); err != nil {
+				t.Error(err)
+				return
+			}
+			next(2, "rounds with two agents again")
+			h.cluster.StopAgentReplica(0, 1)
+			next(3, fmt.Sprintf("rounds after cycle %d", cycle))
+		}
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs); err != nil {
+		t.Fatal(err)
+	}
+	aborted := 0
+	for _, r := range h.Reports() {
+		if r.Aborted {
+			aborted++
+		}
+	}
+	t.Logf("%d commands over %d rounds, 4 agent handovers, %d rounds aborted", len(recs), h.planned.Load(), aborted)
 }
