@@ -2,7 +2,7 @@
 # Tool bootstrap: puts pinned versions of every tool the tests run for real into ./bin.
 #
 #   hack/tools.sh            every tool the tests use
-#   hack/tools.sh etcd helm  only these (also the cluster-only tools: kube, metrics-server)
+#   hack/tools.sh etcd helm  only these (also the cluster-only tools: kube, metrics-server, cert-manager)
 #
 # Go programs are built from the module proxy through the wrapper modules in hack/tools/<name>
 # (their go.mod/go.sum pin the exact versions). A built binary is kept in ./bin with a stamp file
@@ -37,6 +37,9 @@ GO_TOOLS=(
 CLUSTER_TOOLS=(
   "kube|v1.37.0|kube|github.com/obscura-iot/obscura/hack/tools/kube/cmd/kube|kube"
   "metrics-server|v0.9.0|kube/metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server|metrics-server"
+  # cert-manager's controllers for self-signed and CA issuance, our own main over the library
+  # (upstream's cmd/controller module is not on the proxy); cold build ~3 min, ~62 MiB.
+  "cert-manager|v1.21.2|cert-manager|github.com/obscura-iot/obscura/hack/tools/cert-manager/cmd/cert-manager-controller|cert-manager-controller"
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0

@@ -40,7 +40,9 @@ func TestCluster(t *testing.T) {
 	e.phase("remove what an earlier run left", e.reset)
 	e.phase("provision keys, devices and tokens", e.provision)
 	e.phase("install Vault (dev server) with Kubernetes auth; the integrator key ring in it", e.installVault)
+	e.phase("install cert-manager", e.installCertManager)
 	e.phase("helm install --wait", e.install)
+	e.phase("the edge certificate comes from cert-manager", e.checkEdgeCertificate)
 	e.phase("apply the Vendor, Shuffler and Round samples", e.applySamples)
 	e.phase("workloads ready", e.waitWorkloads)
 	e.phase("helm test (one round through the edge)", func() {
@@ -53,7 +55,10 @@ func TestCluster(t *testing.T) {
 	}
 	e.phase("scan pod logs for secrets", e.scanLogs)
 	e.phase("delete the samples, helm uninstall", e.uninstall)
-	e.phase("uninstall Vault", e.uninstallVault)
+	e.phase("uninstall Vault and cert-manager", func() {
+		e.uninstallVault()
+		e.uninstallCertManager()
+	})
 }
 
 // writeReport saves the figures for docs/benchmarks.md.
@@ -292,6 +297,7 @@ func (e *env) scanLogs() {
 // reset removes a release and namespace an interrupted earlier run left behind.
 func (e *env) reset() {
 	e.uninstallVault()
+	defer e.uninstallCertManager() // after the release, whose Certificates it finalizes
 	if _, err := e.try("kubectl", "get", "namespace", e.ns); err != nil {
 		return
 	}

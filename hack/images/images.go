@@ -67,6 +67,8 @@ func Components(root string) []Component {
 		{Name: "mohito", Module: "services", Pkg: "./cmd/mohito", Workspace: true, Dest: "/usr/local/bin/mohito", Check: []string{"demo", "-h"}},
 		{Name: "pda", Module: "services", Pkg: "./cmd/pda", Workspace: true, Dest: "/usr/local/bin/pda", Check: []string{"demo", "-h"}},
 		{Name: "nats-server", Module: "hack/tools/nats", Pkg: "github.com/nats-io/nats-server/v2", Dest: "/usr/local/bin/nats-server", Check: []string{"--version"}},
+		// cert-manager's controllers for self-signed and CA issuance (our main over the library).
+		{Name: "cert-manager", Module: "hack/tools/cert-manager", Pkg: "./cmd/cert-manager-controller", Dest: "/usr/local/bin/cert-manager-controller", Check: []string{"--version"}},
 		{Name: "redis", HostBin: "/usr/bin/redis-server", Dest: "/usr/local/bin/redis-server", Check: []string{"--version"}},
 		{Name: "envoy", HostBin: envoy, Dest: "/usr/local/bin/envoy", Check: []string{"--version"}},
 		// Vault (bin/vault, built by hack/tools.sh from Go modules with cgo): the cluster e2e's

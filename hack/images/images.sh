@@ -2,8 +2,9 @@
 # Obscura's container images, built offline and reproducibly (docs/images.md).
 #
 #   hack/images/images.sh build [-force] [-no-verify] [component ...]
-#       build every image (operator mohito pda nats-server redis envoy vault) into hack/images/out,
-#       skipping a component whose inputs have not changed; writes hack/images/out/images.json
+#       build every image (operator mohito pda nats-server cert-manager redis envoy vault) into
+#       hack/images/out, skipping a component whose inputs have not changed; writes
+#       hack/images/out/images.json
 #   hack/images/images.sh import [component ...]
 #       import the built images into the local cluster's containerd (namespace k8s.io)
 set -euo pipefail
