@@ -153,7 +153,7 @@ func (e *env) installVault() {
 		"bound_service_account_names="+roundName+"-integrator", "bound_service_account_namespaces="+e.ns,
 		"token_policies="+vaultRole, "token_ttl=10m")
 	e.putVaultKey(0, e.readProvision("integrator.key"))
-	e.report.Notes = append(e.report.Notes, "Vault "+strings.TrimSpace(e.vault("version"))+
+	e.report.Notes = append(e.report.Notes, strings.TrimSpace(e.vault("version"))+
 		" dev server in the cluster: the integrator key ring is read through the Kubernetes auth method")
 }
 
