@@ -283,13 +283,27 @@ func (e *env) podLogs(f func(path string, b []byte)) (files, size int) {
 
 // scanLogs fails on any secret of the run in any pod log of the namespace.
 func (e *env) scanLogs() {
+	aborts := map[string]int{}
 	files, bytes := e.podLogs(func(path string, b []byte) {
 		for what, v := range e.secrets {
 			if len(v) >= 4 && strings.Contains(string(b), v) {
 				e.t.Errorf("%s appears in %s", what, path)
 			}
 		}
+		// Why rounds aborted, for the report (the coordinator logs each with its reason).
+		for _, l := range strings.Split(string(b), "\n") {
+			if i := strings.Index(l, `"msg":"round aborted"`); i >= 0 {
+				reason := "?"
+				if j := strings.Index(l, `"reason":"`); j >= 0 {
+					reason, _, _ = strings.Cut(l[j+len(`"reason":"`):], `"`)
+				}
+				aborts[reason]++
+			}
+		}
 	})
+	if len(aborts) > 0 {
+		e.report.Notes = append(e.report.Notes, fmt.Sprintf("rounds aborted over the whole run, by reason: %v", aborts))
+	}
 	e.t.Logf("scanned %d log files (%d bytes) for %d secrets", files, bytes, len(e.secrets))
 	e.report.Notes = append(e.report.Notes, fmt.Sprintf("log scan: %d files, %d bytes, %d secrets, none found", files, bytes, len(e.secrets)))
 }

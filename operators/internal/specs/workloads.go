@@ -297,12 +297,14 @@ func orDefault(v, def string) string {
 }
 
 // Coordinator is the round clock: one replica, with leader election in JetStream KV so that a
-// second one during a rollout never runs rounds. Recreate keeps two from overlapping.
+// second one during a rollout never runs rounds. A rolling update starts the new pod as a
+// standby; on SIGTERM the old one opens no new round, finishes the ones in flight and releases
+// the lease, and the standby leads at once: no round aborts (docs/services.md).
 //
 // It holds sk_I: it announces pk_I to the vendors and takes part in the G2 share check.
 func Coordinator(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
 	p := pod{key: &rd.Spec.Keys, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
-	return deployment(rd.Name+"-"+RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RecreateDeploymentStrategyType)
+	return deployment(rd.Name+"-"+RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // Gateway is the user API; any number of replicas run behind GatewayService.

@@ -350,7 +350,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the integrator's key: %w", err)
 		}
-		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.Key.ring, Integrator: ipk, FakePool: c.FakePool, Log: d.log, Metrics: d.metrics})
+		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.Key.ring, Integrator: ipk, FakePool: c.FakePool, ID: podName(), Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}

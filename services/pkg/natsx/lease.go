@@ -31,10 +31,12 @@ func NewLease(ctx context.Context, js jetstream.JetStream, bucket, key, id strin
 	return &Lease{kv: kv, key: key, id: id, ttl: ttl, log: log}, nil
 }
 
-// Lead campaigns until it holds the lease, then runs f with a context that ends when the
-// lease is lost or ctx ends, releases the lease and campaigns again; again reports whether to
-// campaign once more after f returned (nil: always). It returns when ctx ends.
-func (l *Lease) Lead(ctx context.Context, f func(ctx context.Context) error, again func() bool) {
+// Lead campaigns until it holds the lease, then runs f, releases the lease and campaigns again;
+// again reports whether to campaign once more after f returned (nil: always). It returns when
+// ctx ends. f's context ends when ctx ends or the lease is lost, and lost is closed only in the
+// second case. The lease is renewed until f returns, so after a stop (ctx ended, lost open) f may
+// finish its work in flight — a graceful handover — while no other replica leads.
+func (l *Lease) Lead(ctx context.Context, f func(ctx context.Context, lost <-chan struct{}) error, again func() bool) {
 	for ctx.Err() == nil {
 		rev, err := l.kv.Create(ctx, l.key, []byte(l.id))
 		if err != nil {
@@ -44,11 +46,16 @@ func (l *Lease) Lead(ctx context.Context, f func(ctx context.Context) error, aga
 			continue
 		}
 		l.log.Info("leader elected", "lease", l.key, "replica", l.id)
-		lctx, cancel := context.WithCancel(ctx)
+		fctx, stop := context.WithCancel(ctx)
+		rctx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
+		lost := make(chan struct{})
 		last := make(chan uint64, 1)
-		go func() { last <- l.renew(lctx, cancel, rev) }()
-		err = f(lctx)
-		cancel()
+		go func() {
+			last <- l.renew(rctx, rev, func() { close(lost); stop() })
+		}()
+		err = f(fctx, lost)
+		stop()
+		stopRenew()
 		if err != nil && ctx.Err() == nil {
 			l.log.Error("leadership ended", "lease", l.key, "err", err)
 		}
@@ -65,7 +72,7 @@ func (l *Lease) Lead(ctx context.Context, f func(ctx context.Context) error, aga
 
 // renew keeps the lease until ctx ends or an update fails (then it calls lost), and returns the
 // last revision it wrote.
-func (l *Lease) renew(ctx context.Context, lost context.CancelFunc, rev uint64) uint64 {
+func (l *Lease) renew(ctx context.Context, rev uint64, lost func()) uint64 {
 	tk := time.NewTicker(l.ttl / 3)
 	defer tk.Stop()
 	for {
@@ -78,8 +85,8 @@ func (l *Lease) renew(ctx context.Context, lost context.CancelFunc, rev uint64) 
 		if err != nil {
 			if ctx.Err() == nil {
 				l.log.Warn("leader lease lost", "lease", l.key, "err", err)
+				lost()
 			}
-			lost()
 			return rev
 		}
 		rev = r

@@ -183,9 +183,30 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 	}
 }
 
-func (c *Coordinator) lead(ctx context.Context) error {
+// lead runs the round clock while this replica holds the lease. When it is told to stop
+// (ctx ends while the lease is still held: a rollout, SIGTERM) it opens no new round but lets the
+// rounds in flight finish — the one still collecting closes at once — so a rolling update aborts
+// no round; the next leader starts after it. Rounds in flight end at once if the lease is lost
+// (another replica may lead) or the drain outlasts drainTimeout.
+func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 	c.abortStale(ctx)
-	cctx, stop := context.WithCancel(ctx)
+	rctx, endRounds := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRounds()
+	go func() {
+		select {
+		case <-lost:
+		case <-rctx.Done():
+		case <-ctx.Done():
+			select {
+			case <-lost:
+			case <-rctx.Done():
+			case <-time.After(c.drainTimeout()):
+				c.cfg.Log.Warn("rounds in flight did not finish before the drain timeout", "timeout", c.drainTimeout().String())
+			}
+		}
+		endRounds()
+	}()
+	cctx, stop := context.WithCancel(rctx)
 	defer stop()
 	go natsx.Consume(cctx, c.cfg.JS, natsx.ConsumerSpec{
 		Stream:     StreamIntegratorIn,
@@ -194,11 +215,10 @@ func (c *Coordinator) lead(ctx context.Context) error {
 		DeliverNew: true,
 	}, c.cfg.Log, c.dispatch)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer wg.Wait() // runs first: the rounds in flight finish under rctx
 	next := time.Now()
 	for ctx.Err() == nil {
 		if c.cfg.MaxRounds > 0 && c.opened >= c.cfg.MaxRounds {
-			wg.Wait()
 			return nil
 		}
 		t, err := c.allocate(ctx)
@@ -211,18 +231,29 @@ func (c *Coordinator) lead(ctx context.Context) error {
 		}
 		c.opened++
 		next = next.Add(c.cfg.Deployment.Round)
-		if !clock.Sleep(ctx, time.Until(next)) {
-			break
-		}
+		full := clock.Sleep(ctx, time.Until(next))
 		// Pipelining (spec §3.5, Fig. 4): close round t in the background and
-		// open t+1 at once.
+		// open t+1 at once (or, when stopping, close it now and open nothing).
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.finish(ctx, r)
+			c.finish(rctx, r)
 		}()
+		if !full {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		c.cfg.Log.Info("stopping: no new rounds; finishing the rounds in flight")
 	}
 	return nil
+}
+
+// drainTimeout bounds a graceful stop: a round closed at once runs its shuffler exchange and its
+// response phase (finish's own deadlines), plus slack.
+func (c *Coordinator) drainTimeout() time.Duration {
+	d := &c.cfg.Deployment
+	return 2*d.ShufflerTimeout + 3*d.ResponseDeadline + 2*time.Second
 }
 
 func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {

@@ -11,14 +11,14 @@ import (
 // Streams, buckets and message kinds (spec §10 subjects, adapted to one
 // inbox per party so account exports stay two wildcards per vendor).
 const (
-	StreamIntegratorIn = "I_IN"             // mohito.i.in.>   (vendors → integrator)
-	StreamWork         = "I_WORK"           // mohito.r.>      (integrator-internal)
-	StreamVendorIn     = "V_IN"             // mohito.v{v}.in.> (integrator → vendor v)
-	BucketRounds       = "MOHITO_ROUNDS"    // round id counter (CAS)
-	BucketRoundInfo    = "MOHITO_ROUNDINFO" // M0 for clients
-	BucketLeader       = "MOHITO_LEADER"    // coordinator lease
-	BucketAgentLeader  = "MOHITO_AGENT"     // vendor agent lease (vendor account)
-	BucketOKVS         = "MOHITO_OKVS"      // durable copy of command tables
+	StreamIntegratorIn = "I_IN"                 // mohito.i.in.>   (vendors → integrator)
+	StreamWork         = "I_WORK"               // mohito.r.>      (integrator-internal)
+	StreamVendorIn     = "V_IN"                 // mohito.v{v}.in.> (integrator → vendor v)
+	BucketRounds       = "MOHITO_ROUNDS"        // round id counter (CAS)
+	BucketRoundInfo    = "MOHITO_ROUNDINFO"     // M0 for clients
+	BucketLeader       = "MOHITO_LEADER"        // coordinator lease
+	BucketVendorLeases = "MOHITO_VENDOR_LEASES" // agent and shuffler leases (vendor account)
+	BucketOKVS         = "MOHITO_OKVS"          // durable copy of command tables
 
 	kindInfo      = "info"
 	kindForward   = "fwd"

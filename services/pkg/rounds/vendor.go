@@ -49,9 +49,10 @@ func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int) err
 // ShufflerService is vendor v acting as V* in the rounds that select it.
 // π, the fake set and the response keys stay in this process (spec §10).
 type ShufflerService struct {
-	cfg    VendorConfig
-	mu     sync.Mutex
-	rounds map[uint64]*shufRound
+	cfg      VendorConfig
+	mu       sync.Mutex
+	rounds   map[uint64]*shufRound
+	draining bool // stopping: no new round, the ones in flight finish
 
 	poolMu sync.Mutex
 	pools  map[uint32]*mohito.FakePool // by integrator key epoch
@@ -136,12 +137,85 @@ func (s *ShufflerService) Run(ctx context.Context) error {
 			s.cfg.Log.Warn("integrator key directory not watched: fakes for a new epoch are made when its first round opens", "err", err)
 		}
 	}()
+	lease, err := natsx.NewLease(ctx, s.cfg.JS, BucketVendorLeases, fmt.Sprintf("shuffler-%d", s.cfg.Vendor), replicaID(s.cfg.ID, "shuffler"), VendorLeaseTTL, s.cfg.Log)
+	if err != nil {
+		return fmt.Errorf("shuffler lease: %w", err)
+	}
+	lease.Lead(ctx, s.serve, nil)
+	return nil
+}
+
+// serve is one leadership. One shuffler is active per vendor: a round's messages (its info, the
+// forwarded M2, close, reply, finish, response layers) must all reach the replica that holds its
+// state (π, the fakes, the response keys). When told to stop it takes no new round, finishes the
+// rounds in flight (or gives up after drainTimeout) and only then lets a standby lead.
+func (s *ShufflerService) serve(ctx context.Context, lost <-chan struct{}) error {
+	s.mu.Lock()
+	s.rounds, s.draining = map[uint64]*shufRound{}, false
+	s.mu.Unlock()
+	cctx, stopConsume := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopConsume()
+	go func() {
+		select {
+		case <-lost:
+		case <-cctx.Done():
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.draining = true
+			s.mu.Unlock()
+			deadline := time.NewTimer(s.drainTimeout())
+			defer deadline.Stop()
+			tk := time.NewTicker(100 * time.Millisecond)
+			defer tk.Stop()
+			for s.inFlight() > 0 {
+				select {
+				case <-lost:
+				case <-deadline.C:
+					s.cfg.Log.Warn("rounds in flight did not finish before the drain timeout", "rounds", s.inFlight())
+				case <-tk.C:
+					continue
+				}
+				break
+			}
+		}
+		stopConsume()
+	}()
 	in := natsx.VendorInbox(s.cfg.Vendor)
 	var filters []string
 	for _, k := range []string{kindInfo, kindForward, kindClose, kindReply, kindFinish, kindRespLayer} {
 		filters = append(filters, in+".r.*."+k)
 	}
-	return natsx.Consume(ctx, s.cfg.JS, natsx.ConsumerSpec{Stream: StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
+	return natsx.Consume(cctx, s.cfg.JS, natsx.ConsumerSpec{Stream: StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
+}
+
+// roundLife bounds how long a round can need this shuffler: collection, the exchange with the
+// coordinator and the response phase.
+func (s *ShufflerService) roundLife() time.Duration {
+	d := &s.cfg.Deployment
+	return d.Round + d.ShufflerTimeout + 3*d.ResponseDeadline
+}
+
+func (s *ShufflerService) drainTimeout() time.Duration { return s.roundLife() + 2*time.Second }
+
+// inFlight counts the rounds this shuffler serves that can still complete.
+func (s *ShufflerService) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.rounds {
+		if !r.respDone && time.Since(r.first) < s.roundLife() {
+			n++
+		}
+	}
+	return n
+}
+
+// young reports whether m may still belong to a round that can complete: a message of a round
+// this replica does not know yet (its info comes later, or from a replica that stopped) waits
+// for it rather than being dropped.
+func (s *ShufflerService) young(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	return err == nil && time.Since(md.Timestamp) < s.roundLife()
 }
 
 // fillPool keeps pre-generated fakes so emission never waits on fake
@@ -194,6 +268,9 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		if int(ri.Shuffler) != s.cfg.Vendor || s.rounds[p.T] != nil {
 			return natsx.Ack
 		}
+		if s.draining {
+			return natsx.Retry // the next leader takes this round
+		}
 		key, err := s.cfg.Keys.KeyFor(ri.ShufflerEpoch(), ri.ShufflerKey)
 		if err != nil {
 			// The coordinator aborts the round when V* does not answer.
@@ -220,7 +297,12 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 	}
 	r := s.rounds[p.T]
 	if r == nil {
-		// Not our round, or state lost in a restart: the coordinator aborts it.
+		if s.young(m) {
+			// Its info has not reached this replica yet, or this replica is stopping and the
+			// next leader takes the round.
+			return natsx.Retry
+		}
+		// State lost in a crash, or too old: the coordinator aborts the round.
 		s.cfg.Metrics.Dropped.WithLabelValues("unknown_round").Inc()
 		return natsx.Drop
 	}
@@ -335,9 +417,17 @@ type VendorAgent struct {
 	inflight sync.WaitGroup
 }
 
-// AgentLeaseTTL is the vendor agent's leader lease: a standby replica takes over within it
-// after a crash, at once after a graceful stop.
-const AgentLeaseTTL = 3 * time.Second
+// VendorLeaseTTL is the leader lease of a vendor's agent and shuffler: a standby replica takes
+// over within it after a crash, at once after a graceful stop.
+const VendorLeaseTTL = 3 * time.Second
+
+// replicaID names this replica in a lease: its configured id, else a unique one.
+func replicaID(id, role string) string {
+	if id != "" {
+		return id
+	}
+	return fmt.Sprintf("%s-%d", role, time.Now().UnixNano())
+}
 
 type agentRound struct {
 	vr        *mohito.VendorRound
@@ -376,11 +466,7 @@ func NewVendorAgent(ctx context.Context, cfg VendorConfig) (*VendorAgent, error)
 // delivering at once (a rolling update, replicas > 1) would make devices drop the commands of
 // the older round while its response table still went out. Standby replicas wait for the lease.
 func (a *VendorAgent) Run(ctx context.Context) error {
-	id := a.cfg.ID
-	if id == "" {
-		id = fmt.Sprintf("agent-%d", time.Now().UnixNano())
-	}
-	lease, err := natsx.NewLease(ctx, a.cfg.JS, BucketAgentLeader, fmt.Sprintf("agent-%d", a.cfg.Vendor), id, AgentLeaseTTL, a.cfg.Log)
+	lease, err := natsx.NewLease(ctx, a.cfg.JS, BucketVendorLeases, fmt.Sprintf("agent-%d", a.cfg.Vendor), replicaID(a.cfg.ID, "agent"), VendorLeaseTTL, a.cfg.Log)
 	if err != nil {
 		return fmt.Errorf("agent lease: %w", err)
 	}
@@ -391,7 +477,7 @@ func (a *VendorAgent) Run(ctx context.Context) error {
 // serve is one leadership: it consumes the vendor's inbox until ctx ends, then hands over
 // gracefully — the rounds already sent to devices still send their response tables, and the
 // messages of rounds not delivered yet are released for the next leader at once.
-func (a *VendorAgent) serve(ctx context.Context) error {
+func (a *VendorAgent) serve(ctx context.Context, _ <-chan struct{}) error {
 	a.mu.Lock()
 	a.rounds = map[uint64]*agentRound{}
 	a.mu.Unlock()

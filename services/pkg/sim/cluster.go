@@ -251,14 +251,15 @@ func (c *Cluster) StartEncoder(ctx context.Context, p, partitions int) error {
 	return c.startRole(ctx, "encoder", p, d)
 }
 
-// StartAgentReplica starts another replica r of vendor v's agent (replica 0 is StartRole's), as
-// a rolling update or a second replica would: the agents share the vendor's lease.
-func (c *Cluster) StartAgentReplica(ctx context.Context, v, r int) error {
-	return c.startNamed(ctx, fmt.Sprintf("agent-%d-r%d", v, r), "agent", v, c.cfg.Deployment)
+// StartReplica starts another replica r (> 0) of role for index i (replica 0 is StartRole's), as
+// a rolling update or a second replica would: the coordinators share the leader lease, a
+// vendor's agents and shufflers theirs.
+func (c *Cluster) StartReplica(ctx context.Context, role string, i, r int) error {
+	return c.startNamed(ctx, fmt.Sprintf("%s-%d-r%d", role, i, r), role, i, c.cfg.Deployment)
 }
 
-// StopAgentReplica stops replica r of vendor v's agent gracefully.
-func (c *Cluster) StopAgentReplica(v, r int) { c.stop(fmt.Sprintf("agent-%d-r%d", v, r), true) }
+// StopReplica stops replica r of role for index i gracefully.
+func (c *Cluster) StopReplica(role string, i, r int) { c.stop(fmt.Sprintf("%s-%d-r%d", role, i, r), true) }
 
 func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.Deployment) error {
 	return c.startNamed(ctx, fmt.Sprintf("%s-%d", role, i), role, i, d)

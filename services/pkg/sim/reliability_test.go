@@ -146,12 +146,11 @@ func TestCoordinatorRestart(t *testing.T) {
 	t.Logf("%d commands; rounds %v", len(recs), planned)
 }
 
-// TestAgentRollingUpdate runs a second agent replica of one vendor next to the first, as a
-// rolling update (or agent.replicas: 2) does, then stops each in turn gracefully. The agents
-// share the vendor's lease, so one delivers at a time; a stopped leader sends the response
-// tables of the rounds its devices have and hands the others back. Every command is answered
-// exactly once.
-func TestAgentRollingUpdate(t *testing.T) {
+// rollTwice rolls replica 0 of role (index i) twice the way a Deployment's rolling update does:
+// a new replica starts while the old one runs, then the old one stops gracefully; and back.
+// Every command must be answered exactly once; no round may abort except, for the shuffler, one
+// per handover.
+func rollTwice(t *testing.T, role string, i int) {
 	h := start(t, []int{3, 4, 5}, 9, 1, nil)
 	stop := make(chan struct{})
 	next := func(n int64, what string) {
@@ -162,21 +161,19 @@ func TestAgentRollingUpdate(t *testing.T) {
 		defer close(stop)
 		next(3, "first rounds")
 		for cycle := range 2 {
-			// Roll: the new replica starts while the old one runs, then the old one stops.
-			if err := h.cluster.StartAgentReplica(t.Context(), 0, 1); err != nil {
+			if err := h.cluster.StartReplica(t.Context(), role, i, 1); err != nil {
 				t.Error(err)
 				return
 			}
-			next(3, "rounds with two agents of vendor 0")
-			h.cluster.StopRole("agent", 0)
+			next(3, "rounds with two replicas")
+			h.cluster.StopRole(role, i)
 			next(3, "rounds after the handover")
-			// And back, so the next cycle rolls again.
-			if err := h.cluster.StartRole(t.Context(), "agent", 0); err != nil {
+			if err := h.cluster.StartRole(t.Context(), role, i); err != nil {
 				t.Error(err)
 				return
 			}
-			next(2, "rounds with two agents again")
-			h.cluster.StopAgentReplica(0, 1)
+			next(2, "rounds with two replicas again")
+			h.cluster.StopReplica(role, i, 1)
 			next(3, fmt.Sprintf("rounds after cycle %d", cycle))
 		}
 	}()
@@ -184,11 +181,32 @@ func TestAgentRollingUpdate(t *testing.T) {
 	if err := sim.Check(h.cluster, recs); err != nil {
 		t.Fatal(err)
 	}
-	aborted := 0
+	var aborted []string
 	for _, r := range h.Reports() {
 		if r.Aborted {
-			aborted++
+			aborted = append(aborted, fmt.Sprintf("%d (%s)", r.T, r.Reason))
 		}
 	}
-	t.Logf("%d commands over %d rounds, 4 agent handovers, %d rounds aborted", len(recs), h.planned.Load(), aborted)
+	t.Logf("%s: %d commands over %d rounds, 4 handovers, rounds aborted: %v", role, len(recs), h.planned.Load(), aborted)
+	if role != "shuffler" && len(aborted) > 0 {
+		t.Errorf("a graceful %s handover aborted rounds %v", role, aborted)
+	}
+	if len(aborted) > 4 {
+		t.Errorf("more than one aborted round per shuffler handover: %v", aborted)
+	}
 }
+
+// TestAgentRollingUpdate: the agents of a vendor share a lease, so one delivers at a time; a
+// stopped leader sends the response tables of the rounds its devices have and hands the others
+// back. Without the lease, devices dropped the older of two interleaved rounds and its users
+// got a response that did not open. No round aborts, every command is answered exactly once.
+func TestAgentRollingUpdate(t *testing.T) { rollTwice(t, "agent", 0) }
+
+// TestCoordinatorRollingUpdate: a stopped coordinator opens no new round and finishes the ones
+// in flight before the standby leads; no round aborts.
+func TestCoordinatorRollingUpdate(t *testing.T) { rollTwice(t, "coordinator", 0) }
+
+// TestShufflerRollingUpdate: a vendor's shufflers share a lease; a stopped one finishes the
+// rounds it shuffles and hands new ones to the standby. A round opened during the handover
+// can time out (at most one per handover); every command is answered exactly once.
+func TestShufflerRollingUpdate(t *testing.T) { rollTwice(t, "shuffler", 0) }
