@@ -237,7 +237,6 @@ func run(cfg Config) error {
 		NATSAccountsSecret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
 		NATSAccountsOwner:  cfg.NATSAccountsOwner,
 		NATSOperatorUsers:  operatorUsers,
-		VaultAddress:       cfg.VaultAddress,
 		Services:           services,
 		Platform:           specs.Platform{Image: cfg.MohitoImage, IntegratorRedis: cfg.IntegratorRedis, Runtime: rt},
 	}); err != nil {

@@ -13,9 +13,8 @@ import (
 
 // Options configures the reconcilers.
 type Options struct {
-	// VaultAddress is the default Vault address for key references without their own.
-	VaultAddress string
-	// Platform says where Mohito workloads run; the zero value only validates resources.
+	// Platform says where Mohito workloads run; the zero value only validates resources. Its
+	// Runtime's VaultAddress is also the default address the key checks accept.
 	Platform specs.Platform
 	// Services connects the reconcilers to the services' KV figures, the workers' backlog and
 	// the vendor registry; nil leaves status figures empty and scaling to the scale subresource.
@@ -35,7 +34,7 @@ type Options struct {
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
 // tests both call it, so the tests run exactly the production wiring.
 func SetupAll(mgr ctrl.Manager, opts Options) error {
-	keys := KeyCheck{Client: mgr.GetClient(), VaultAddress: opts.VaultAddress}
+	keys := KeyCheck{Client: mgr.GetClient(), VaultAddress: opts.Platform.VaultAddress}
 	reconcilers := []struct {
 		name  string
 		setup func(ctrl.Manager) error

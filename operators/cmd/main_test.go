@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestKeyActivationDelayFlag: --key-activation-delay is empty (the services' default), 0, or a
+// duration of at least a second; anything else stops the operator at start with the flag named.
+func TestKeyActivationDelayFlag(t *testing.T) {
+	base := Config{MetricsAddr: ":8080", ProbeAddr: ":8081", ImagePullPolicy: "IfNotPresent"}
+	if err := base.validate(); err != nil {
+		t.Fatalf("the base configuration is invalid: %v", err)
+	}
+	for in, want := range map[string]time.Duration{"": 0, "0": 0, "45s": 45 * time.Second, "3m": 3 * time.Minute} {
+		c := base
+		c.KeyActivationDelay = in
+		if err := c.validate(); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+		if d, _ := c.keyActivationDelay(); d != want {
+			t.Errorf("%q parsed as %v, want %v", in, d, want)
+		}
+	}
+	for _, in := range []string{"500ms", "soon", "-1m"} {
+		c := base
+		c.KeyActivationDelay = in
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--key-activation-delay") {
+			t.Errorf("%q: %v, want an error naming --key-activation-delay", in, err)
+		}
+	}
+}
