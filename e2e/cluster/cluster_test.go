@@ -286,8 +286,15 @@ func (e *env) scanLogs() {
 	aborts := map[string]int{}
 	files, bytes := e.podLogs(func(path string, b []byte) {
 		for what, v := range e.secrets {
-			if len(v) >= 4 && strings.Contains(string(b), v) {
-				e.t.Errorf("%s appears in %s", what, path)
+			if len(v) < 4 {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, v) {
+					// The line, with the secret itself cut out, says which code logged it.
+					e.t.Errorf("%s appears in %s: %s", what, path, tail(strings.ReplaceAll(l, v, "<"+what+">"), 400))
+					break
+				}
 			}
 		}
 		// Why rounds aborted, for the report (the coordinator logs each with its reason).

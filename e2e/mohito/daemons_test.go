@@ -314,7 +314,7 @@ func TestDaemons(t *testing.T) {
 			id := fmt.Sprintf("v%dd%d", v, i)
 			var tr client.Transport = client.NATSTransport{NC: nc}
 			if v == 0 && i == 0 {
-				m, err := client.DialMQTT(c.nats.MQTTAddr(), id, natsx.DeviceUser(v), pw(natsx.DeviceUser(v)))
+				m, err := client.DialMQTT(c.nats.MQTTAddr(), natsx.DeviceUser(v), pw(natsx.DeviceUser(v)))
 				if err != nil {
 					t.Fatal(err)
 				}

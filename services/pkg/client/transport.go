@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -32,9 +34,16 @@ func (n NATSTransport) Close() { n.NC.Close() }
 // account; NATS subjects a.b.c are MQTT topics a/b/c.
 type MQTTTransport struct{ C mqtt.Client }
 
-// DialMQTT connects a device to addr ("127.0.0.1:port") as user/password.
-func DialMQTT(addr, clientID, user, password string) (*MQTTTransport, error) {
-	o := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(clientID).
+// DialMQTT connects a device to addr ("127.0.0.1:port") as user/password. The MQTT client id
+// is random per connection (the session is clean, so nothing needs it stable): the broker logs
+// client ids, and a device id there would tell who is connected (the cluster e2e's log scan
+// found one in nats-server's log after a restart).
+func DialMQTT(addr, user, password string) (*MQTTTransport, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	o := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("d-" + hex.EncodeToString(id[:])).
 		SetUsername(user).SetPassword(password).SetCleanSession(true).
 		SetConnectTimeout(5 * time.Second).SetAutoReconnect(false).SetOrderMatters(false)
 	c := mqtt.NewClient(o)

@@ -490,7 +490,7 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 			defer func() { <-sem; wg.Done() }()
 			// The client id carries the run id: a leftover session of an
 			// earlier run must not take this connection over.
-			m, err := client.DialMQTT(o.MQTTAddr, d.ID+"-"+run, login.User, login.Password)
+			m, err := client.DialMQTT(o.MQTTAddr, login.User, login.Password)
 			if err == nil {
 				if err = client.NewDevice(d.ID, s, p, m, h).Start(); err != nil {
 					m.Close()

@@ -404,7 +404,7 @@ func (c *Cluster) startDevices(ctx context.Context, v int) error {
 	for d := range devs {
 		var tr client.Transport = client.NATSTransport{NC: nc}
 		if v == 0 && d < c.cfg.MQTTDevices && c.cfg.MQTTAddr != "" {
-			m, err := client.DialMQTT(c.cfg.MQTTAddr, DeviceID(v, d), natsx.DeviceUser(v), c.cfg.Password(natsx.DeviceUser(v)))
+			m, err := client.DialMQTT(c.cfg.MQTTAddr, natsx.DeviceUser(v), c.cfg.Password(natsx.DeviceUser(v)))
 			if err != nil {
 				return err
 			}
