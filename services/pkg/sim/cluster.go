@@ -259,7 +259,9 @@ func (c *Cluster) StartReplica(ctx context.Context, role string, i, r int) error
 }
 
 // StopReplica stops replica r of role for index i gracefully.
-func (c *Cluster) StopReplica(role string, i, r int) { c.stop(fmt.Sprintf("%s-%d-r%d", role, i, r), true) }
+func (c *Cluster) StopReplica(role string, i, r int) {
+	c.stop(fmt.Sprintf("%s-%d-r%d", role, i, r), true)
+}
 
 func (c *Cluster) startRole(ctx context.Context, role string, i int, d rounds.Deployment) error {
 	return c.startNamed(ctx, fmt.Sprintf("%s-%d", role, i), role, i, d)
