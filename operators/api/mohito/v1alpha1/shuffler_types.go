@@ -13,7 +13,8 @@ type ShufflerSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vendorRef is immutable: a shuffler runs inside its vendor's trust domain"
 	VendorRef common.LocalObjectReference `json:"vendorRef"`
 
-	// Replicas of the shuffler workers (outer-layer decryption is parallel by input index).
+	// Replicas of the shuffler: one is active (a leader lease per vendor holds every round's
+	// state in one place), the others are hot standbys that take over when it stops.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0

@@ -71,7 +71,8 @@ type VendorCapacity struct {
 
 // VendorAgent is the vendor-side service devices connect to over MQTT.
 type VendorAgent struct {
-	// Replicas of the vendor agent.
+	// Replicas of the vendor agent: one is active (a leader lease per vendor keeps rounds in
+	// order at the devices), the others are hot standbys that take over when it stops.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
