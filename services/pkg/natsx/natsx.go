@@ -105,6 +105,12 @@ type ConsumerSpec struct {
 	MaxAck     int // max ack pending
 	Batch      int
 	DeliverNew bool
+	// ReleaseOnStop NAKs, when Consume stops, every message the handler held (Hold) and has not
+	// settled within the ack wait, so another replica gets it at once instead of after the ack
+	// wait — a graceful rollout. Only for handlers that settle held messages synchronously
+	// (inside a later handler call): a message still being worked on elsewhere must not be
+	// released.
+	ReleaseOnStop bool
 }
 
 // Consume runs a durable pull consumer until ctx ends: it (re)creates the
@@ -122,6 +128,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log
 		spec.MaxAck = 4096
 	}
 	wait := 50 * time.Millisecond
+	held := &heldMsgs{on: spec.ReleaseOnStop, ackWait: spec.AckWait}
 	for ctx.Err() == nil {
 		cfg := jetstream.ConsumerConfig{
 			Durable:           spec.Durable,
@@ -147,24 +154,76 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log
 			continue
 		}
 		wait = 50 * time.Millisecond
-		if err := pull(ctx, cons, spec.Batch, h); err != nil && ctx.Err() == nil {
+		if err := pull(ctx, cons, spec.Batch, h, held); err != nil && ctx.Err() == nil {
 			log.Warn("consumer interrupted, restarting", "durable", spec.Durable, "err", err)
 			if !clock.Sleep(ctx, wait) {
 				break
 			}
 		}
 	}
+	if spec.ReleaseOnStop {
+		if n := held.release(); n > 0 {
+			log.Info("released held messages for another replica", "durable", spec.Durable, "messages", n)
+		}
+	}
 	return nil
 }
 
-func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler) error {
+// heldMsgs remembers the messages a handler held, for ReleaseOnStop.
+type heldMsgs struct {
+	on      bool
+	ackWait time.Duration
+	msgs    []heldMsg
+}
+
+type heldMsg struct {
+	m  jetstream.Msg
+	at time.Time
+}
+
+func (h *heldMsgs) add(m jetstream.Msg) {
+	if !h.on {
+		return
+	}
+	now := time.Now()
+	if len(h.msgs)%256 == 255 {
+		// Past the ack wait a held message has been redelivered anyway: forget it.
+		keep := h.msgs[:0]
+		for _, x := range h.msgs {
+			if now.Sub(x.at) < h.ackWait {
+				keep = append(keep, x)
+			}
+		}
+		h.msgs = keep
+	}
+	h.msgs = append(h.msgs, heldMsg{m: m, at: now})
+}
+
+// release NAKs the held messages still within the ack wait; settled ones answer
+// ErrMsgAlreadyAckd locally and are not counted.
+func (h *heldMsgs) release() int {
+	n := 0
+	for _, x := range h.msgs {
+		if time.Since(x.at) < h.ackWait && x.m.Nak() == nil {
+			n++
+		}
+	}
+	h.msgs = nil
+	return n
+}
+
+func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler, held *heldMsgs) error {
 	for ctx.Err() == nil {
 		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return err
 		}
 		for m := range b.Messages() {
-			settle(ctx, m, h(ctx, m))
+			o := h(ctx, m)
+			if o == Hold {
+				held.add(m)
+			}
+			settle(ctx, m, o)
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			return err

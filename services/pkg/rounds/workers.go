@@ -243,9 +243,9 @@ func (e *Encoder) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16}, e.cfg.Log, e.handleResponseTable)
+		natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, e.cfg.Log, e.handleResponseTable)
 	}()
-	err := natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64}, e.cfg.Log, e.handleRecord)
+	err := natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, e.cfg.Log, e.handleRecord)
 	<-done
 	return err
 }
@@ -530,7 +530,7 @@ func (r *Responder) Run(ctx context.Context) error {
 		defer close(done)
 		natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: "router", Filters: []string{"mohito.i.in.*.r.*." + kindRespOut}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.route)
 	}()
-	err := natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: "responder", Filters: []string{"mohito.r.*.plan", "mohito.r.*.rl.*"}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.collect)
+	err := natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: "responder", Filters: []string{"mohito.r.*.plan", "mohito.r.*.rl.*"}, AckWait: r.cfg.ackWait(), ReleaseOnStop: true}, r.cfg.Log, r.collect)
 	<-done
 	return err
 }

@@ -210,3 +210,12 @@ func TestCoordinatorRollingUpdate(t *testing.T) { rollTwice(t, "coordinator", 0)
 // rounds it shuffles and hands new ones to the standby. A round opened during the handover
 // can time out (at most one per handover); every command is answered exactly once.
 func TestShufflerRollingUpdate(t *testing.T) { rollTwice(t, "shuffler", 0) }
+
+// TestResponderRollingUpdate: two responders overlap (a rolling update) and split a round's
+// response layers between them; the stopping one releases what it held at once, so the other
+// completes the round.
+func TestResponderRollingUpdate(t *testing.T) { rollTwice(t, "responder", 0) }
+
+// TestEncoderRollingUpdate: two encoders of one partition overlap; the claim KV lets one encode
+// each table and the stopping one releases the records it held.
+func TestEncoderRollingUpdate(t *testing.T) { rollTwice(t, "encoder", 0) }
