@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -28,22 +26,5 @@ func runProbe(args []string) error {
 	if len(f.Args()) != 1 {
 		return fmt.Errorf("%w: want exactly one path (/healthz or /readyz), got %q", errConfig, f.Args())
 	}
-	return probe(addrFile, healthAddr, f.Args()[0], timeout)
-}
-
-// probe resolves the health address and GETs path on it.
-func probe(addrFile, healthAddr, path string, timeout time.Duration) error {
-	addr, err := telemetry.ProbeAddr(addrFile, healthAddr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := telemetry.Probe(ctx, addr, path); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s%s: no answer within %v", addr, path, timeout)
-		}
-		return err
-	}
-	return nil
+	return telemetry.ProbeRole(addrFile, healthAddr, f.Args()[0], timeout)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -27,17 +26,5 @@ func runProbe(args []string) error {
 	if len(f.Args()) != 1 {
 		return configErr(fmt.Errorf("want exactly one path (/healthz or /readyz), got %q", f.Args()))
 	}
-	addr, err := telemetry.ProbeAddr(addrFile, metricsAddr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := telemetry.Probe(ctx, addr, f.Args()[0]); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s%s: no answer within %v", addr, f.Args()[0], timeout)
-		}
-		return err
-	}
-	return nil
+	return telemetry.ProbeRole(addrFile, metricsAddr, f.Args()[0], timeout)
 }

@@ -154,6 +154,24 @@ func Probe(ctx context.Context, addr, path string) error {
 	return nil
 }
 
+// ProbeRole is a role's exec probe (`mohito probe`, `pda probe`): it resolves the health address
+// (ProbeAddr) and GETs path on it within timeout; no answer in time is reported as such.
+func ProbeRole(addrFile, fallback, path string, timeout time.Duration) error {
+	addr, err := ProbeAddr(addrFile, fallback)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := Probe(ctx, addr, path); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s%s: no answer within %v", addr, path, timeout)
+		}
+		return err
+	}
+	return nil
+}
+
 // ProbeAddr resolves the address a probe targets: the health= line of the
 // address file when one is configured, else fallback (the configured health
 // address, which then must not be port 0).
