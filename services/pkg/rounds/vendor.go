@@ -137,12 +137,7 @@ func (s *ShufflerService) Run(ctx context.Context) error {
 			s.cfg.Log.Warn("integrator key directory not watched: fakes for a new epoch are made when its first round opens", "err", err)
 		}
 	}()
-	lease, err := natsx.NewLease(ctx, s.cfg.JS, BucketVendorLeases, fmt.Sprintf("shuffler-%d", s.cfg.Vendor), replicaID(s.cfg.ID, "shuffler"), VendorLeaseTTL, s.cfg.Log)
-	if err != nil {
-		return fmt.Errorf("shuffler lease: %w", err)
-	}
-	lease.Lead(ctx, s.serve, nil)
-	return nil
+	return leadVendorRole(ctx, s.cfg, "shuffler", s.serve)
 }
 
 // serve is one leadership. One shuffler is active per vendor: a round's messages (its info, the
@@ -421,12 +416,19 @@ type VendorAgent struct {
 // over within it after a crash, at once after a graceful stop.
 const VendorLeaseTTL = 3 * time.Second
 
-// replicaID names this replica in a lease: its configured id, else a unique one.
-func replicaID(id, role string) string {
-	if id != "" {
-		return id
+// leadVendorRole runs serve while this replica holds the lease "<role>-<vendor>" of bucket
+// BucketVendorLeases in the vendor's account, until ctx ends (natsx.Lease.Lead).
+func leadVendorRole(ctx context.Context, cfg VendorConfig, role string, serve func(context.Context, <-chan struct{}) error) error {
+	id := cfg.ID
+	if id == "" {
+		id = fmt.Sprintf("%s-%d", role, time.Now().UnixNano())
 	}
-	return fmt.Sprintf("%s-%d", role, time.Now().UnixNano())
+	lease, err := natsx.NewLease(ctx, cfg.JS, BucketVendorLeases, fmt.Sprintf("%s-%d", role, cfg.Vendor), id, VendorLeaseTTL, cfg.Log)
+	if err != nil {
+		return fmt.Errorf("%s lease: %w", role, err)
+	}
+	lease.Lead(ctx, serve, nil)
+	return nil
 }
 
 type agentRound struct {
@@ -466,12 +468,7 @@ func NewVendorAgent(ctx context.Context, cfg VendorConfig) (*VendorAgent, error)
 // delivering at once (a rolling update, replicas > 1) would make devices drop the commands of
 // the older round while its response table still went out. Standby replicas wait for the lease.
 func (a *VendorAgent) Run(ctx context.Context) error {
-	lease, err := natsx.NewLease(ctx, a.cfg.JS, BucketVendorLeases, fmt.Sprintf("agent-%d", a.cfg.Vendor), replicaID(a.cfg.ID, "agent"), VendorLeaseTTL, a.cfg.Log)
-	if err != nil {
-		return fmt.Errorf("agent lease: %w", err)
-	}
-	lease.Lead(ctx, a.serve, nil)
-	return nil
+	return leadVendorRole(ctx, a.cfg, "agent", a.serve)
 }
 
 // serve is one leadership: it consumes the vendor's inbox until ctx ends, then hands over
