@@ -32,6 +32,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -104,7 +105,7 @@ func TestSelfSignedAndCAIssuance(t *testing.T) {
 		}
 	}
 	for _, o := range objs {
-		waitReady(t, ctrl, k8s, o)
+		ready.Wait(t, k8s, o, ctrl.exitErr)
 	}
 
 	caCert := checkSecret(t, k8s, ns, "ca", "ca")
@@ -165,34 +166,6 @@ func object(kind, namespace, name string, spec map[string]any) *unstructured.Uns
 	u.SetNamespace(namespace)
 	u.SetName(name)
 	return u
-}
-
-// waitReady waits for u's Ready condition to be True for its current generation.
-func waitReady(t *testing.T, ctrl *controller, c client.Client, u *unstructured.Unstructured) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%s %s Ready", u.GetKind(), u.GetName()), func() error {
-		if err := ctrl.exitErr(); err != nil {
-			return err
-		}
-		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(u.GroupVersionKind())
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(u), cur); err != nil {
-			return err
-		}
-		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] != "Ready" {
-				continue
-			}
-			gen, _ := m["observedGeneration"].(int64)
-			if m["status"] == "True" && gen == cur.GetGeneration() {
-				return nil
-			}
-			return fmt.Errorf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
-		}
-		return fmt.Errorf("no Ready condition yet")
-	})
 }
 
 // checkSecret checks that Secret namespace/name holds a matching ECDSA P-256 key pair and a ca.crt that

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -101,8 +102,12 @@ func errOrEmpty(err error) string {
 func (e *env) waitWorkloads() {
 	testenv.Eventually(e.t, 4*time.Minute, "Round, Vendor and Shuffler Ready", func() error {
 		for _, r := range [][2]string{{"Vendor", vendorName}, {"Shuffler", vendorName + "-shuffler"}, {"Round", roundName}} {
-			if st, msg := e.condition(r[0], r[1], "Ready"); st != "True" {
-				return fmt.Errorf("%s %s Ready=%s (%s)", r[0], r[1], st, msg)
+			u, err := e.resource(r[0], r[1])
+			if err == nil {
+				err = ready.Check(u)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", r[0], r[1], err)
 			}
 		}
 		return e.allAvailable()

@@ -204,22 +204,6 @@ func (e *env) resource(kind, name string) (*unstructured.Unstructured, error) {
 	return u, e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, u)
 }
 
-// condition returns the status and message of a condition of a Mohito custom resource.
-func (e *env) condition(kind, name, cond string) (string, string) {
-	u, err := e.resource(kind, name)
-	if err != nil {
-		return "", err.Error()
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == cond {
-			return fmt.Sprint(m["status"]), fmt.Sprintf("%v: %v", m["reason"], m["message"])
-		}
-	}
-	return "", "no " + cond + " condition yet"
-}
-
 // decryptWorkers returns the Round's decryption workers: wanted and ready replicas.
 func (e *env) decryptWorkers() (want, ready int32, err error) {
 	d := &appsv1.Deployment{}

@@ -341,19 +341,33 @@ func num(v any) float64 {
 	return f
 }
 
-// upgradeUnderLoad changes a Round parameter and upgrades the release while users send
-// commands: no command may be lost or duplicated.
-func (e *env) upgradeUnderLoad() {
+// driveInBackground starts a drive (driveRaw) and returns the wait for its summary; the wait
+// fails the test if the drive failed.
+func (e *env) driveInBackground(name string, users int, d time.Duration) func() map[string]any {
 	type result struct {
 		sum map[string]any
 		err error
 	}
 	done := make(chan result, 1)
-	ab0 := e.counter("abortedRounds")
 	go func() {
-		s, err := e.driveRaw("upgrade", 2*baseUsers, 75*time.Second)
+		s, err := e.driveRaw(name, users, d)
 		done <- result{s, err}
 	}()
+	return func() map[string]any {
+		e.t.Helper()
+		r := <-done
+		if r.err != nil {
+			e.t.Fatalf("drive %s: %v", name, r.err)
+		}
+		return r.sum
+	}
+}
+
+// upgradeUnderLoad changes a Round parameter and upgrades the release while users send
+// commands: no command may be lost or duplicated.
+func (e *env) upgradeUnderLoad() {
+	ab0 := e.counter("abortedRounds")
+	wait := e.driveInBackground("upgrade", 2*baseUsers, 75*time.Second)
 	time.Sleep(10 * time.Second)
 	// A Round parameter: the response timeout of the shuffler policy rolls every round workload.
 	e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge",
@@ -361,11 +375,7 @@ func (e *env) upgradeUnderLoad() {
 	testenv.Eventually(e.t, 3*time.Minute, "round workloads rolled and available", e.allAvailable)
 	e.upgrade()
 	testenv.Eventually(e.t, 3*time.Minute, "everything available after the upgrade", e.allAvailable)
-	r := <-done
-	if r.err != nil {
-		e.t.Fatalf("drive during the upgrade: %v", r.err)
-	}
-	sum := r.sum
+	sum := wait()
 	// Rolling the coordinator, the encoders and the responder can abort a round in flight; its
 	// users retry in a later round (docs/services.md: a round aborted after its devices got
 	// their commands can deliver a retried command twice). No command may be lost.

@@ -202,17 +202,9 @@ func newKey() []byte {
 // (key ring Secret) while users send, and checks that every role picks it up live: the vendor's
 // status and Event, the roles' logs, no command lost or duplicated, no round aborted for a key.
 func (e *env) rotateKeysUnderLoad() {
-	type result struct {
-		sum map[string]any
-		err error
-	}
-	done := make(chan result, 1)
 	ab0 := e.counter("abortedRounds")
 	since := time.Now()
-	go func() {
-		s, err := e.driveRaw("rotate", baseUsers, 130*time.Second)
-		done <- result{s, err}
-	}()
+	wait := e.driveInBackground("rotate", baseUsers, 130*time.Second)
 	time.Sleep(10 * time.Second)
 	ik, vk := newKey(), newKey()
 	e.secretsAdd("integrator key epoch 1", ik)
@@ -252,11 +244,7 @@ func (e *env) rotateKeysUnderLoad() {
 		}
 		return nil
 	})
-	r := <-done
-	if r.err != nil {
-		e.t.Fatalf("drive during the rotation: %v", r.err)
-	}
-	sum := r.sum
+	sum := wait()
 	if num(sum["failed"]) > 0 || num(sum["duplicated"]) > 0 {
 		e.t.Errorf("commands lost or duplicated across the key rotation: %v failed, %v duplicated of %v", sum["failed"], sum["duplicated"], sum["sent"])
 	}

@@ -27,6 +27,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -87,7 +88,7 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 		}
 	}
 	for _, u := range samples {
-		waitReady(t, k8s, u)
+		ready.Wait(t, k8s, u, nil)
 	}
 
 	body := mgr.get(t, mgr.metrics, "/metrics")
@@ -137,31 +138,6 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	if err := c.Create(context.Background(), obj); err != nil {
 		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
 	}
-}
-
-// waitReady waits for the Ready condition of u to be True for its current generation.
-func waitReady(t *testing.T, c client.Client, u *unstructured.Unstructured) {
-	t.Helper()
-	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("sample %s %s Ready", u.GetKind(), u.GetName()), func() error {
-		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(u.GroupVersionKind())
-		if err := c.Get(context.Background(), client.ObjectKeyFromObject(u), cur); err != nil {
-			return err
-		}
-		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] != "Ready" {
-				continue
-			}
-			gen, _ := m["observedGeneration"].(int64)
-			if m["status"] == "True" && gen == cur.GetGeneration() {
-				return nil
-			}
-			return fmt.Errorf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
-		}
-		return fmt.Errorf("no Ready condition yet")
-	})
 }
 
 type manager struct {
