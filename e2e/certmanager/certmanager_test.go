@@ -28,8 +28,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/e2e/internal/ready"
@@ -48,14 +46,7 @@ func TestSelfSignedAndCAIssuance(t *testing.T) {
 		t.Skipf("%s not built: run `hack/tools.sh cert-manager` first", bin)
 	}
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{CRDDirs: []string{crdDir(t, root)}})
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := api.Client(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s := api.ClientT(t)
 	ctrl := startController(t, bin, api.KubeConfig)
 	ctx := context.Background()
 

@@ -18,9 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -77,14 +75,7 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 func dryRunAll(t *testing.T, manifests string, namespaces ...string) map[string]int {
 	t.Helper()
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := api.Client(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s := api.ClientT(t)
 	ctx := context.Background()
 	for _, ns := range namespaces {
 		// Enforce the restricted Pod Security level wherever the chart runs on a pod network:

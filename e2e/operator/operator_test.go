@@ -22,9 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/e2e/internal/ready"
@@ -37,14 +35,7 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := api.Client(scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s := api.ClientT(t)
 	ctx := context.Background()
 
 	mgr := startManager(t, root, api.KubeConfig)

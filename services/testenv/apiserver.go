@@ -17,6 +17,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -58,6 +59,21 @@ func (a *APIServer) Client(scheme *k8sruntime.Scheme) (client.Client, error) {
 		return nil, fmt.Errorf("client for API server %s: %w", a.Config.Host, err)
 	}
 	return c, nil
+}
+
+// ClientT returns a client of the API server with client-go's scheme (the built-in kinds;
+// custom resources as unstructured objects) and fails t if it cannot be made.
+func (a *APIServer) ClientT(t testing.TB) client.Client {
+	t.Helper()
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Client(scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Stop stops kube-apiserver and etcd and removes their files. It is safe to call twice.
