@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -96,7 +95,7 @@ func TestSelfSignedAndCAIssuance(t *testing.T) {
 		}
 	}
 	for _, o := range objs {
-		ready.Wait(t, k8s, o, ctrl.exitErr)
+		ready.Wait(t, k8s, o, ctrl.Exited)
 	}
 
 	caCert := checkSecret(t, k8s, ns, "ca", "ca")
@@ -124,7 +123,7 @@ func TestSelfSignedAndCAIssuance(t *testing.T) {
 	if strings.TrimSpace(body) != "ok" {
 		t.Errorf("/readyz: %q", body)
 	}
-	ctrl.stop(t)
+	ctrl.Stop(t)
 }
 
 // crdDir is the cert-manager module's deploy/crds, at the version hack/tools/cert-manager/go.mod
@@ -258,22 +257,17 @@ func keys(m map[string][]byte) []string {
 	return out
 }
 
-// controller is a running bin/cert-manager-controller.
+// controller is a running bin/cert-manager-controller and its health address.
 type controller struct {
-	cmd *exec.Cmd
-	// exited is closed when the process has exited; waitErr is then its exit status.
-	exited  chan struct{}
-	waitErr error
-	health  string
-	logPath string
+	*testenv.Daemon
+	health string
 }
 
 // startController runs the controller with a kubeconfig for the test API server and waits
 // until /healthz and /readyz answer.
 func startController(t *testing.T, bin string, kubeconfig []byte) *controller {
 	t.Helper()
-	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -281,92 +275,16 @@ func startController(t *testing.T, bin string, kubeconfig []byte) *controller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &controller{
-		health:  fmt.Sprintf("%s:%d", testenv.Host, port),
-		logPath: filepath.Join(dir, "controller.log"),
-		exited:  make(chan struct{}),
-	}
-	logf, err := os.Create(c.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd = exec.Command(bin, "--kubeconfig", kc, "--cluster-resource-namespace", "default", "--health-addr", c.health)
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatal(err)
-	}
-	go func() { c.waitErr = c.cmd.Wait(); logf.Close(); close(c.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-c.exited:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-		}
-		if t.Failed() {
-			t.Logf("controller log:\n%s", c.log())
-		}
-	})
+	c := &controller{health: fmt.Sprintf("%s:%d", testenv.Host, port)}
+	c.Daemon = testenv.StartDaemon(t, "controller",
+		exec.Command(bin, "--kubeconfig", kc, "--cluster-resource-namespace", "default", "--health-addr", c.health))
 	c.get(t, "/healthz")
 	c.get(t, "/readyz")
 	return c
 }
 
-func (c *controller) log() string {
-	b, _ := os.ReadFile(c.logPath)
-	return string(b)
-}
-
-// exitErr is non-nil (and ends testenv.Eventually) once the controller has exited.
-func (c *controller) exitErr() error {
-	select {
-	case <-c.exited:
-		return fmt.Errorf("%w: controller exited: %v", testenv.ErrGiveUp, c.waitErr)
-	default:
-		return nil
-	}
-}
-
 // get polls the health endpoint path until it answers 200 and returns the body.
 func (c *controller) get(t *testing.T, path string) string {
 	t.Helper()
-	var body string
-	testenv.Eventually(t, 60*time.Second, "GET "+c.health+path, func() error {
-		if err := c.exitErr(); err != nil {
-			return err
-		}
-		resp, err := http.Get("http://" + c.health + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %s: %s", resp.Status, b)
-		}
-		body = string(b)
-		return nil
-	})
-	return body
-}
-
-// stop sends SIGTERM and expects a clean exit.
-func (c *controller) stop(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.exited:
-		if c.waitErr != nil {
-			t.Fatalf("controller did not exit cleanly on SIGTERM: %v", c.waitErr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("controller still running 30s after SIGTERM")
-	}
+	return c.Get(t, 60*time.Second, c.health, path)
 }

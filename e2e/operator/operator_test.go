@@ -9,13 +9,11 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,13 +80,13 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 		ready.Wait(t, k8s, u, nil)
 	}
 
-	body := mgr.get(t, mgr.metrics, "/metrics")
+	body := mgr.Get(t, 30*time.Second, mgr.metrics, "/metrics")
 	for _, want := range []string{`controller_runtime_reconcile_total{controller="round"`, `controller_runtime_reconcile_total{controller="aggregationjob"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	mgr.stop(t)
+	mgr.Stop(t)
 }
 
 // readSamples decodes every YAML document in dir (kustomization.yaml aside).
@@ -131,13 +129,10 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	}
 }
 
+// manager is the running operator binary and its addresses.
 type manager struct {
-	cmd *exec.Cmd
-	// exited is closed when the process has exited; waitErr is then its exit status.
-	exited         chan struct{}
-	waitErr        error
+	*testenv.Daemon
 	metrics, probe string
-	log            *bytes.Buffer
 }
 
 // startManager builds operators/cmd and runs it with a kubeconfig for the test API server.
@@ -162,77 +157,12 @@ func startManager(t *testing.T, root string, kubeconfig []byte) *manager {
 		}
 		ports[i] = p
 	}
-	m := &manager{
-		metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		probe:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		log:     &bytes.Buffer{},
-		exited:  make(chan struct{}),
-	}
-	m.cmd = exec.Command(bin, "--metrics-bind-address="+m.metrics, "--health-probe-bind-address="+m.probe)
-	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.waitErr = m.cmd.Wait(); close(m.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-m.exited:
-		default:
-			_ = m.cmd.Process.Kill()
-			<-m.exited
-		}
-		if t.Failed() {
-			t.Logf("manager log:\n%s", m.log.String())
-		}
-	})
+	m := &manager{metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]), probe: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	cmd := exec.Command(bin, "--metrics-bind-address="+m.metrics, "--health-probe-bind-address="+m.probe)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
+	m.Daemon = testenv.StartDaemon(t, "manager", cmd)
 	for _, path := range []string{"/healthz", "/readyz"} {
-		m.get(t, m.probe, path)
+		m.Get(t, 30*time.Second, m.probe, path)
 	}
 	return m
-}
-
-// get polls http://addr/path until it answers 200 and returns the body.
-func (m *manager) get(t *testing.T, addr, path string) string {
-	t.Helper()
-	var body string
-	testenv.Eventually(t, 30*time.Second, "GET "+addr+path, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("%w: manager exited: %v\n%s", testenv.ErrGiveUp, m.waitErr, m.log.String())
-		default:
-		}
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %s", resp.Status)
-		}
-		body = string(b)
-		return nil
-	})
-	return body
-}
-
-// stop sends SIGTERM and expects a clean exit.
-func (m *manager) stop(t *testing.T) {
-	t.Helper()
-	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-m.exited:
-		if m.waitErr != nil {
-			t.Fatalf("manager did not exit cleanly on SIGTERM: %v\n%s", m.waitErr, m.log.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("manager still running 30s after SIGTERM")
-	}
 }
