@@ -15,6 +15,11 @@ import (
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Vault is a `vault server -dev` process started by StartVault: in-memory storage, unsealed,
@@ -143,4 +148,83 @@ func freePortPair() (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("find two consecutive free ports on %s: gave up after 50 tries", Host)
+}
+
+// KubernetesAuth is Vault's Kubernetes auth method pointed at a test API server. Vault reviews
+// a login's ServiceAccount token with that token itself (disable_local_ca_jwt), so every
+// account created here is bound to system:auth-delegator.
+type KubernetesAuth struct {
+	v  *Vault
+	kc kubernetes.Interface
+	ns string
+}
+
+// EnableKubernetesAuth creates namespace ns with the given service accounts on api, enables
+// the kubernetes auth method at auth/kubernetes and configures it for api.
+func (v *Vault) EnableKubernetesAuth(t testing.TB, api *APIServer, ns string, accounts ...string) *KubernetesAuth {
+	t.Helper()
+	ctx := context.Background()
+	kc, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "vault-tokenreview-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+	}
+	for _, sa := range accounts {
+		if _, err := kc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		crb.Subjects = append(crb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: sa})
+	}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root := v.Client(t)
+	if err := root.Sys().EnableAuthWithOptionsWithContext(ctx, "kubernetes", &vault.EnableAuthOptions{Type: "kubernetes"}); err != nil {
+		t.Fatalf("enable kubernetes auth: %v", err)
+	}
+	k := &KubernetesAuth{v: v, kc: kc, ns: ns}
+	k.write(t, "auth/kubernetes/config", map[string]any{
+		"kubernetes_host": api.Config.Host, "kubernetes_ca_cert": string(api.Config.CAData), "disable_local_ca_jwt": true})
+	return k
+}
+
+func (k *KubernetesAuth) write(t testing.TB, path string, data map[string]any) {
+	t.Helper()
+	if _, err := k.v.Client(t).Logical().WriteWithContext(context.Background(), path, data); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+// Role writes policy name (its HCL text) and the auth role name that lets service account sa
+// of the namespace log in with it (tokens valid 5 minutes).
+func (k *KubernetesAuth) Role(t testing.TB, name, sa, policy string) {
+	t.Helper()
+	if err := k.v.Client(t).Sys().PutPolicyWithContext(context.Background(), name, policy); err != nil {
+		t.Fatal(err)
+	}
+	k.write(t, "auth/kubernetes/role/"+name, map[string]any{
+		"bound_service_account_names": sa, "bound_service_account_namespaces": k.ns, "token_policies": name, "token_ttl": "5m"})
+}
+
+// Token mints a 10-minute token of service account sa (TokenRequest) and returns it and a file
+// holding it (what --vault-jwt-file names).
+func (k *KubernetesAuth) Token(t testing.TB, sa string) (token, file string) {
+	t.Helper()
+	exp := int64(600)
+	tr, err := k.kc.CoreV1().ServiceAccounts(k.ns).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s: %v", sa, err)
+	}
+	file = filepath.Join(t.TempDir(), sa+".jwt")
+	if err := os.WriteFile(file, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token, file
 }

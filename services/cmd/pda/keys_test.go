@@ -5,17 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	vaultapi "github.com/hashicorp/vault/api"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
@@ -36,53 +28,11 @@ func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the e
 	defer cancel()
 	v := testenv.StartVault(t)
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
-	kc, err := kubernetes.NewForConfig(api.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns, sa = "pda-proxy", "pda-proxy"
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Vault reviews tokens with the login JWT itself, which needs system:auth-delegator.
-	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "vault-tokenreview"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	exp := int64(600)
-	tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwt := filepath.Join(t.TempDir(), "sa.jwt")
-	if err := os.WriteFile(jwt, []byte(tr.Status.Token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
+	auth := v.EnableKubernetesAuth(t, api, ns, sa)
+	auth.Role(t, "pda-proxy", sa, `path "secret/data/pda/proxy" { capabilities = ["read"] }`)
+	token, jwt := auth.Token(t, sa)
 	root := v.Client(t)
-	if err := root.Sys().EnableAuthWithOptionsWithContext(ctx, "kubernetes", &vaultapi.EnableAuthOptions{Type: "kubernetes"}); err != nil {
-		t.Fatal(err)
-	}
-	write := func(path string, data map[string]any) {
-		t.Helper()
-		if _, err := root.Logical().WriteWithContext(ctx, path, data); err != nil {
-			t.Fatalf("write %s: %v", path, err)
-		}
-	}
-	write("auth/kubernetes/config", map[string]any{
-		"kubernetes_host": api.Config.Host, "kubernetes_ca_cert": string(api.Config.CAData), "disable_local_ca_jwt": true})
-	if err := root.Sys().PutPolicyWithContext(ctx, "pda-proxy", `path "secret/data/pda/proxy" { capabilities = ["read"] }`); err != nil {
-		t.Fatal(err)
-	}
-	write("auth/kubernetes/role/pda-proxy", map[string]any{
-		"bound_service_account_names": sa, "bound_service_account_namespaces": ns, "token_policies": "pda-proxy", "token_ttl": "5m"})
 
 	g, err := pda.NewGroup(pda.Ristretto255)
 	if err != nil {
@@ -120,7 +70,7 @@ func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the e
 		if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: %v; want a configuration error saying %q", what, err, want)
 		}
-		for _, secret := range []string{string(proxyBundle), string(dbBundle), v.RootToken, tr.Status.Token} {
+		for _, secret := range []string{string(proxyBundle), string(dbBundle), v.RootToken, token} {
 			if strings.Contains(err.Error(), secret) {
 				t.Fatalf("%s: the error quotes a secret: %v", what, err)
 			}

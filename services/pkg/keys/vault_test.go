@@ -12,13 +12,6 @@ import (
 	"testing"
 	"time"
 
-	vaultapi "github.com/hashicorp/vault/api"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -115,71 +108,15 @@ func TestVaultKV(t *testing.T) {
 func TestVaultKubernetesAuth(t *testing.T) { // not parallel: it sets VAULT_TOKEN
 	v := testenv.StartVault(t)
 	api := testenv.StartAPIServerT(t, testenv.APIServerOptions{})
-	kc, err := kubernetes.NewForConfig(api.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns, sa = "acme", "acme-vendor-agent"
-	if _, err := kc.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{sa, "intruder"} {
-		if _, err := kc.CoreV1().ServiceAccounts(ns).Create(ctx(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Vault reviews tokens with the login JWT itself (no token_reviewer_jwt), which needs
-	// system:auth-delegator (tokenreviews create) for the workload's ServiceAccount.
-	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx(t), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "vault-tokenreview"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects: []rbacv1.Subject{
-			{Kind: "ServiceAccount", Namespace: ns, Name: sa},
-			{Kind: "ServiceAccount", Namespace: ns, Name: "intruder"},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	auth := v.EnableKubernetesAuth(t, api, ns, sa, "intruder")
+	auth.Role(t, "acme-vendor-agent", sa, `path "secret/data/acme/*" { capabilities = ["read"] }`)
 	mint := func(name string) string {
 		t.Helper()
-		exp := int64(600)
-		tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx(t), name, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("TokenRequest for %s: %v", name, err)
-		}
-		path := filepath.Join(t.TempDir(), name+".jwt")
-		if err := os.WriteFile(path, []byte(tr.Status.Token), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		_, file := auth.Token(t, name)
+		return file
 	}
-
 	root := v.Client(t)
-	if err := root.Sys().EnableAuthWithOptionsWithContext(ctx(t), "kubernetes", &vaultapi.EnableAuthOptions{Type: "kubernetes"}); err != nil {
-		t.Fatalf("enable kubernetes auth: %v", err)
-	}
-	w := func(path string, data map[string]any) {
-		t.Helper()
-		if _, err := root.Logical().WriteWithContext(ctx(t), path, data); err != nil {
-			t.Fatalf("write %s: %v", path, err)
-		}
-	}
-	w("auth/kubernetes/config", map[string]any{
-		"kubernetes_host":      api.Config.Host,
-		"kubernetes_ca_cert":   string(api.Config.CAData),
-		"disable_local_ca_jwt": true,
-	})
-	if err := root.Sys().PutPolicyWithContext(ctx(t), "acme-keys", `path "secret/data/acme/*" { capabilities = ["read"] }`); err != nil {
-		t.Fatal(err)
-	}
-	w("auth/kubernetes/role/acme-vendor-agent", map[string]any{
-		"bound_service_account_names":      sa,
-		"bound_service_account_namespaces": ns,
-		"token_policies":                   "acme-keys",
-		"token_ttl":                        "5m",
-	})
 	k := key32(0x77)
 	if _, err := root.KVv2("secret").Put(ctx(t), "acme/vendor-agent", map[string]any{"private_key": base64.StdEncoding.EncodeToString(k)}); err != nil {
 		t.Fatal(err)
