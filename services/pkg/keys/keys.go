@@ -304,27 +304,28 @@ func (s *Source) LoadRing(ctx context.Context) ([]Epoch, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	if vault, _ := s.useVault(); vault {
-		if strings.HasSuffix(s.Vault.Path, "/") {
-			return s.Vault.readRing(ctx)
-		}
-		k, err := s.Load(ctx)
+	vault, _ := s.useVault()
+	switch {
+	case vault && strings.HasSuffix(s.Vault.Path, "/"):
+		return s.Vault.readRing(ctx)
+	case !vault:
+		st, err := os.Stat(s.File)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--key-file: %w", err)
 		}
-		return []Epoch{{N: 0, Key: k}}, nil
+		if st.IsDir() {
+			return s.readDirRing()
+		}
 	}
-	st, err := os.Stat(s.File)
+	k, err := s.Load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("--key-file: %w", err)
+		return nil, err
 	}
-	if !st.IsDir() {
-		k, err := s.Load(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return []Epoch{{N: 0, Key: k}}, nil
-	}
+	return []Epoch{{N: 0, Key: k}}, nil
+}
+
+// readDirRing reads every epoch-<n>.key file of the directory s.File.
+func (s *Source) readDirRing() ([]Epoch, error) {
 	ents, err := os.ReadDir(s.File)
 	if err != nil {
 		return nil, fmt.Errorf("--key-file: %w", err)
