@@ -43,7 +43,8 @@ type Result struct {
 }
 
 // Send issues payload to the device and waits for its response, retrying in
-// a later round whenever the round is closed, over quota or aborted.
+// a later round whenever the round is closed, over quota or aborted. The
+// device executes it once however many rounds it takes.
 func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload []byte) (*Result, error) {
 	start := time.Now()
 	poll := u.Poll
@@ -61,6 +62,14 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 		limited = min(max(2*limited, 4*poll), time.Second)
 		return limited
 	}
+	// Every attempt carries the same command id and issue time, so a device
+	// that executed the command in a round that was then aborted answers the
+	// retry from memory instead of executing it again: exactly once.
+	id, err := mohito.NewCommandID(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	issued := time.Now()
 	var lastT uint64
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, err := u.GW.RoundInfo(ctx)
@@ -71,7 +80,7 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			attempt--
 			continue
 		}
-		m1, pc, err := mohito.IssueCommand(ri, dev, 1, payload, time.Now(), rand.Reader)
+		m1, pc, err := mohito.IssueCommandID(ri, dev, 1, id, payload, issued, rand.Reader)
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +158,7 @@ func (d *Device) onDelivery(m6 []byte) {
 	d.Received++
 	payloads := make([][]byte, len(slots))
 	for j, s := range slots {
-		if s.Command != nil {
+		if s.Command != nil && !s.Repeat {
 			d.Commands++
 			payloads[j] = d.h(s.Command)
 		}

@@ -139,7 +139,7 @@ func (d *Device) RespondLate(t uint64, w AsyncWindow, answers []LateAnswer, rnd 
 			}
 			continue
 		}
-		pt, err := marshalResponse(&a.Slot.Command.ID, a.Payload, p.ResponseSize)
+		pt, err := d.response(&a.Slot, a.Payload)
 		if err != nil {
 			return nil, 0, err
 		}

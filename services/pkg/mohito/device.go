@@ -4,27 +4,45 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
 // Device is an IoT device: every round it receives q slots from its vendor,
-// tries to open each under k_D^ae, rejects replays (O14), and answers every
-// slot — with random bytes when the slot carried no command, so the vendor
-// cannot tell (spec §3.7 R1).
+// tries to open each under k_D^ae, never executes a command id twice (O14),
+// and answers every slot — with random bytes when the slot carried no
+// command, so the vendor cannot tell (spec §3.7 R1).
+//
+// A command id it has answered before is a user's retry: the round that
+// carried it was aborted after the device executed it, and the user re-sent
+// the same command (same id and issue time, IssueCommandID) in a later round.
+// The device answers it with the response it gave the first time instead of
+// executing it again, so a retried command takes effect exactly once. Only a
+// holder of k_D^ae can put an id in front of the device again: the device
+// ciphertext is bound to z, which is bound to the round, so a server cannot
+// replay one into another round.
 type Device struct {
 	params    Params
 	keys      DeviceKeys
 	ids       *IDDeriver
 	skew      time.Duration
 	lastRound uint64
-	seen      map[[16]byte]time.Time
+	seen      map[[16]byte]*seenCommand
+}
+
+// seenCommand is what the device keeps of a command id for the replay
+// window: its issue time, and the response once it has answered.
+type seenCommand struct {
+	issued   time.Time
+	answered bool
+	response []byte
 }
 
 // NewDevice returns a device holding secret s. Commands whose timestamp is
 // more than skew away from the device clock are rejected.
 func NewDevice(s *DeviceSecret, p Params, skew time.Duration) *Device {
 	k := s.Keys()
-	return &Device{params: p, keys: k, ids: NewIDDeriver(&k.PRF), skew: skew, seen: map[[16]byte]time.Time{}}
+	return &Device{params: p, keys: k, ids: NewIDDeriver(&k.PRF), skew: skew, seen: map[[16]byte]*seenCommand{}}
 }
 
 // DeviceSlot is the outcome of one slot: the command if one opened.
@@ -32,7 +50,11 @@ type DeviceSlot struct {
 	J       uint32
 	Z       EphemeralID
 	Command *Command
-	Err     error // nil, ErrNoCommand, ErrReplay or ErrNonCanonical
+	// Repeat marks a command the device answered in an earlier round (a
+	// user's retry): the caller must not execute it again, and Respond
+	// answers it with the earlier response whatever payload it is given.
+	Repeat bool
+	Err    error // nil, ErrNoCommand, ErrReplay or ErrNonCanonical
 }
 
 // ReceiveCommands opens M6. It returns one DeviceSlot per j; an error is
@@ -70,11 +92,15 @@ func (d *Device) ReceiveCommands(m6 []byte, now time.Time) (uint64, []DeviceSlot
 			s.Err = fmt.Errorf("%w: timestamp off by %v", ErrReplay, dt)
 			continue
 		}
-		if _, dup := d.seen[cmd.ID]; dup {
-			s.Err = fmt.Errorf("%w: command id seen", ErrReplay)
-			continue
+		if prev, dup := d.seen[cmd.ID]; dup {
+			if !prev.answered || !prev.issued.Equal(cmd.Timestamp) {
+				s.Err = fmt.Errorf("%w: command id seen", ErrReplay)
+				continue
+			}
+			s.Repeat = true
+		} else {
+			d.seen[cmd.ID] = &seenCommand{issued: cmd.Timestamp}
 		}
-		d.seen[cmd.ID] = cmd.Timestamp
 		s.Command = cmd
 	}
 	return t, slots, nil
@@ -82,8 +108,8 @@ func (d *Device) ReceiveCommands(m6 []byte, now time.Time) (uint64, []DeviceSlot
 
 // prune forgets command ids whose timestamps can no longer pass the window.
 func (d *Device) prune(now time.Time) {
-	for id, ts := range d.seen {
-		if now.Sub(ts) > 2*d.skew {
+	for id, c := range d.seen {
+		if now.Sub(c.issued) > 2*d.skew {
 			delete(d.seen, id)
 		}
 	}
@@ -115,11 +141,7 @@ func (d *Device) Respond(t uint64, slots []DeviceSlot, payloads [][]byte, rnd io
 			}
 			continue
 		}
-		var payload []byte
-		if j < len(payloads) {
-			payload = payloads[j]
-		}
-		pt, err := marshalResponse(&s.Command.ID, payload, p.ResponseSize)
+		pt, err := d.response(s, payloadAt(payloads, j))
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +154,35 @@ func (d *Device) Respond(t uint64, slots []DeviceSlot, payloads [][]byte, rnd io
 		xorRespLayer(val, &s.Command.IntegratorRespKey, &nonceRespIntegrator)
 	}
 	return m, nil
+}
+
+// payloadAt is payloads[j], or nil past its end.
+func payloadAt(payloads [][]byte, j int) []byte {
+	if j < len(payloads) {
+		return payloads[j]
+	}
+	return nil
+}
+
+// response is the padded response plaintext for a slot with a command:
+// payload for a new command, which the device remembers for the replay
+// window, or the remembered one for a repeat.
+func (d *Device) response(s *DeviceSlot, payload []byte) ([]byte, error) {
+	c := d.seen[s.Command.ID]
+	if c == nil {
+		// Pruned between receive and respond, or a slot the device did not
+		// open: answer without remembering.
+		c = &seenCommand{}
+	}
+	if s.Repeat && c.answered {
+		return marshalResponse(&s.Command.ID, c.response, d.params.ResponseSize)
+	}
+	pt, err := marshalResponse(&s.Command.ID, payload, d.params.ResponseSize)
+	if err != nil {
+		return nil, err
+	}
+	c.answered, c.response = true, slices.Clone(payload)
+	return pt, nil
 }
 
 // ParseResponseOut decodes an M10 batch at the integrator: the values r_i for

@@ -304,8 +304,9 @@ func (w *world) attacks(attackers map[int]bool) []attack {
 }
 
 // TestDeviceRejectsReplayedCommand is spec §9.3 #17: a command with a seen
-// cmd_id or an old timestamp is rejected by the device, even when it arrives
-// through a fresh, valid round.
+// cmd_id or an old timestamp is not executed by the device, even when it
+// arrives through a fresh, valid round (a seen id with its original issue
+// time is answered from memory, TestDeviceRetryExactlyOnce).
 func TestDeviceRejectsReplayedCommand(t *testing.T) {
 	cfg := engineConfig(1)
 	cfg.deviceCounts, cfg.users = []int{3, 3, 3, 3, 3}, 5
@@ -339,7 +340,7 @@ func TestDeviceRejectsReplayedCommand(t *testing.T) {
 	}
 	res = w.runRound(t, roundPlan{attacks: []attack{replay(cmd.Timestamp)}})
 	if res.deviceIDs[cmd.ID] != 0 {
-		t.Fatal("replayed command id accepted")
+		t.Fatal("replayed command id executed")
 	}
 	cmd.ID[0] ^= 1
 	res = w.runRound(t, roundPlan{attacks: []attack{replay(w.now.Add(-time.Hour))}})

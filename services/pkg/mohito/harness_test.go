@@ -415,7 +415,7 @@ func (w *world) runRound(tb testing.TB, plan roundPlan) *roundResult {
 			got := false
 			payloads := make([][]byte, p.Q)
 			for j, s := range dslots {
-				if s.Command != nil {
+				if s.Command != nil && !s.Repeat {
 					got = true
 					mu.Lock()
 					deviceCmds[s.Command.ID]++

@@ -63,11 +63,7 @@ func (d *Device) RespondPaperLiteral(ri *RoundInfo, slots []DeviceSlot, payloads
 			pt = make([]byte, p.ResponseSize)
 			_, err = io.ReadFull(rnd, pt)
 		} else {
-			var payload []byte
-			if j < len(payloads) {
-				payload = payloads[j]
-			}
-			pt, err = marshalResponse(&s.Command.ID, payload, p.ResponseSize)
+			pt, err = d.response(s, payloadAt(payloads, j))
 		}
 		if err != nil {
 			return nil, err

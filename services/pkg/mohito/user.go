@@ -41,6 +41,30 @@ func outerInfo(t uint64, shuffler uint32) []byte {
 // k_I^resp) to the integrator and (⟨m⟩_I, x₂, a₂, c₂, k_V*^resp) to the
 // shuffler, and returns the fixed-size M1 with the x₁ seed appended.
 func IssueCommand(ri *RoundInfo, dev *DeviceCredentials, j uint32, payload []byte, now time.Time, rand io.Reader) ([]byte, *PendingCommand, error) {
+	id, err := NewCommandID(rand)
+	if err != nil {
+		return nil, nil, err
+	}
+	return IssueCommandID(ri, dev, j, id, payload, now, rand)
+}
+
+// NewCommandID draws a fresh command id.
+func NewCommandID(rand io.Reader) ([16]byte, error) {
+	var id [16]byte
+	if _, err := io.ReadFull(rand, id[:]); err != nil {
+		return id, fmt.Errorf("sample command id: %w", err)
+	}
+	return id, nil
+}
+
+// IssueCommandID is IssueCommand for a command with a given id and issue
+// time. A user retrying a command in a later round (its round was closed or
+// aborted) re-issues it with the same id, issue time and payload: every
+// layer, z and the response keys are fresh, and a device that already
+// executed it answers with its earlier response rather than executing it
+// again (Device). The device accepts it only while issued is within its
+// replay window.
+func IssueCommandID(ri *RoundInfo, dev *DeviceCredentials, j uint32, id [16]byte, payload []byte, issued time.Time, rand io.Reader) ([]byte, *PendingCommand, error) {
 	p := ri.Params
 	if j < 1 || int(j) > p.Q {
 		return nil, nil, fmt.Errorf("%w: slot %d not in [1, %d]", ErrParams, j, p.Q)
@@ -48,8 +72,8 @@ func IssueCommand(ri *RoundInfo, dev *DeviceCredentials, j uint32, payload []byt
 	if int(dev.Vendor) >= p.Vendors {
 		return nil, nil, fmt.Errorf("%w: vendor %d", ErrParams, dev.Vendor)
 	}
-	cmd := Command{Timestamp: now, Payload: payload}
-	if err := readAll(rand, cmd.ID[:], cmd.IntegratorRespKey[:], cmd.ShufflerRespKey[:]); err != nil {
+	cmd := Command{ID: id, Timestamp: issued, Payload: payload}
+	if err := readAll(rand, cmd.IntegratorRespKey[:], cmd.ShufflerRespKey[:]); err != nil {
 		return nil, nil, fmt.Errorf("sample command keys: %w", err)
 	}
 	return issueCommand(ri, dev, j, &cmd, SplitOneHot, rand)

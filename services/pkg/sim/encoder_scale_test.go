@@ -111,9 +111,8 @@ func TestEncoderRescaleMidRun(t *testing.T) {
 	}
 	// Graceful rescaling aborts nothing. The two abrupt kills mid-round may each cost the round
 	// in flight when its redelivered records come after the response deadline (on a loaded
-	// machine): its users retry, and a retried command may reach its device once per attempt
-	// (docs/services.md). So: at most one aborted round per kill, and then at-most-once per
-	// attempt instead of exactly once; no command is ever lost.
+	// machine): its users retry, and a device that already executed a retried command answers
+	// it from memory. So: at most one aborted round per kill, every command exactly once.
 	const kills = 2
 	n := h.aborted.Load()
 	for _, r := range h.Reports() {
@@ -124,11 +123,7 @@ func TestEncoderRescaleMidRun(t *testing.T) {
 	if n > kills {
 		t.Fatalf("%d rounds aborted while the encoders were rescaled (at most %d, one per kill)", n, kills)
 	}
-	check := sim.Check
-	if n > 0 {
-		check = sim.CheckRetried
-	}
-	if err := check(c, recs); err != nil {
+	if err := sim.Check(c, recs); err != nil {
 		t.Fatal(err)
 	}
 

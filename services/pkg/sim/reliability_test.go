@@ -73,7 +73,7 @@ func TestShufflerStopAbortsRound(t *testing.T) {
 		waitFor(t, 60*time.Second, "rounds after restart", func() bool { return h.planned.Load() >= target })
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
-	if err := sim.CheckRetried(h.cluster, recs); err != nil {
+	if err := sim.Check(h.cluster, recs); err != nil {
 		t.Fatal(err)
 	}
 	retried := 0
