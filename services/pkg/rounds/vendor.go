@@ -599,26 +599,7 @@ func (a *VendorAgent) pump(ctx context.Context) {
 	defer a.order.Unlock()
 	for {
 		a.mu.Lock()
-		var next *agentRound
-		var nt uint64
-		// A round whose table has not come by the time the integrator would have aborted it
-		// (its period, the shuffler's timeout, the response deadline, a second of slack) is
-		// dead even if its abort notice was lost (e.g. published while NATS restarted): it
-		// must not hold every later round back.
-		d := &a.cfg.Deployment
-		hold := d.Round + d.ShufflerTimeout + d.ResponseDeadline + time.Second
-		for t, r := range a.rounds {
-			if r.delivered || r.dead {
-				continue
-			}
-			if age := time.Since(r.first); age > staleAfter || (r.table == nil && age > hold) {
-				r.dead = true
-				continue
-			}
-			if next == nil || t < nt {
-				next, nt = r, t
-			}
-		}
+		nt, next := a.next(time.Now())
 		if next == nil || next.table == nil {
 			a.mu.Unlock()
 			return
@@ -638,6 +619,32 @@ func (a *VendorAgent) pump(ctx context.Context) {
 			a.collect(context.WithoutCancel(ctx), nt, next, msgs)
 		}()
 	}
+}
+
+// next is the oldest round not yet delivered and not dead (nil if none), so pump delivers it
+// once its table is complete and holds every later round back until then. A round whose
+// table has not come by the time the integrator would have aborted it (its period, the
+// shuffler's timeout, the response deadline, a second of slack) is marked dead on the way even
+// if its abort notice was lost (e.g. published while NATS restarted): it must not hold every
+// later round back. Callers hold a.mu.
+func (a *VendorAgent) next(now time.Time) (uint64, *agentRound) {
+	d := &a.cfg.Deployment
+	hold := d.Round + d.ShufflerTimeout + d.ResponseDeadline + time.Second
+	var next *agentRound
+	var nt uint64
+	for t, r := range a.rounds {
+		if r.delivered || r.dead {
+			continue
+		}
+		if age := now.Sub(r.first); age > staleAfter || (r.table == nil && age > hold) {
+			r.dead = true
+			continue
+		}
+		if next == nil || t < nt {
+			next, nt = r, t
+		}
+	}
+	return nt, next
 }
 
 // deliver decodes S_v at every active device's q ids, sends every device one
