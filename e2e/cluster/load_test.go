@@ -377,17 +377,14 @@ func (e *env) upgradeUnderLoad() {
 	testenv.Eventually(e.t, 3*time.Minute, "everything available after the upgrade", e.allAvailable)
 	sum := wait()
 	// Rolling the coordinator, the encoders and the responder can abort a round in flight; its
-	// users retry in a later round (docs/services.md: a round aborted after its devices got
-	// their commands can deliver a retried command twice). No command may be lost.
+	// users retry in a later round, and a device answers a retried command it already ran from
+	// memory (docs/services.md): nothing lost, nothing duplicated, aborted or not.
 	aborted := e.counter("abortedRounds") - ab0
-	if num(sum["failed"]) > 0 {
-		e.t.Errorf("commands lost across the upgrade: %v failed of %v sent", sum["failed"], sum["sent"])
+	if num(sum["failed"]) > 0 || num(sum["duplicated"]) > 0 {
+		e.t.Errorf("commands lost or duplicated across the upgrade: %v failed, %v duplicated of %v sent", sum["failed"], sum["duplicated"], sum["sent"])
 	}
-	if num(sum["duplicated"]) > 0 && aborted == 0 {
-		e.t.Errorf("commands duplicated across the upgrade with no aborted round: %v", sum["duplicated"])
-	}
-	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %.0f sent, %.0f answered, %.0f failed, %.0f duplicated, %d rounds aborted during the rollouts",
-		num(sum["sent"]), num(sum["commands"]), num(sum["failed"]), num(sum["duplicated"]), aborted))
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("upgrade under load: %.0f sent, %.0f answered (%.0f retried), %.0f failed, %.0f duplicated, %d rounds aborted during the rollouts",
+		num(sum["sent"]), num(sum["commands"]), num(sum["retried"]), num(sum["failed"]), num(sum["duplicated"]), aborted))
 }
 
 // outDir keeps the drives' outputs next to the report (or in the run's directory).

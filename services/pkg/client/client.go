@@ -39,12 +39,17 @@ type Result struct {
 	Response []byte
 	T        uint64 // the round that carried it
 	Attempts int    // rounds tried (1 + retries)
+	// Unopened counts the attempts whose response did not open: random bytes because the
+	// device was not active when its round was decoded (spec O11), or an answer lost on the
+	// way. The command was re-sent; a device never executes it twice.
+	Unopened int
 	Latency  time.Duration
 }
 
 // Send issues payload to the device and waits for its response, retrying in
-// a later round whenever the round is closed, over quota or aborted. The
-// device executes it once however many rounds it takes.
+// a later round whenever the round is closed, over quota or aborted, or its
+// response does not open (spec O11). The device executes it once however
+// many rounds it takes.
 func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload []byte) (*Result, error) {
 	start := time.Now()
 	poll := u.Poll
@@ -71,6 +76,8 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 	}
 	issued := time.Now()
 	var lastT uint64
+	var unopened int
+	var openErr error
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		ri, err := u.GW.RoundInfo(ctx)
 		if err != nil || ri.T == lastT {
@@ -100,9 +107,10 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			if err == nil {
 				resp, err := pc.OpenResponse(m11)
 				if err != nil {
-					return nil, fmt.Errorf("open response: %w", err)
+					unopened, openErr = unopened+1, err
+					break
 				}
-				return &Result{Response: resp, T: t, Attempts: attempt, Latency: time.Since(start)}, nil
+				return &Result{Response: resp, T: t, Attempts: attempt, Unopened: unopened, Latency: time.Since(start)}, nil
 			}
 			if status.Code(err) == codes.Aborted {
 				break
@@ -111,6 +119,9 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 				break
 			}
 		}
+	}
+	if openErr != nil {
+		return nil, fmt.Errorf("%w: %v; %d responses did not open, the last: %v", ErrGaveUp, context.Cause(ctx), unopened, openErr)
 	}
 	return nil, fmt.Errorf("%w: %v", ErrGaveUp, context.Cause(ctx))
 }
@@ -134,6 +145,19 @@ type Device struct {
 	h  Handler
 	// Received counts M6 messages; Commands counts commands executed.
 	Received, Commands int
+	// off: the device is switched off or out of reach; rounds pass it by.
+	off bool
+}
+
+// SetOff switches the device off (true) or on again. While off it neither
+// opens nor answers the rounds its vendor sends: the vendor fills its slots
+// with random values (spec O11), the users of its commands get responses
+// that do not open and re-send them, and the device executes each once when
+// it is back.
+func (d *Device) SetOff(off bool) {
+	d.mu.Lock()
+	d.off = off
+	d.mu.Unlock()
 }
 
 // NewDevice returns a device with secret s speaking over tr.
@@ -151,6 +175,9 @@ func (d *Device) Start() error {
 func (d *Device) onDelivery(m6 []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.off {
+		return
+	}
 	t, slots, err := d.d.ReceiveCommands(m6, time.Now())
 	if err != nil {
 		return

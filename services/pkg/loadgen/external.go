@@ -361,8 +361,8 @@ loop:
 	for _, r := range s.Rows {
 		fmt.Fprintf(o.Out, "%8d %4d %7d %9.0f %9.0f %9.0f %10.1f\n", r.T, r.Shuffler, r.Real, r.DurationMS, r.P50MS, r.P99MS, r.CmdPerSec)
 	}
-	fmt.Fprintf(o.Out, "\nsummary: %d commands sent, %d answered, %d failed, %d duplicated; %d carrying rounds (period ≈ %v)\n",
-		s.Sent, s.Commands, s.Failed, s.Duplicated, s.Rounds, watch.period().Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "\nsummary: %d commands sent, %d answered (%d retried into a later round), %d failed, %d duplicated; %d carrying rounds (period ≈ %v)\n",
+		s.Sent, s.Commands, s.Retried, s.Failed, s.Duplicated, s.Rounds, watch.period().Round(time.Millisecond))
 	// The first few commands that were not delivered exactly once, to debug from the output.
 	shown := 0
 	for _, r := range recs {
@@ -420,6 +420,9 @@ func summarize(recs []driveRecord, w *roundWatch, start time.Time, elapsed time.
 			continue
 		}
 		s.Commands++
+		if r.res.Attempts > 1 {
+			s.Retried++
+		}
 		t := r.res.T
 		byRound[t] = append(byRound[t], r.res.Latency)
 		if r.done.After(lastDone[t]) {

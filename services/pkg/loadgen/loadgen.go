@@ -96,11 +96,14 @@ type Summary struct {
 	// invisible to a user and stay 0, shuffler is -1 when the round was not
 	// seen open); Duplicated counts payloads a device received more than
 	// once or after its user gave up; Foreign counts commands the devices
-	// received that this run did not send.
+	// received that this run did not send; Retried counts answered commands
+	// that took more than one round (their first was closed or aborted, or
+	// its response did not open) — still exactly once at the device.
 	Target     string      `json:"target,omitempty"`
 	Sent       int         `json:"sent,omitempty"`
 	Duplicated int         `json:"duplicated,omitempty"`
 	Foreign    int         `json:"foreign,omitempty"`
+	Retried    int         `json:"retried,omitempty"`
 	PerSecond  []SecondRow `json:"per_second,omitempty"`
 }
 

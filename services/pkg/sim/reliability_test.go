@@ -1,12 +1,14 @@
 package sim_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/client"
 	"github.com/obscura-iot/obscura/services/pkg/sim"
 )
 
@@ -219,3 +221,46 @@ func TestResponderRollingUpdate(t *testing.T) { rollTwice(t, "responder", 0) }
 // TestEncoderRollingUpdate: two encoders of one partition overlap; the claim KV lets one encode
 // each table and the stopping one releases the records it held.
 func TestEncoderRollingUpdate(t *testing.T) { rollTwice(t, "encoder", 0) }
+
+// TestOfflineDeviceRetried is spec O11 end to end: a device that is off when its command's round
+// is decoded gets no command (its vendor fills its slots with random values), its user's response
+// does not open and the user re-sends; once the device is back it executes the command exactly
+// once and the user gets its answer.
+func TestOfflineDeviceRetried(t *testing.T) {
+	h := start(t, []int{2, 2}, 2, 1, nil)
+	c := h.cluster
+	const v, d = 1, 0
+	u := c.Owner[v][d]
+	dev := c.Devices[v][d]
+	dev.SetOff(true)
+	type result struct {
+		res *client.Result
+		err error
+	}
+	done := make(chan result, 1)
+	payload := "unlock;while-offline"
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		res, err := c.Users[u].Send(ctx, &c.Creds[v][d], []byte(payload))
+		done <- result{res, err}
+	}()
+	target := h.planned.Load() + 3
+	waitFor(t, 60*time.Second, "three rounds while the device is off", func() bool { return h.planned.Load() >= target })
+	if n := c.Delivered()[payload]; n != 0 {
+		t.Fatalf("an offline device executed the command %d times", n)
+	}
+	dev.SetOff(false)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if string(r.res.Response) != "ack:"+payload || r.res.Unopened == 0 || r.res.Attempts < 2 {
+		t.Fatalf("response %q after %d attempts, %d unopened: want the answer after at least one response that did not open",
+			r.res.Response, r.res.Attempts, r.res.Unopened)
+	}
+	if n := c.Delivered()[payload]; n != 1 {
+		t.Fatalf("command delivered %d times", n)
+	}
+	t.Logf("answered in round %d after %d attempts (%d responses did not open), executed once", r.res.T, r.res.Attempts, r.res.Unopened)
+}

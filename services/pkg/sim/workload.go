@@ -104,6 +104,10 @@ func Check(c *Cluster, recs []Record) error {
 		if want := "ack:" + r.Payload; string(r.Result.Response) != want {
 			return fmt.Errorf("command %q: response %q", r.Payload, r.Result.Response)
 		}
+		if r.Result.Unopened > 0 {
+			// Every device of a simulated cluster is active in every round.
+			return fmt.Errorf("command %q: %d responses did not open", r.Payload, r.Result.Unopened)
+		}
 		if del[r.Payload] != 1 {
 			return fmt.Errorf("command %q delivered %d times in %d attempts", r.Payload, del[r.Payload], r.Result.Attempts)
 		}
