@@ -43,26 +43,15 @@ const (
 // render returns the chart's envoy.yaml and its edge TLS Secret's files.
 func render(t *testing.T, values ...string) (string, map[string][]byte) {
 	t.Helper()
-	bin, err := testenv.Bin("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	args := append([]string{"template", "obscura", "charts/obscura", "--namespace", "obscura-system"}, values...)
 	args = append(args, "--set", fmt.Sprintf("edge.port=%d,edge.healthPort=%d,edge.adminPort=%d,edge.upstream.port=%d", edgePort, healthPort, adminPort, upstreamPort),
 		"--set", fmt.Sprintf("edge.rateLimit.maxTokens=%d,edge.rateLimit.tokensPerFill=1,edge.rateLimit.fillInterval=3600s", burst),
 		"--show-only", "templates/edge-config.yaml", "--show-only", "templates/edge-tls.yaml")
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = root
-	tmp := t.TempDir()
-	cmd.Env = []string{"HOME=" + tmp, "HELM_CACHE_HOME=" + tmp, "HELM_CONFIG_HOME=" + tmp, "HELM_DATA_HOME=" + tmp}
-	out, err := cmd.CombinedOutput()
+	rendered, err := testenv.Helm(t, args...)
 	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, rendered)
 	}
+	out := []byte(rendered)
 	var envoy string
 	files := map[string][]byte{}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)

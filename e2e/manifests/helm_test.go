@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,22 +24,7 @@ import (
 
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	bin, err := testenv.Bin("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = root
-	// Keep helm's caches and config inside the test's temporary directory.
-	tmp := t.TempDir()
-	cmd.Env = []string{"HOME=" + tmp, "HELM_CACHE_HOME=" + filepath.Join(tmp, "cache"),
-		"HELM_CONFIG_HOME=" + filepath.Join(tmp, "config"), "HELM_DATA_HOME=" + filepath.Join(tmp, "data")}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return testenv.Helm(t, args...)
 }
 
 func TestChartLints(t *testing.T) {
