@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -100,15 +101,32 @@ func (d *Daemon) Get(t testing.TB, timeout time.Duration, addr, path string) str
 // Stop sends SIGTERM and fails t unless the daemon exits cleanly within 30 s.
 func (d *Daemon) Stop(t testing.TB) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Terminate(); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.Stopped(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Terminate sends SIGTERM, unless the daemon has exited already, and returns at once: to stop
+// several daemons together, Terminate each, then check each with Stopped.
+func (d *Daemon) Terminate() error {
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("%s: SIGTERM: %w", d.name, err)
+	}
+	return nil
+}
+
+// Stopped waits up to within for the daemon to exit and returns nil if it exited cleanly.
+func (d *Daemon) Stopped(within time.Duration) error {
 	select {
 	case <-d.exited:
 		if d.waitErr != nil {
-			t.Fatalf("%s did not exit cleanly on SIGTERM: %v", d.name, d.waitErr)
+			return fmt.Errorf("%s did not exit cleanly on SIGTERM: %v", d.name, d.waitErr)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s still running 30s after SIGTERM", d.name)
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("%s still running %v after SIGTERM", d.name, within)
 	}
 }

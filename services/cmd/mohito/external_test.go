@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,16 +47,10 @@ func buildMohito(t *testing.T, dir string) string {
 	return bin
 }
 
-type daemonProc struct {
-	name, log, addrFile string
-	cmd                 *exec.Cmd
-	done                chan struct{}
-	err                 error
-}
-
-func (p *daemonProc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b[max(0, len(b)-2000):])
+// roleProc is one role started as a process, with the file it writes its listen addresses to.
+type roleProc struct {
+	*testenv.Daemon
+	name, addrFile string
 }
 
 // runBin runs the binary to completion and returns its exit code, stdout and stderr.
@@ -208,34 +201,18 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	if err := os.WriteFile(deployment, []byte(externalDeployment), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var procs []*daemonProc
-	start := func(name, sub, user string, env []string, args ...string) *daemonProc {
+	var procs []*roleProc
+	start := func(name, sub, user string, env []string, args ...string) *roleProc {
 		pwFile := filepath.Join(dir, "pw-"+user)
 		if err := os.WriteFile(pwFile, []byte(passwords[user]+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := &daemonProc{name: name, log: filepath.Join(dir, name+".log"), addrFile: filepath.Join(dir, name+".addr"), done: make(chan struct{})}
+		p := &roleProc{name: name, addrFile: filepath.Join(dir, name+".addr")}
 		full := append([]string{sub, "--deployment", deployment, "--nats-url", nats.URL(), "--nats-user", user, "--nats-password-file", pwFile,
 			"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"}, args...)
-		f, err := os.Create(p.log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.cmd = exec.Command(bin, full...)
-		p.cmd.Env = append(os.Environ(), append(env, "OBSCURA_ADDR_FILE="+p.addrFile)...)
-		p.cmd.Stdout, p.cmd.Stderr = f, f
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { p.err = p.cmd.Wait(); f.Close(); close(p.done) }()
-		t.Cleanup(func() {
-			select {
-			case <-p.done:
-			default:
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		})
+		cmd := exec.Command(bin, full...)
+		cmd.Env = append(os.Environ(), append(env, "OBSCURA_ADDR_FILE="+p.addrFile)...)
+		p.Daemon = testenv.StartDaemon(t, name, cmd)
 		procs = append(procs, p)
 		return p
 	}
@@ -253,7 +230,7 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	}
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	rdb := []string{"--redis-addr", redis.Addr()}
-	gws := []*daemonProc{
+	gws := []*roleProc{
 		start("gateway-0", "gateway", iu, []string{"OBSCURA_REUSE_PORT=true"}, append(rdb, "--grpc-addr", grpcAddr, "--tokens-file", filepath.Join(prov, ProvisionTokens))...),
 		start("gateway-1", "gateway", iu, []string{"OBSCURA_REUSE_PORT=true"}, append(rdb, "--grpc-addr", grpcAddr, "--tokens-file", filepath.Join(prov, ProvisionTokens))...),
 	}
@@ -265,10 +242,8 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	// probe: every role becomes ready on the address its file names.
 	testenv.Eventually(t, 30*time.Second, "mohito probe /readyz exits 0 for every role", func() error {
 		for _, p := range procs {
-			select {
-			case <-p.done:
-				return fmt.Errorf("%w: %s exited: %v\n%s", testenv.ErrGiveUp, p.name, p.err, p.tail())
-			default:
+			if err := p.Exited(); err != nil {
+				return err
 			}
 			if code, _, stderr := runBin(t, bin, []string{"OBSCURA_ADDR_FILE=" + p.addrFile}, "probe", "/readyz"); code != 0 {
 				return fmt.Errorf("%s: exit %d: %s", p.name, code, stderr)
@@ -327,10 +302,7 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 		"--commands", "20", "--users", "4", "--progress", "1s", "--timeout", "30s", "--json", out, "--csv", filepath.Join(dir, "drive.csv")}, edgeArgs...)...)
 	t.Logf("drive:\n%s", stdout)
 	if code != 0 {
-		for _, p := range procs {
-			t.Logf("--- %s ---\n%s", p.name, p.tail())
-		}
-		t.Fatalf("drive: exit %d\n%s", code, stderr)
+		t.Fatalf("drive: exit %d\n%s", code, stderr) // every role's log follows (testenv.Daemon)
 	}
 	var ds loadgen.Summary
 	b, _ := os.ReadFile(out)
@@ -343,11 +315,7 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 
 	// Two gateways on one port: with the first stopped, the second still
 	// serves the same address.
-	gws[0].cmd.Process.Signal(syscall.SIGTERM)
-	<-gws[0].done
-	if gws[0].err != nil {
-		t.Fatalf("gateway-0 after SIGTERM: %v", gws[0].err)
-	}
+	gws[0].Stop(t)
 	conn, err := rounds.DialGateway(grpcAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -364,16 +332,13 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	}
 
 	for _, p := range procs {
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.Terminate(); err != nil {
+			t.Error(err)
+		}
 	}
 	for _, p := range procs {
-		select {
-		case <-p.done:
-			if p.err != nil {
-				t.Errorf("%s exited with %v after SIGTERM", p.name, p.err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("%s did not stop within 20s of SIGTERM", p.name)
+		if err := p.Stopped(20 * time.Second); err != nil {
+			t.Error(err)
 		}
 	}
 }
