@@ -59,7 +59,7 @@ func NewCommandID(rand io.Reader) ([16]byte, error) {
 
 // IssueCommandID is IssueCommand for a command with a given id and issue
 // time. A user retrying a command in a later round (its round was closed or
-// aborted) re-issues it with the same id, issue time and payload: every
+// aborted, or its response did not open) re-issues it with the same id, issue time and payload: every
 // layer, z and the response keys are fresh, and a device that already
 // executed it answers with its earlier response rather than executing it
 // again (Device). The device accepts it only while issued is within its
