@@ -13,7 +13,7 @@ import (
 // Lease is a leader lease: one key of a JetStream KV bucket whose TTL is the lease's. The holder
 // creates the key, renews it every TTL/3 by compare-and-set, and deletes it when it stops, so a
 // standby takes over at once after a graceful stop and within the TTL after a crash. This is the
-// one leader election of the services (the coordinator, the vendor agent).
+// one leader election of the services (the coordinator, each vendor's agent and shuffler).
 type Lease struct {
 	kv  jetstream.KeyValue
 	key string

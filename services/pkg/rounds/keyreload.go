@@ -137,13 +137,14 @@ func (r *KeyReloader) Run(ctx context.Context) error {
 		if now.Sub(lastLoad) >= r.Interval {
 			lastLoad = now
 			staged, err := r.Reload(ctx, now)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
+				// Stopping: the read was cut short, not failed.
+			case err != nil:
 				r.Log.Warn("key reload failed; keeping the keys held", "err", err)
-				if r.Metrics != nil {
-					r.Metrics.KeyReloads.WithLabelValues("failed").Inc()
-				}
-			} else if r.Metrics != nil {
-				r.Metrics.KeyReloads.WithLabelValues("ok").Inc()
+				r.count("failed")
+			default:
+				r.count("ok")
 			}
 			if len(staged) > 0 {
 				r.Log.Info("key epochs staged", "epochs", staged, "activate_in", r.ActivationDelay.String())
@@ -156,6 +157,13 @@ func (r *KeyReloader) Run(ctx context.Context) error {
 			}
 		}
 		r.observe()
+	}
+}
+
+// count counts one reload by result.
+func (r *KeyReloader) count(result string) {
+	if r.Metrics != nil {
+		r.Metrics.KeyReloads.WithLabelValues(result).Inc()
 	}
 }
 
