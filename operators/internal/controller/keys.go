@@ -119,15 +119,15 @@ func checkKeyEntry(what string, s *corev1.Secret, key string, wantLen int) *outc
 // ReasonKeyEpochRotated is the Event recorded when a key Secret gains a higher epoch.
 const ReasonKeyEpochRotated = "KeyEpochRotated"
 
-// recordKeyEpochs records a KeyEpochRotated Event when the highest epoch of a key Secret rises
-// above the one in status (old), and returns the epochs to store.
-func recordKeyEpochs(rec events.EventRecorder, obj runtime.Object, what string, old, now []int32, activationDelay string) []int32 {
-	if len(old) > 0 && len(now) > 0 && now[len(now)-1] > old[len(old)-1] {
+// setKeyEpochs stores the key epochs now in *status, recording a KeyEpochRotated Event when the
+// highest epoch rises above the one status held.
+func setKeyEpochs(rec events.EventRecorder, obj runtime.Object, what string, status *[]int32, now []int32, activationDelay string) {
+	if old := *status; len(old) > 0 && len(now) > 0 && now[len(now)-1] > old[len(old)-1] {
 		rec.Eventf(obj, nil, corev1.EventTypeNormal, ReasonKeyEpochRotated, "RotateKey",
 			"%s: epoch %d added (epochs %v, previously current %d); the workloads stage it within their reload interval and name it after their activation delay (%s), without a restart",
 			what, now[len(now)-1], now, old[len(old)-1], activationDelay)
 	}
-	return now
+	*status = now
 }
 
 // secretName returns the Secret a key reference names, or "".

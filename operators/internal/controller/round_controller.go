@@ -139,7 +139,7 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 	if err != nil || o != nil {
 		return deref(o), nil, err
 	}
-	rd.Status.KeyEpochs = recordKeyEpochs(r.Recorder, rd, "integrator key", rd.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
+	setKeyEpochs(r.Recorder, rd, "integrator key", &rd.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
 	if o, err := r.Keys.checkSecretFile(ctx, rd.Namespace, "gateway tokens", rd.Spec.Gateway.Tokens, specs.TokensFile); err != nil || o != nil {
 		return deref(o), nil, err
 	}

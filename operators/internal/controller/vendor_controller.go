@@ -101,7 +101,7 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 	if err != nil || o != nil {
 		return deref(o), err
 	}
-	v.Status.KeyEpochs = recordKeyEpochs(r.Recorder, v, "vendor key", v.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
+	setKeyEpochs(r.Recorder, v, "vendor key", &v.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
 	if v.Spec.Agent != nil {
 		if o, err := r.Keys.checkSecretFile(ctx, v.Namespace, "device registry", v.Spec.Agent.Devices, specs.DevicesFile); err != nil || o != nil {
 			return deref(o), err
