@@ -361,7 +361,6 @@ func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
 // Redis), then streams it to the vendor. A rebuilt encoder reuses a table
 // that is already durable so a vendor never sees two different tables.
 func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVendor) error {
-	start := time.Now()
 	d := &e.cfg.Deployment
 	name := fmt.Sprintf("%d-%d", t, v)
 	m5, err := e.objects.GetBytes(ctx, name)
@@ -387,6 +386,7 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		}
 		stop := e.holdClaim(ctx, name, rev)
 		defer stop()
+		start := time.Now()
 		var cmds []mohito.ShuffledCommand
 		for _, b := range ev.batches {
 			cmds = append(cmds, b...)
@@ -402,13 +402,15 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		if m5, err = mohito.MarshalTable(mohito.KindCommandTable, t, uint32(v), capacity, table); err != nil {
 			return err
 		}
+		// Counted once encoded, before the stores: a store that succeeds on the server while its
+		// caller is stopped still leaves a table that was encoded here (the next owner reuses it).
+		e.cfg.Metrics.StageSeconds.WithLabelValues("okvs_encode").Observe(time.Since(start).Seconds())
 		if err := e.cfg.Store.PutSlots(ctx, t, v, marshalSlots(slots)); err != nil {
 			return fmt.Errorf("store slots: %w", err)
 		}
 		if _, err := e.objects.PutBytes(ctx, name, m5); err != nil {
 			return fmt.Errorf("store table: %w", err)
 		}
-		e.cfg.Metrics.StageSeconds.WithLabelValues("okvs_encode").Observe(time.Since(start).Seconds())
 	}
 	if err := natsx.SendBlob(ctx, e.cfg.JS, toVendor(v, t, kindTable), "okvs-"+name, m5); err != nil {
 		return err
