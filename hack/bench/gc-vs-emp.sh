@@ -239,6 +239,7 @@ function ms(x) { return x == "" ? "n/a" : sprintf("%.3f ms", x); }
 function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "n/a" : sprintf("%.2f×", a / b); }
 FILENAME ~ /emp.jsonl$/ {
   b = jstr($0, "bench"); im = jstr($0, "impl"); c = jstr($0, "circuit");
+  sh = jnum($0, "cpu_share"); if (sh != "") { if (shmin == "" || sh < shmin) shmin = sh; if (shmax == "" || sh > shmax) shmax = sh; }
   if (b == "and_garble" || b == "and_evaluate") emp[b "/" im] = jnum($0, "ands_per_s");
   if (b == "circuit_garble" || b == "circuit_evaluate") { emp[b "/" c] = jnum($0, "median_ms"); empand[c] = jnum($0, "and_gates"); }
   next;
@@ -266,6 +267,7 @@ END {
   printf "Load average %s before, %s after: a shared %d-core machine, figures are noisy (±10–20 %%)", l0, l1, ncpu;
   split(l0, la, " "); split(l1, lb, " ");
   if (la[1] + 0 > ncpu || lb[1] + 0 > ncpu) printf "; **the machine was busy (load average above %d): rerun on a quiet machine before quoting**", ncpu;
+  if (shmin != "") printf "; EMP had the core for %.0f–%.0f %% of its wall time", shmin * 100, shmax * 100;
   printf ".\n\n";
   print "| Measure | Obscura (Go) | EMP | Ratio (>1: Obscura faster) |";
   print "|---|---|---|---|";

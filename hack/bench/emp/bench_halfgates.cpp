@@ -30,6 +30,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <time.h>
 
 #ifndef EMP_COMMIT
 #define EMP_COMMIT "unknown"
@@ -43,6 +44,31 @@ namespace {
 double ms_since(Clock::time_point t0) {
 	return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+
+double thread_cpu_ms() {
+	timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Wall-clock samples (what the figures are, as Go's benchmarks) plus the thread's CPU time over
+// the same samples: cpu_share well below 1 means other processes took the core and the figures
+// are inflated.
+struct Timer {
+	Clock::time_point t0;
+	double c0 = 0, wall_sum = 0, cpu_sum = 0;
+	void start() {
+		c0 = thread_cpu_ms();
+		t0 = Clock::now();
+	}
+	double stop() {
+		double w = ms_since(t0);
+		cpu_sum += thread_cpu_ms() - c0;
+		wall_sum += w;
+		return w;
+	}
+	double share() const { return wall_sum > 0 ? cpu_sum / wall_sum : 0; }
+};
 
 double median(std::vector<double> v) {
 	std::sort(v.begin(), v.end());
@@ -117,13 +143,14 @@ struct Opts {
 	bool and_only = false;
 };
 
-void emit_and(const char* what, const char* impl, size_t gates, const std::vector<double>& ms) {
+void emit_and(const char* what, const char* impl, size_t gates, const std::vector<double>& ms, double share) {
 	double m = median(ms);
 	double lo = *std::min_element(ms.begin(), ms.end()), hi = *std::max_element(ms.begin(), ms.end());
 	printf("{\"bench\":\"%s\",\"impl\":\"%s\",\"gates\":%zu,\"runs\":%zu,\"median_ms\":%.3f,"
-	       "\"ands_per_s\":%.0f,\"ns_per_and\":%.3f,\"best_ands_per_s\":%.0f,\"worst_ands_per_s\":%.0f}\n",
+	       "\"ands_per_s\":%.0f,\"ns_per_and\":%.3f,\"best_ands_per_s\":%.0f,\"worst_ands_per_s\":%.0f,"
+	       "\"cpu_share\":%.3f}\n",
 	       what, impl, gates, ms.size(), m, gates / (m / 1e3), m * 1e6 / gates, gates / (lo / 1e3),
-	       gates / (hi / 1e3));
+	       gates / (hi / 1e3), share);
 	fflush(stdout);
 }
 
@@ -152,19 +179,21 @@ void bench_and_kernel(const Opts& o) {
 	MITCCRH<8> gen, eva;
 
 	std::vector<double> tg, te;
+	Timer cg, ce;
 	for (int r = 0; r < o.runs + 1; ++r) {  // run 0 warms up and is not counted
+		if (r == 1) cg = Timer(), ce = Timer();
 		gen.setS(S);
 		gen.key_used = 8;
-		auto t0 = Clock::now();
+		cg.start();
 		for (size_t i = 0; i < n; ++i)
 			W0[i] = halfgates_garble(A[i], A[i] ^ delta, B[i], B[i] ^ delta, delta, &T[2 * i], &gen);
-		double g = ms_since(t0);
+		double g = cg.stop();
 
 		eva.setS(S);
 		eva.key_used = 8;
-		t0 = Clock::now();
+		ce.start();
 		for (size_t i = 0; i < n; ++i) We[i] = halfgates_eval(Aa[i], Ba[i], &T[2 * i], &eva);
-		double e = ms_since(t0);
+		double e = ce.stop();
 		if (r > 0) {
 			tg.push_back(g);
 			te.push_back(e);
@@ -174,8 +203,8 @@ void bench_and_kernel(const Opts& o) {
 		block want = (x[i] & y[i]) ? W0[i] ^ delta : W0[i];
 		if (!cmpBlock(&We[i], &want, 1)) fail("kernel: evaluated label of AND gate " + std::to_string(i) + " is wrong");
 	}
-	emit_and("and_garble", "kernel", n, tg);
-	emit_and("and_evaluate", "kernel", n, te);
+	emit_and("and_garble", "kernel", n, tg, cg.share());
+	emit_and("and_evaluate", "kernel", n, te, ce.share());
 }
 
 void bench_and_backend(const Opts& o) {
@@ -200,18 +229,20 @@ void bench_and_backend(const Opts& o) {
 		Ba[i] = y[i] ? B[i] ^ delta : B[i];
 	}
 	std::vector<double> tg, te;
+	Timer cg, ce;
 	for (int r = 0; r < o.runs + 1; ++r) {
+		if (r == 1) cg = Timer(), ce = Timer();
 		io.wpos = hdr;
 		gen.rewind();
-		auto t0 = Clock::now();
+		cg.start();
 		gen.and_gate_n(W0.p, A.p, B.p, n);
-		double g = ms_since(t0);
+		double g = cg.stop();
 
 		io.rpos = hdr;
 		eva.rewind();
-		t0 = Clock::now();
+		ce.start();
 		eva.and_gate_n(We.p, Aa.p, Ba.p, n);
-		double e = ms_since(t0);
+		double e = ce.stop();
 		if (r > 0) {
 			tg.push_back(g);
 			te.push_back(e);
@@ -222,8 +253,8 @@ void bench_and_backend(const Opts& o) {
 		block want = (x[i] & y[i]) ? W0[i] ^ delta : W0[i];
 		if (!cmpBlock(&We[i], &want, 1)) fail("backend: evaluated label of AND gate " + std::to_string(i) + " is wrong");
 	}
-	emit_and("and_garble", "backend", n, tg);
-	emit_and("and_evaluate", "backend", n, te);
+	emit_and("and_garble", "backend", n, tg, cg.share());
+	emit_and("and_evaluate", "backend", n, te, ce.share());
 }
 
 // ---- (b) Bristol Fashion circuits -----------------------------------------------------------
@@ -319,25 +350,30 @@ void bench_circuit(const Opts& o, const char* name, const std::string& path, boo
 		eva.rewind();
 		cf.compute(out_e.data(), in_e.data());
 	};
-	// Calibrate the repetitions per sample from one warm-up of each.
-	backend = &gen;
-	auto t0 = Clock::now();
-	run_gen();
-	double one = ms_since(t0);
-	backend = &eva;
-	run_eva();
+	// Calibrate the repetitions per sample from the fastest of a few warm-ups (a slow one is
+	// usually a preempted one).
+	double one = 1e9;
+	for (int k = 0; k < 5; ++k) {
+		backend = &gen;
+		auto t0 = Clock::now();
+		run_gen();
+		one = std::min(one, ms_since(t0));
+		backend = &eva;
+		run_eva();
+	}
 	int reps = std::max(1, int(o.min_ms / std::max(one, 1e-3)));
 
 	std::vector<double> tg, te;
+	Timer cg, ce;
 	for (int r = 0; r < o.runs; ++r) {
 		backend = &gen;
-		t0 = Clock::now();
+		cg.start();
 		for (int k = 0; k < reps; ++k) run_gen();
-		tg.push_back(ms_since(t0) / reps);
+		tg.push_back(cg.stop() / reps);
 		backend = &eva;
-		t0 = Clock::now();
+		ce.start();
 		for (int k = 0; k < reps; ++k) run_eva();
-		te.push_back(ms_since(t0) / reps);
+		te.push_back(ce.stop() / reps);
 	}
 	backend = nullptr;
 	if (io.rpos != io.wpos) fail(std::string(name) + ": evaluator did not consume every table");
@@ -353,19 +389,23 @@ void bench_circuit(const Opts& o, const char* name, const std::string& path, boo
 		double m = median(t);
 		printf("{\"bench\":\"%s\",\"circuit\":\"%s\",\"and_gates\":%zu,\"gates\":%d,\"runs\":%zu,"
 		       "\"reps_per_run\":%d,\"median_ms\":%.4f,\"best_ms\":%.4f,\"worst_ms\":%.4f,"
-		       "\"ands_per_s\":%.0f,\"kat\":%s}\n",
+		       "\"ands_per_s\":%.0f,\"cpu_share\":%.3f,\"kat\":%s}\n",
 		       pass ? "circuit_evaluate" : "circuit_garble", name, ands, cf.num_gate, t.size(), reps, m,
 		       *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()),
-		       ands / (m / 1e3), kat_ok ? "true" : "false");
+		       ands / (m / 1e3), (pass ? ce : cg).share(), kat_ok ? "true" : "false");
 	}
 	fflush(stdout);
 }
 
-void usage() {
-	fprintf(stderr,
+void usage(int code = 2) {
+	fprintf(code ? stderr : stdout,
 	        "usage: bench_halfgates --circuits DIR [--gates N] [--runs R] [--min-ms MS] [--and-only]\n"
-	        "  DIR holds emp-tool's bristol_fashion/aes_128.txt and sha256.txt\n");
-	exit(2);
+	        "  DIR holds emp-tool's bristol_fashion/aes_128.txt and sha256.txt\n"
+	        "  --gates N    independent AND gates per sample (default 1048576)\n"
+	        "  --runs R     samples per figure, median reported (default 9)\n"
+	        "  --min-ms MS  a circuit sample repeats the circuit for at least MS ms (default 50)\n"
+	        "  --and-only   skip the circuits\n");
+	exit(code);
 }
 
 }  // namespace
@@ -383,6 +423,7 @@ int main(int argc, char** argv) {
 		else if (a == "--runs") o.runs = std::stoi(next());
 		else if (a == "--min-ms") o.min_ms = std::stod(next());
 		else if (a == "--and-only") o.and_only = true;
+		else if (a == "--help" || a == "-h") usage(0);
 		else usage();
 	}
 	if (o.runs < 1 || o.gates < 1 || (!o.and_only && o.circuits.empty())) usage();
