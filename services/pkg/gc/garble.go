@@ -1,0 +1,246 @@
+package gc
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Input is how the Garbler feeds one input wire.
+type Input struct {
+	// Const marks a wire with a constant value (a nullified publisher's nullifying bit, or
+	// a value the Garbler hard-wires): the stream carries the one label of Bit, so Δ stays
+	// hidden (spec §3.5).
+	Const bool
+	// Bit is the constant's value when Const is set.
+	Bit bool
+	// A0 and A1 are the publisher's labels for bit 0 and bit 1 (spec §8.2) when Const is
+	// not set. Their permute bits must differ: the identity gate's row is lsb(a).
+	A0, A1 Label
+}
+
+// Options tune Garble and Evaluate. The zero value is the default.
+type Options struct {
+	// Context is carried in the stream header for the caller (at most MaxContext bytes).
+	// Evaluate ignores it.
+	Context []byte
+	// ChunkSize is how many bytes of tables are buffered between writes (Garble) or reads
+	// (Evaluate); it bounds the engine's stream memory. Default DefaultChunkSize; it is
+	// rounded down to a multiple of 32, at least 32.
+	ChunkSize int
+}
+
+// DefaultChunkSize is the default stream buffer: 2048 AND gates.
+const DefaultChunkSize = 64 << 10
+
+// ErrPermuteBits means an identity input's labels have equal permute bits.
+var ErrPermuteBits = errors.New("gc: input labels a0 and a1 have the same permute bit")
+
+func (o *Options) chunk() int {
+	n := DefaultChunkSize
+	if o != nil && o.ChunkSize > 0 {
+		n = o.ChunkSize
+	}
+	return max(n&^31, 32)
+}
+
+// testHookSecrets, when set by a test, receives each execution's Δ and input zero-labels
+// before they are erased (TestFreshPerExecution, TestEvaluatorView).
+var testHookSecrets func(delta Label, w0 []Label)
+
+// Garble garbles one execution of p and writes it to w in the stream format (stream.go).
+// Every call draws a fresh Δ (lsb 1), π key and execID from crypto/rand and erases Δ and
+// the labels before returning, so no two executions share them and none can be reused:
+// there is no way to pass them in (spec D22). inputs has one entry per input wire; mask
+// holds the output mask r, ⌈m/8⌉ bytes LSB first (nil for none), folded into the decoding
+// bits (spec §3.7). It returns the header it wrote.
+func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []byte, opt *Options) (*Header, error) {
+	if len(inputs) != p.nIn {
+		return nil, fmt.Errorf("gc: garble with %d inputs, circuit has %d input wires", len(inputs), p.nIn)
+	}
+	if mask != nil && len(mask) != (p.nOut+7)/8 {
+		return nil, fmt.Errorf("gc: mask of %d bytes, want %d", len(mask), (p.nOut+7)/8)
+	}
+	h := &Header{CircuitHash: p.hash, Inputs: uint64(p.nIn), ANDs: uint64(p.nAND), Outputs: uint64(p.nOut)}
+	if opt != nil {
+		if len(opt.Context) > MaxContext {
+			return nil, fmt.Errorf("gc: context of %d bytes (at most %d)", len(opt.Context), MaxContext)
+		}
+		h.Context = append([]byte(nil), opt.Context...)
+	}
+	nConst := 0
+	for u, in := range inputs {
+		if in.Const {
+			nConst++
+		} else if in.A0.Lsb() == in.A1.Lsb() {
+			return nil, fmt.Errorf("gc: input wire %d: %w", u, ErrPermuteBits)
+		}
+	}
+
+	var delta Label
+	rand.Read(delta[:])
+	delta[0] |= 1
+	rand.Read(h.Key[:])
+	rand.Read(h.ExecID[:])
+	k := newFixedKey(h.Key)
+
+	L := p.getLabels()
+	defer p.putLabels(L)
+	defer clear(delta[:])
+	rand.Read(labelBytes(L[:p.nIn]))
+	L[p.zeroSlot] = Label{}
+	L[p.oneSlot] = delta // INV a = a ⊕ one: the Garbler's zero-label of ¬a is W_a^0 ⊕ Δ
+
+	sw := &streamWriter{w: w, buf: make([]byte, 0, opt.chunk())}
+	sw.write(h.appendTo(nil))
+
+	// Input kinds, identity tables, constant labels.
+	kinds := make([]byte, (p.nIn+7)/8)
+	for u, in := range inputs {
+		if in.Const {
+			kinds[u/8] |= 1 << (u % 8)
+		}
+	}
+	sw.write(kinds)
+	if err := garbleIdentity(k, sw, h.ExecID, inputs, L[:p.nIn], delta); err != nil {
+		return nil, err
+	}
+	for u, in := range inputs {
+		if in.Const {
+			l := L[u]
+			if in.Bit {
+				l = xorLabel(l, delta)
+			}
+			sw.write(l[:])
+		}
+	}
+
+	// Gate tables, chunk by chunk.
+	t := uint64(0)
+	err := p.forEachRun(func(and bool, ops []uint32) error {
+		if !and {
+			active.xor(L, ops)
+			return nil
+		}
+		for len(ops) > 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			room := sw.room() / 32
+			if room == 0 {
+				sw.flush()
+				room = sw.room() / 32
+			}
+			n := min(room, len(ops)/3)
+			tab := sw.grow(32 * n)
+			active.garbleAND(k, &delta, L, ops[:3*n], tab, t)
+			t += 2 * uint64(n)
+			ops = ops[3*n:]
+		}
+		return sw.err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gc: garble: %w", err)
+	}
+
+	d := make([]byte, (p.nOut+7)/8)
+	for j, s := range p.outSlots {
+		bit := L[s][0] & 1
+		if mask != nil {
+			bit ^= mask[j/8] >> (j % 8) & 1
+		}
+		d[j/8] |= bit << (j % 8)
+	}
+	sw.write(d)
+	sw.flush()
+	if sw.err != nil {
+		return nil, fmt.Errorf("gc: write garbled stream: %w", sw.err)
+	}
+	if testHookSecrets != nil {
+		testHookSecrets(delta, append([]Label(nil), L[:p.nIn]...))
+	}
+	return h, nil
+}
+
+// garbleIdentity writes the identity tables: for input wire u with publisher labels
+// (a0, a1), row lsb(a_b) is H(a_b, tweakID(exec, u)) ⊕ W_u^b. Spec §8.5 offers E = AES
+// keyed by a or E = H; H is taken because it runs in the same batched fixed-key AES as the
+// gates (no key schedule per wire) and a_b, uniformly random and independent of Δ, is a
+// fine input to a CCR hash keyed by a fresh π.
+func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
+	const batch = 256
+	var src, tw, dst, scratch [2 * batch]Label
+	execLo := Label(exec).lo()
+	for base := 0; base < len(inputs); base += batch {
+		end := min(base+batch, len(inputs))
+		n := 0
+		for u := base; u < end; u++ {
+			in := inputs[u]
+			if in.Const {
+				continue
+			}
+			tweak := mkLabel(execLo, uint64(u))
+			src[n], src[n+1] = in.A0, in.A1
+			tw[n], tw[n+1] = tweak, tweak
+			n += 2
+		}
+		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
+		i := 0
+		for u := base; u < end; u++ {
+			in := inputs[u]
+			if in.Const {
+				continue
+			}
+			var rows [32]byte
+			r0 := xorLabel(dst[i], W0[u])
+			r1 := xorLabel(dst[i+1], xorLabel(W0[u], delta))
+			b0 := in.A0.Lsb()
+			copy(rows[16*b0:], r0[:])
+			copy(rows[16*(1-b0):], r1[:])
+			sw.write(rows[:])
+			i += 2
+		}
+		clear(src[:n])
+	}
+	clear(dst[:])
+	return sw.err
+}
+
+// streamWriter buffers one chunk and remembers the first write error.
+type streamWriter struct {
+	w   io.Writer
+	buf []byte
+	n   int64
+	err error
+}
+
+func (s *streamWriter) room() int { return cap(s.buf) - len(s.buf) }
+
+func (s *streamWriter) flush() {
+	if s.err == nil && len(s.buf) > 0 {
+		var n int
+		n, s.err = s.w.Write(s.buf)
+		s.n += int64(n)
+	}
+	s.buf = s.buf[:0]
+}
+
+// grow appends n bytes (n ≤ room) and returns them.
+func (s *streamWriter) grow(n int) []byte {
+	l := len(s.buf)
+	s.buf = s.buf[:l+n]
+	return s.buf[l : l+n]
+}
+
+func (s *streamWriter) write(b []byte) {
+	for len(b) > 0 {
+		if s.room() == 0 {
+			s.flush()
+		}
+		c := copy(s.buf[len(s.buf):cap(s.buf)], b)
+		s.buf = s.buf[:len(s.buf)+c]
+		b = b[c:]
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !purego
+
+package gc
+
+func bestKernels() kernels { return genericKernels }
