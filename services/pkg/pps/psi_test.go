@@ -242,7 +242,7 @@ func TestPSIMessagesRoundTrip(t *testing.T) {
 	req := &PSIRequest{Exec: exec, S2: *testSeed(3), Positions: []Position{0, 5, 1 << 20}, Blinded: make([][32]byte, 3)}
 	req.Blinded[2][7] = 9
 	resp := &PSIResponse{Exec: exec, Evaluated: make([][32]byte, 2), Tags: [][TagSize]byte{{1}, {2}, {2, 1}}}
-	inc := &Inconsistent{Exec: exec, Slots: []uint32{1, 7, 9}}
+	inc := &InconsistentSlots{Exec: exec, Slots: []uint32{1, 7, 9}}
 	for _, m := range []interface {
 		MarshalBinary() ([]byte, error)
 		UnmarshalBinary([]byte) error
@@ -280,14 +280,14 @@ func TestPSIDecodersRejectUnordered(t *testing.T) {
 	if err := new(PSIResponse).UnmarshalBinary(b); !errors.Is(err, ErrMalformed) {
 		t.Errorf("unsorted tags: %v", err)
 	}
-	inc := &Inconsistent{Slots: []uint32{3, 1}}
+	inc := &InconsistentSlots{Slots: []uint32{3, 1}}
 	b, _ = inc.MarshalBinary()
-	if err := new(Inconsistent).UnmarshalBinary(b); !errors.Is(err, ErrMalformed) {
+	if err := new(InconsistentSlots).UnmarshalBinary(b); !errors.Is(err, ErrMalformed) {
 		t.Errorf("unsorted slots: %v", err)
 	}
-	b, _ = (&Inconsistent{}).MarshalBinary()
+	b, _ = (&InconsistentSlots{}).MarshalBinary()
 	b[0] = msgPSIRequest
-	if err := new(Inconsistent).UnmarshalBinary(b); !errors.Is(err, ErrMalformed) {
+	if err := new(InconsistentSlots).UnmarshalBinary(b); !errors.Is(err, ErrMalformed) {
 		t.Errorf("wrong message type: %v", err)
 	}
 }
@@ -329,5 +329,5 @@ func FuzzPSIResponse(f *testing.F) {
 }
 
 func FuzzInconsistent(f *testing.F) {
-	fuzzDecoder(f, func() *Inconsistent { return new(Inconsistent) }, &Inconsistent{Slots: []uint32{0, 4}})
+	fuzzDecoder(f, func() *InconsistentSlots { return new(InconsistentSlots) }, &InconsistentSlots{Slots: []uint32{0, 4}})
 }

@@ -46,9 +46,9 @@ type PSIResponse struct {
 	Tags      [][TagSize]byte
 }
 
-// Inconsistent is the Broker's report after the check: the slots with at least one
+// InconsistentSlots is the Broker's report after the check: the slots with at least one
 // inconsistent label, ascending, for the Garbler to nullify (spec §3.4 step 7, §8.4).
-type Inconsistent struct {
+type InconsistentSlots struct {
 	Exec  ExecID
 	Slots []uint32
 }
@@ -195,7 +195,7 @@ func (m *PSIResponse) UnmarshalBinary(b []byte) error {
 }
 
 // MarshalBinary encodes the report: header, count, slots.
-func (m *Inconsistent) MarshalBinary() ([]byte, error) {
+func (m *InconsistentSlots) MarshalBinary() ([]byte, error) {
 	if len(m.Slots) > MaxPSIElements {
 		return nil, fmt.Errorf("encode inconsistent slots: %d slots: %w", len(m.Slots), ErrMalformed)
 	}
@@ -209,7 +209,7 @@ func (m *Inconsistent) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a report, requiring the exact length and strictly ascending slots.
-func (m *Inconsistent) UnmarshalBinary(b []byte) error {
+func (m *InconsistentSlots) UnmarshalBinary(b []byte) error {
 	const what = "decode inconsistent slots"
 	exec, b, err := readHeader(b, msgInconsistent, what)
 	if err != nil {
@@ -229,6 +229,6 @@ func (m *Inconsistent) UnmarshalBinary(b []byte) error {
 			return fmt.Errorf("%s: slots not strictly ascending at %d: %w", what, i, ErrMalformed)
 		}
 	}
-	*m = Inconsistent{Exec: exec, Slots: slots}
+	*m = InconsistentSlots{Exec: exec, Slots: slots}
 	return nil
 }
