@@ -23,10 +23,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/obscura-iot/obscura/services/pkg/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
-	"github.com/obscura-iot/obscura/services/pkg/rounds"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -206,7 +206,7 @@ func TestDaemons(t *testing.T) {
 	c.nats = testenv.StartNATS(t, testenv.WithNATSConfig(natsx.AccountsConfig(vendors, pw)), testenv.WithMQTT())
 	c.redis = testenv.StartRedis(t)
 	c.write("deployment.json", []byte(deploymentJSON))
-	d, err := rounds.LoadDeployment(filepath.Join(c.dir, "deployment.json"))
+	d, err := roles.LoadDeployment(filepath.Join(c.dir, "deployment.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestDaemons(t *testing.T) {
 	}
 
 	// Users: each sends perUser commands in sequence to its devices.
-	conn, err := rounds.DialGateway(fmt.Sprintf("127.0.0.1:%d", grpcPort))
+	conn, err := roles.DialGateway(fmt.Sprintf("127.0.0.1:%d", grpcPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDaemons(t *testing.T) {
 				mine = append(mine, dv)
 			}
 		}
-		user := &client.User{Name: fmt.Sprintf("user%d", u), GW: rounds.NewGatewayClient(conn, fmt.Sprintf("tok-%d", u))}
+		user := &client.User{Name: fmt.Sprintf("user%d", u), GW: roles.NewGatewayClient(conn, fmt.Sprintf("tok-%d", u))}
 		for s := range perUser {
 			sent[fmt.Sprintf("u%d-%d", u, s)] = true
 		}
@@ -390,16 +390,16 @@ func TestDaemons(t *testing.T) {
 	// The operator's view: status keys in the integrator's KV bucket and
 	// the decrypt workers' consumer.
 	js := c.nats.JetStream(t, nats.UserInfo(iu, pw(iu)))
-	kv, err := js.KeyValue(ctx, rounds.BucketStatus)
+	kv, err := js.KeyValue(ctx, roles.BucketStatus)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "five completed rounds in mohito_status", func() error {
-		e, err := kv.Get(ctx, rounds.StatusSeriesKey("e2e"))
+		e, err := kv.Get(ctx, roles.StatusSeriesKey("e2e"))
 		if err != nil {
 			return err
 		}
-		var s rounds.SeriesStatus
+		var s roles.SeriesStatus
 		if err := json.Unmarshal(e.Value(), &s); err != nil {
 			return err
 		}
@@ -411,23 +411,23 @@ func TestDaemons(t *testing.T) {
 	})
 	var duty int64
 	for v := range vendors {
-		e, err := kv.Get(ctx, rounds.StatusVendorKey(v))
+		e, err := kv.Get(ctx, roles.StatusVendorKey(v))
 		if err != nil {
 			t.Fatalf("vendor %d status: %v", v, err)
 		}
-		var vs rounds.VendorStatus
+		var vs roles.VendorStatus
 		if err := json.Unmarshal(e.Value(), &vs); err != nil || vs.RoundsServed < 1 {
 			t.Fatalf("vendor %d status %s: %v", v, e.Value(), err)
 		}
 		duty += vs.ShufflerDuty
-		if _, err := kv.Get(ctx, rounds.StatusShufflerKey(v)); err != nil {
+		if _, err := kv.Get(ctx, roles.StatusShufflerKey(v)); err != nil {
 			t.Fatalf("shuffler %d status: %v", v, err)
 		}
 	}
 	if duty < 5 {
 		t.Fatalf("total shuffler duty %d < 5 rounds", duty)
 	}
-	cons, err := js.Consumer(ctx, rounds.StreamIntegratorIn, rounds.ConsumerDecryptWorkers)
+	cons, err := js.Consumer(ctx, roles.StreamIntegratorIn, roles.ConsumerDecryptWorkers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,17 +10,17 @@ import (
 	"testing"
 
 	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
-	"github.com/obscura-iot/obscura/services/pkg/rounds"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
 func TestNamesAgree(t *testing.T) {
 	pairs := map[string][2]string{
-		"status bucket":           {roundstatus.BucketStatus, rounds.BucketStatus},
-		"integrator stream":       {roundstatus.StreamIntegratorIn, rounds.StreamIntegratorIn},
-		"decrypt worker consumer": {roundstatus.ConsumerDecryptWorkers, rounds.ConsumerDecryptWorkers},
-		"series key":              {roundstatus.SeriesKey("ns_home"), rounds.StatusSeriesKey("ns_home")},
-		"vendor key":              {roundstatus.VendorKey(3), rounds.StatusVendorKey(3)},
-		"shuffler key":            {roundstatus.ShufflerKey(3), rounds.StatusShufflerKey(3)},
+		"status bucket":           {roundstatus.BucketStatus, roles.BucketStatus},
+		"integrator stream":       {roundstatus.StreamIntegratorIn, roles.StreamIntegratorIn},
+		"decrypt worker consumer": {roundstatus.ConsumerDecryptWorkers, roles.ConsumerDecryptWorkers},
+		"series key":              {roundstatus.SeriesKey("ns_home"), roles.StatusSeriesKey("ns_home")},
+		"vendor key":              {roundstatus.VendorKey(3), roles.StatusVendorKey(3)},
+		"shuffler key":            {roundstatus.ShufflerKey(3), roles.StatusShufflerKey(3)},
 	}
 	for what, p := range pairs {
 		if p[0] != p[1] {
@@ -56,8 +56,8 @@ func strictRoundTrip(t *testing.T, written, read any) {
 
 func TestStatusJSONAgrees(t *testing.T) {
 	active := int64(12)
-	strictRoundTrip(t, rounds.SeriesStatus{CurrentRound: 9, CompletedRounds: 8, AbortedRounds: 1, LastRoundSeconds: 1.5,
+	strictRoundTrip(t, roles.SeriesStatus{CurrentRound: 9, CompletedRounds: 8, AbortedRounds: 1, LastRoundSeconds: 1.5,
 		CommandsPerSecond: 300, FakeRatio: 0.25, Bursts: 2, Updated: "2026-11-22T10:00:00Z"}, &roundstatus.Series{})
-	strictRoundTrip(t, rounds.VendorStatus{RoundsServed: 8, ShufflerDuty: 3, ActiveDevices: &active}, &roundstatus.Vendor{})
-	strictRoundTrip(t, rounds.ShufflerStatus{RoundsShuffled: 3, LastRound: 9, LastResult: "Completed"}, &roundstatus.Shuffler{})
+	strictRoundTrip(t, roles.VendorStatus{RoundsServed: 8, ShufflerDuty: 3, ActiveDevices: &active}, &roundstatus.Vendor{})
+	strictRoundTrip(t, roles.ShufflerStatus{RoundsShuffled: 3, LastRound: 9, LastResult: "Completed"}, &roundstatus.Shuffler{})
 }

@@ -14,7 +14,7 @@ import (
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
-	"github.com/obscura-iot/obscura/services/pkg/rounds"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
 func readSample(t *testing.T, name string, into any) {
@@ -49,7 +49,7 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rounds.ParseDeployment([]byte(cm.Data[specs.DeploymentKey]))
+	d, err := roles.ParseDeployment([]byte(cm.Data[specs.DeploymentKey]))
 	if err != nil {
 		t.Fatalf("the services refuse the operator's deployment: %v\n%s", err, cm.Data[specs.DeploymentKey])
 	}
@@ -62,8 +62,8 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 // TestKeyRotationContract: the operator's view of key rotation is the services' — the default
 // activation delay it reports in Events, and the env variable and file names it mounts.
 func TestKeyRotationContract(t *testing.T) {
-	if specs.DefaultKeyActivationDelay != rounds.DefaultKeyActivationDelay {
-		t.Errorf("specs.DefaultKeyActivationDelay %v, services %v", specs.DefaultKeyActivationDelay, rounds.DefaultKeyActivationDelay)
+	if specs.DefaultKeyActivationDelay != roles.DefaultKeyActivationDelay {
+		t.Errorf("specs.DefaultKeyActivationDelay %v, services %v", specs.DefaultKeyActivationDelay, roles.DefaultKeyActivationDelay)
 	}
 	if n, ok := keys.ParseEpochFileName("epoch-12.key"); !ok || n != 12 || keys.EpochFileName(12) != "epoch-12.key" {
 		t.Error("epoch file names disagree")

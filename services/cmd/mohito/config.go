@@ -15,7 +15,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
-	"github.com/obscura-iot/obscura/services/pkg/rounds"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
 // Default paths of the files the operator mounts (docs/services.md).
@@ -57,7 +57,7 @@ type Common struct {
 	AddrFile         string
 	LogLevel         string
 
-	Deployment   rounds.Deployment `json:"-"`
+	Deployment   roles.Deployment `json:"-"`
 	natsPassword string
 }
 
@@ -75,7 +75,7 @@ func (c *Common) bind(f *envflag.Set) {
 
 func (c *Common) validate() []error {
 	var errs []error
-	d, err := rounds.LoadDeployment(c.DeploymentPath)
+	d, err := roles.LoadDeployment(c.DeploymentPath)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--deployment: %w", err))
 	}
@@ -123,7 +123,7 @@ func joinConfig(errs []error) error {
 }
 
 // RoleKey is the key ring of a role that holds a private key: where it comes from (pkg/keys), how
-// it is reloaded live (rounds.KeyReloader) and how long superseded epochs are kept (W, spec O16).
+// it is reloaded live (roles.KeyReloader) and how long superseded epochs are kept (W, spec O16).
 type RoleKey struct {
 	Source          keys.Source
 	ReloadInterval  time.Duration
@@ -135,11 +135,11 @@ type RoleKey struct {
 
 func (k *RoleKey) bind(f *envflag.Set, whose string) {
 	k.Source.Bind(f, DefaultKeyPath, whose)
-	f.Duration(&k.ReloadInterval, "key-reload-interval", rounds.DefaultKeyReloadInterval,
+	f.Duration(&k.ReloadInterval, "key-reload-interval", roles.DefaultKeyReloadInterval,
 		"re-read the key source this often and stage new epochs (0: never; rotation then needs a restart)")
-	f.Duration(&k.ActivationDelay, "key-activation-delay", rounds.DefaultKeyActivationDelay,
+	f.Duration(&k.ActivationDelay, "key-activation-delay", roles.DefaultKeyActivationDelay,
 		"name and announce a newly loaded key epoch only after this delay, longer than the time the source takes to reach every replica")
-	f.Int(&k.Retention, "key-retention-rounds", rounds.DefaultKeyRetention,
+	f.Int(&k.Retention, "key-retention-rounds", roles.DefaultKeyRetention,
 		"keep a superseded key epoch this many rounds after the first round naming a newer one (W)")
 }
 
@@ -149,8 +149,8 @@ func (k *RoleKey) validateAndLoad(errs []error, suite mohito.Suite) []error {
 	if k.ReloadInterval < 0 {
 		errs = append(errs, errors.New("--key-reload-interval must be ≥ 0"))
 	}
-	if k.ActivationDelay < rounds.MinKeyActivationDelay {
-		errs = append(errs, fmt.Errorf("--key-activation-delay must be ≥ %s", rounds.MinKeyActivationDelay))
+	if k.ActivationDelay < roles.MinKeyActivationDelay {
+		errs = append(errs, fmt.Errorf("--key-activation-delay must be ≥ %s", roles.MinKeyActivationDelay))
 	}
 	if k.Retention < mohito.MinKeyRetention {
 		errs = append(errs, fmt.Errorf("--key-retention-rounds must be ≥ %d (a round is still decrypted while the next collects)", mohito.MinKeyRetention))
@@ -196,11 +196,11 @@ func (k *RoleKey) load(suite mohito.Suite) error {
 }
 
 // reloader returns the live reload of the ring, or nil when --key-reload-interval is 0.
-func (k *RoleKey) reloader(d *daemon, onActivate func(context.Context, uint32)) *rounds.KeyReloader {
+func (k *RoleKey) reloader(d *daemon, onActivate func(context.Context, uint32)) *roles.KeyReloader {
 	if k.ReloadInterval == 0 {
 		return nil
 	}
-	return &rounds.KeyReloader{Ring: k.ring, Load: k.Source.LoadRing, Interval: k.ReloadInterval,
+	return &roles.KeyReloader{Ring: k.ring, Load: k.Source.LoadRing, Interval: k.ReloadInterval,
 		ActivationDelay: k.ActivationDelay, OnActivate: onActivate, Log: d.log, Metrics: d.metrics}
 }
 
@@ -273,7 +273,7 @@ type VendorAgentConfig struct {
 	Vendor      int
 	DevicesFile string
 
-	devices []rounds.RegisteredDevice
+	devices []roles.RegisteredDevice
 }
 
 func (c *GatewayConfig) validate() error {
@@ -371,7 +371,7 @@ func (c *ResponderConfig) validate() error {
 	return joinConfig(errs)
 }
 
-func checkVendor(v int, d *rounds.Deployment) error {
+func checkVendor(v int, d *roles.Deployment) error {
 	if v < 0 {
 		return errors.New("--vendor (OBSCURA_VENDOR_INDEX) is required")
 	}
@@ -419,7 +419,7 @@ func (c *VendorAgentConfig) validate() error {
 				continue
 			}
 			seen[d.ID] = true
-			var r rounds.RegisteredDevice
+			var r roles.RegisteredDevice
 			r.ID = d.ID
 			copy(r.PRF[:], d.PRF)
 			c.devices = append(c.devices, r)

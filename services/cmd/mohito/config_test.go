@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-var roles = []string{"gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent"}
+var roleNames = []string{"gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent"}
 
 // TestFlagsMatchDocs checks every role's flags and environment variables
 // against the table in docs/services.md, which the operator relies on.
@@ -36,8 +36,8 @@ func TestFlagsMatchDocs(t *testing.T) {
 			r = strings.TrimSpace(r)
 			rs := []string{r}
 			if r == "all" {
-				rs = roles
-			} else if !slices.Contains(roles, r) {
+				rs = roleNames
+			} else if !slices.Contains(roleNames, r) {
 				t.Fatalf("docs/services.md: unknown role %q in %q", r, line)
 			}
 			for _, r := range rs {
@@ -48,10 +48,10 @@ func TestFlagsMatchDocs(t *testing.T) {
 			}
 		}
 	}
-	if len(want) != len(roles) {
-		t.Fatalf("docs/services.md table covers roles %v", want)
+	if len(want) != len(roleNames) {
+		t.Fatalf("docs/services.md table covers roleNames %v", want)
 	}
-	for _, role := range roles {
+	for _, role := range roleNames {
 		f, _, err := bindRole(role)
 		if err != nil {
 			t.Fatal(err)

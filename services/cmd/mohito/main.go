@@ -41,9 +41,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
-	"github.com/obscura-iot/obscura/services/pkg/loadgen"
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
-	"github.com/obscura-iot/obscura/services/pkg/roundstate"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
+	pdasim "github.com/obscura-iot/obscura/services/pkg/pda/sim"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -99,9 +99,9 @@ type Config struct {
 	RedisAddr string
 	Metrics   string
 	// Aggregation (demo only): after the rounds, run one PDA aggregation in the same
-	// process (pdasvc.RunDemo) and include it in the summary.
+	// process (pdasim.RunDemo) and include it in the summary.
 	Aggregation bool
-	PDA         pdasvc.DemoOptions
+	PDA         pdasim.DemoOptions
 }
 
 func run(args []string, demo bool) error {
@@ -149,7 +149,7 @@ func parseRun(args []string, demo bool) (*Config, error) {
 	f.Bool(&c.Baseline, "jetstream-baseline", false, "after the run, measure raw JetStream publish+consume at -command-size on the same server")
 	f.String(&c.Metrics, "metrics-addr", "", "serve /metrics /healthz /readyz here (e.g. 127.0.0.1:9090)")
 	if demo {
-		c.PDA = pdasvc.DefaultDemoOptions()
+		c.PDA = pdasim.DefaultDemoOptions()
 		f.Bool(&c.Aggregation, "aggregation", true, "after the rounds, run one PDA aggregation (vendors pool attacking source IPs; only IPs reported by ≥ τ are revealed) on its own embedded NATS")
 		f.Int(&c.PDA.Participants, "aggregation-participants", c.PDA.Participants, "PDA participants (simulated vendors)")
 		f.Int(&c.PDA.Threshold, "aggregation-threshold", c.PDA.Threshold, "PDA threshold τ")
@@ -174,7 +174,7 @@ func parseRun(args []string, demo bool) (*Config, error) {
 // Result is what a demo or loadgen run did.
 type Result struct {
 	Rounds      *loadgen.Summary
-	Aggregation *pdasvc.DemoSummary // nil unless Config.Aggregation
+	Aggregation *pdasim.DemoSummary // nil unless Config.Aggregation
 }
 
 // execute runs the rounds and then, with c.Aggregation, one PDA aggregation, narrating on out.
@@ -189,7 +189,7 @@ func execute(ctx context.Context, c *Config, out io.Writer) (*Result, error) {
 		return r, nil
 	}
 	fmt.Fprintf(out, "\n--- one PDA aggregation: vendors pool the source IPs that attacked their fleets; only IPs reported by ≥ τ = %d of them are revealed ---\n", c.PDA.Threshold)
-	if r.Aggregation, err = pdasvc.RunDemo(ctx, c.PDA, out); err != nil {
+	if r.Aggregation, err = pdasim.RunDemo(ctx, c.PDA, out); err != nil {
 		return r, fmt.Errorf("aggregation: %w", err)
 	}
 	printSummary(out, r)

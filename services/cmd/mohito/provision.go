@@ -13,8 +13,8 @@ import (
 	"strconv"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
-	"github.com/obscura-iot/obscura/services/pkg/loadgen"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 

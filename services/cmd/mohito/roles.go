@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
-	"github.com/obscura-iot/obscura/services/pkg/rounds"
-	"github.com/obscura-iot/obscura/services/pkg/roundstate"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -25,7 +25,7 @@ type daemon struct {
 	common  *Common
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *rounds.Metrics
+	metrics *roles.Metrics
 	health  *telemetry.Health
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -76,7 +76,7 @@ func runRole(role string, cfg any) error {
 		common = &c.Common
 	}
 	d := &daemon{role: role, common: common, log: telemetry.NewLogger(os.Stderr, role, common.LogLevel), reg: telemetry.NewRegistry(), health: &telemetry.Health{}}
-	d.metrics = rounds.NewMetrics(d.reg)
+	d.metrics = roles.NewMetrics(d.reg)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_role_info", Help: "The role this process runs (always 1)."}, []string{"role", "series"})
 	d.reg.MustRegister(info)
 	info.WithLabelValues(role, common.Deployment.Series).Set(1)
@@ -225,10 +225,10 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 	js := d.js
 	switch c := cfg.(type) {
 	case *GatewayConfig:
-		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		gw, err := rounds.NewGateway(ctx, rounds.GatewayConfig{Deployment: dep, JS: js, Store: d.store(), Tokens: c.tokens, Log: d.log, Metrics: d.metrics})
+		gw, err := roles.NewGateway(ctx, roles.GatewayConfig{Deployment: dep, JS: js, Store: d.store(), Tokens: c.tokens, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -240,7 +240,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			l.Close()
 			return nil, nil, err
 		}
-		srv := rounds.NewGRPCServer()
+		srv := roles.NewGRPCServer()
 		gw.Register(srv)
 		d.log.Info("user API listening", "addr", l.Addr().String(), "users", len(c.tokens))
 		run := func(ctx context.Context) error {
@@ -256,16 +256,16 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			}()
 			return srv.Serve(l)
 		}
-		return run, []check{streamExists(js, rounds.StreamIntegratorIn)}, nil
+		return run, []check{streamExists(js, roles.StreamIntegratorIn)}, nil
 
 	case *CoordinatorConfig:
-		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
 		announceAll := func(ctx context.Context) error {
 			pk := c.Key.ring.PublicKeys()
 			for v := range dep.Params.Vendors {
-				if err := rounds.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
+				if err := roles.AnnounceIntegratorKey(ctx, js, v, pk); err != nil {
 					return fmt.Errorf("announce pk_I to vendor %d: %w", v, err)
 				}
 			}
@@ -274,11 +274,11 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		if err := announceAll(ctx); err != nil {
 			return nil, nil, err
 		}
-		vkeys, err := rounds.FetchVendorKeys(ctx, js, dep.Params)
+		vkeys, err := roles.FetchVendorKeys(ctx, js, dep.Params)
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the vendors' keys: %w", err)
 		}
-		co, err := rounds.NewCoordinator(ctx, rounds.CoordinatorConfig{
+		co, err := roles.NewCoordinator(ctx, roles.CoordinatorConfig{
 			Deployment: dep, JS: js, Store: d.store(), Keys: c.Key.ring, VendorKeys: vkeys,
 			ID: c.ReplicaID, MaxRounds: c.MaxRounds, Log: d.log, Metrics: d.metrics,
 		})
@@ -298,13 +298,13 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			<-ctx.Done()
 			return nil
 		}
-		return run, []check{streamExists(js, rounds.StreamIntegratorIn), streamExists(js, rounds.StreamWork)}, nil
+		return run, []check{streamExists(js, roles.StreamIntegratorIn), streamExists(js, roles.StreamWork)}, nil
 
 	case *DecryptWorkerConfig:
-		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		w, err := rounds.NewDecryptWorker(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Keys: c.Key.ring, Log: d.log, Metrics: d.metrics})
+		w, err := roles.NewDecryptWorker(ctx, roles.WorkerConfig{Deployment: dep, JS: js, Keys: c.Key.ring, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -313,44 +313,44 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return w.Run(ctx)
 		}
-		return run, []check{consumerExists(js, rounds.StreamIntegratorIn, rounds.ConsumerDecryptWorkers)}, nil
+		return run, []check{consumerExists(js, roles.StreamIntegratorIn, roles.ConsumerDecryptWorkers)}, nil
 
 	case *EncoderConfig:
-		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		e, err := rounds.NewEncoder(ctx, rounds.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Partition: c.partition, Log: d.log, Metrics: d.metrics})
+		e, err := roles.NewEncoder(ctx, roles.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Partition: c.partition, Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
 		d.log.Info("encoder partition", "partition", c.partition, "vendors", e.Vendors())
 		var checks []check
 		if len(e.Vendors()) > 0 {
-			name := rounds.EncoderConsumer(c.partition, dep.Encoders)
-			checks = append(checks, consumerExists(js, rounds.StreamWork, name), consumerExists(js, rounds.StreamIntegratorIn, name+"-resp"))
+			name := roles.EncoderConsumer(c.partition, dep.Encoders)
+			checks = append(checks, consumerExists(js, roles.StreamWork, name), consumerExists(js, roles.StreamIntegratorIn, name+"-resp"))
 		}
 		return e.Run, checks, nil
 
 	case *ResponderConfig:
-		if err := rounds.EnsureIntegratorStreams(ctx, js); err != nil {
+		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
 			return nil, nil, err
 		}
-		r := rounds.NewResponder(rounds.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Log: d.log, Metrics: d.metrics})
-		return r.Run, []check{consumerExists(js, rounds.StreamWork, "responder"), consumerExists(js, rounds.StreamIntegratorIn, "router")}, nil
+		r := roles.NewResponder(roles.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Log: d.log, Metrics: d.metrics})
+		return r.Run, []check{consumerExists(js, roles.StreamWork, "responder"), consumerExists(js, roles.StreamIntegratorIn, "router")}, nil
 
 	case *ShufflerConfig:
-		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+		if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
 		announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)
 		if err := announce(ctx); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
-		ipk, err := rounds.FetchIntegratorKey(ctx, js, c.Vendor, dep.Params)
+		ipk, err := roles.FetchIntegratorKey(ctx, js, c.Vendor, dep.Params)
 		if err != nil {
 			return nil, nil, fmt.Errorf("waiting for the integrator's key: %w", err)
 		}
-		s, err := rounds.NewShufflerService(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.Key.ring, Integrator: ipk, FakePool: c.FakePool, ID: podName(), Log: d.log, Metrics: d.metrics})
+		s, err := roles.NewShufflerService(ctx, roles.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Keys: c.Key.ring, Integrator: ipk, FakePool: c.FakePool, ID: podName(), Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -360,17 +360,17 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return s.Run(ctx)
 		}
-		return run, []check{consumerExists(js, rounds.StreamVendorIn, "shuffler")}, nil
+		return run, []check{consumerExists(js, roles.StreamVendorIn, "shuffler")}, nil
 
 	case *VendorAgentConfig:
-		if err := rounds.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+		if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
 			return nil, nil, err
 		}
 		announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)
 		if err := announce(ctx); err != nil {
 			return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 		}
-		a, err := rounds.NewVendorAgent(ctx, rounds.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, ID: podName(), Log: d.log, Metrics: d.metrics})
+		a, err := roles.NewVendorAgent(ctx, roles.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.nc, JS: js, Devices: c.devices, ID: podName(), Log: d.log, Metrics: d.metrics})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -381,7 +381,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return a.Run(ctx)
 		}
-		return run, []check{consumerExists(js, rounds.StreamVendorIn, "agent")}, nil
+		return run, []check{consumerExists(js, roles.StreamVendorIn, "agent")}, nil
 	}
 	return nil, nil, errors.New("unknown role configuration")
 }
@@ -389,7 +389,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 // vendorAnnouncer publishes the vendor's active public keys (read from the ring at each call, so
 // a newly active epoch goes out with the next announcement).
 func (d *daemon) vendorAnnouncer(js jetstream.JetStream, vendor int, ring *mohito.KeyRing) func(context.Context) error {
-	return func(ctx context.Context) error { return rounds.AnnounceVendorKey(ctx, js, vendor, ring.PublicKeys()) }
+	return func(ctx context.Context) error { return roles.AnnounceVendorKey(ctx, js, vendor, ring.PublicKeys()) }
 }
 
 // announceOnActivate announces at once when an epoch becomes active, rather than at the next
@@ -405,20 +405,20 @@ func (d *daemon) announceOnActivate(announce func(context.Context) error) func(c
 }
 
 // reloadKeys starts the live reload of a role's key ring (nil: disabled).
-func (d *daemon) reloadKeys(ctx context.Context, r *rounds.KeyReloader) {
+func (d *daemon) reloadKeys(ctx context.Context, r *roles.KeyReloader) {
 	if r != nil {
 		go func() { _ = r.Run(ctx) }()
 	}
 }
 
-// reannounce re-publishes a key every rounds.KeyAnnounceInterval so the
+// reannounce re-publishes a key every roles.KeyAnnounceInterval so the
 // directory outlives the inbox streams' retention.
 func (d *daemon) reannounce(ctx context.Context, f func(context.Context) error) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(rounds.KeyAnnounceInterval):
+		case <-time.After(roles.KeyAnnounceInterval):
 		}
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := f(actx); err != nil && ctx.Err() == nil {

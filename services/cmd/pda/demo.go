@@ -5,17 +5,17 @@ import (
 	"errors"
 	"os"
 
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	pdasim "github.com/obscura-iot/obscura/services/pkg/pda/sim"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
-// runDemo runs one aggregation in one process (pdasvc.RunDemo): an embedded NATS with the
+// runDemo runs one aggregation in one process (pdasim.RunDemo): an embedded NATS with the
 // two trust-domain accounts, every role, in-memory twins of the Redis stores, and
 // simulated participants (vendors reporting suspect source IPs; a few attacker IPs hit
 // many of them).
 func runDemo(args []string) error {
 	f := newFlags("demo")
-	o := pdasvc.DefaultDemoOptions()
+	o := pdasim.DefaultDemoOptions()
 	f.Int(&o.Participants, "participants", o.Participants, "participants")
 	f.Int(&o.Threshold, "threshold", o.Threshold, "τ")
 	f.Int(&o.Benign, "benign", o.Benign, "benign IPs per participant")
@@ -28,6 +28,6 @@ func runDemo(args []string) error {
 	}
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()
-	_, err := pdasvc.RunDemo(ctx, o, os.Stdout)
+	_, err := pdasim.RunDemo(ctx, o, os.Stdout)
 	return err
 }

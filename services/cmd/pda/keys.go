@@ -7,7 +7,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	pdaroles "github.com/obscura-iot/obscura/services/pkg/pda/roles"
 )
 
 // keyLoadTimeout bounds loading the key bundle at start (a Vault login and one read).
@@ -35,13 +35,13 @@ func loadBundle(src *keys.Source) ([]byte, error) {
 }
 
 // loadProxySecrets loads s, a_PRX, K_dedup and K_mix from the configured source.
-func loadProxySecrets(src *keys.Source) (*pdasvc.ProxySecrets, error) {
+func loadProxySecrets(src *keys.Source) (*pdaroles.ProxySecrets, error) {
 	b, err := loadBundle(src)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(b)
-	sec, _, err := pdasvc.ParseProxySecrets(b)
+	sec, _, err := pdaroles.ParseProxySecrets(b)
 	if err != nil {
 		return nil, configErr(fmt.Errorf("%s: %w", src, err))
 	}
@@ -49,13 +49,13 @@ func loadProxySecrets(src *keys.Source) (*pdasvc.ProxySecrets, error) {
 }
 
 // loadDBSecrets loads a_DB from the configured source.
-func loadDBSecrets(src *keys.Source) (*pdasvc.DBSecrets, error) {
+func loadDBSecrets(src *keys.Source) (*pdaroles.DBSecrets, error) {
 	b, err := loadBundle(src)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(b)
-	sec, _, err := pdasvc.ParseDBSecrets(b)
+	sec, _, err := pdaroles.ParseDBSecrets(b)
 	if err != nil {
 		return nil, configErr(fmt.Errorf("%s: %w", src, err))
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/pda"
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	pdaroles "github.com/obscura-iot/obscura/services/pkg/pda/roles"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -38,10 +38,10 @@ func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the e
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, _ := pdasvc.GenerateProxySecrets(g)
-	proxyBundle, _ := pdasvc.MarshalProxySecrets(g, ps)
-	ds, _ := pdasvc.GenerateDBSecrets(g)
-	dbBundle, _ := pdasvc.MarshalDBSecrets(g, ds)
+	ps, _ := pdaroles.GenerateProxySecrets(g)
+	proxyBundle, _ := pdaroles.MarshalProxySecrets(g, ps)
+	ds, _ := pdaroles.GenerateDBSecrets(g)
+	dbBundle, _ := pdaroles.MarshalDBSecrets(g, ds)
 	for path, b := range map[string][]byte{"pda/proxy": proxyBundle, "pda/db": dbBundle} {
 		if _, err := root.KVv2("secret").Put(ctx, path, map[string]any{"private_key": string(b)}); err != nil {
 			t.Fatal(err)

@@ -37,7 +37,8 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
+	pdaroles "github.com/obscura-iot/obscura/services/pkg/pda/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -142,12 +143,12 @@ func groupID(s string) (pda.GroupID, error) {
 	return 0, fmt.Errorf("-group must be ristretto255 or p256, not %q", s)
 }
 
-func (j *jobFlags) build() (*pdasvc.Job, error) {
+func (j *jobFlags) build() (*pdaroles.Job, error) {
 	g, err := groupID(j.group)
 	if err != nil {
 		return nil, err
 	}
-	job := &pdasvc.Job{DeploymentID: j.deployment, Group: g, Threshold: uint32(j.tau), Chunks: uint8(j.chunks),
+	job := &pdaroles.Job{DeploymentID: j.deployment, Group: g, Threshold: uint32(j.tau), Chunks: uint8(j.chunks),
 		WindowLength: j.window, Grace: j.grace}
 	switch j.countMode {
 	case "distinct_participants":
@@ -185,9 +186,9 @@ type service struct {
 	log    *slog.Logger
 	reg    *prometheus.Registry
 	health *telemetry.Health
-	m      *pdasvc.Metrics
+	m      *pdaroles.Metrics
 	js     jetstream.JetStream
-	job    *pdasvc.Job
+	job    *pdaroles.Job
 	group  *telemetry.Group
 }
 
@@ -199,7 +200,7 @@ func start(role string, c *common) (*service, error) {
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	s := &service{cancel: cancel, log: telemetry.NewLogger(os.Stderr, role, c.logLevel), reg: telemetry.NewRegistry(),
 		health: &telemetry.Health{}, job: job}
-	s.m = pdasvc.NewMetrics(s.reg)
+	s.m = pdaroles.NewMetrics(s.reg)
 	s.group, s.ctx = telemetry.NewGroup(ctx)
 	af, err := telemetry.NewAddrFile(c.addrFile)
 	if err != nil {
@@ -230,7 +231,7 @@ func (s *service) run(name string, f func(ctx context.Context) error) error {
 func runProxy(args []string) error {
 	f := newFlags("proxy")
 	var c common
-	c.register(f, pdasvc.ProxyUser)
+	c.register(f, pdacontract.ProxyUser)
 	var (
 		listen    string
 		ks        keys.Source
@@ -256,7 +257,7 @@ func runProxy(args []string) error {
 	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.IngressConfig{Listen: listen, Participants: map[string]bool{}, Quota: quota, Rate: rate, MaxBatch: maxBatch, SessionTTL: 2 * time.Hour}
+	cfg := pdaroles.IngressConfig{Listen: listen, Participants: map[string]bool{}, Quota: quota, Rate: rate, MaxBatch: maxBatch, SessionTTL: 2 * time.Hour}
 	for _, p := range strings.Split(parts, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Participants[p] = true
@@ -285,11 +286,11 @@ func runProxy(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdasvc.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
+	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
 		return err
 	}
-	store := pdasvc.NewRedisProxyStore(redis.NewClient(&redis.Options{Addr: redisAddr}))
-	g, err := pdasvc.NewIngress(s.ctx, cfg, s.job, sec, s.js, store, s.log, s.m)
+	store := pdaroles.NewRedisProxyStore(redis.NewClient(&redis.Options{Addr: redisAddr}))
+	g, err := pdaroles.NewIngress(s.ctx, cfg, s.job, sec, s.js, store, s.log, s.m)
 	if err != nil {
 		return err
 	}
@@ -305,7 +306,7 @@ func runProxy(args []string) error {
 func runMixer(args []string) error {
 	f := newFlags("mixer")
 	var c common
-	c.register(f, pdasvc.ProxyUser)
+	c.register(f, pdacontract.ProxyUser)
 	var (
 		ks    keys.Source
 		chunk int
@@ -317,7 +318,7 @@ func runMixer(args []string) error {
 	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.MixerConfig{ChunkItems: chunk, Poll: poll}
+	cfg := pdaroles.MixerConfig{ChunkItems: chunk, Poll: poll}
 	if err := cfg.Validate(); err != nil {
 		return configErr(err)
 	}
@@ -329,10 +330,10 @@ func runMixer(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdasvc.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
+	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
 		return err
 	}
-	x, err := pdasvc.NewMixer(s.ctx, cfg, s.job, sec, s.js, s.log, s.m)
+	x, err := pdaroles.NewMixer(s.ctx, cfg, s.job, sec, s.js, s.log, s.m)
 	if err != nil {
 		return err
 	}
@@ -342,7 +343,7 @@ func runMixer(args []string) error {
 func runOracle(args []string) error {
 	f := newFlags("oracle")
 	var c common
-	c.register(f, pdasvc.ProxyUser)
+	c.register(f, pdacontract.ProxyUser)
 	var ks keys.Source
 	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle")
 	if err := parseFlags(f, args); err != nil {
@@ -356,16 +357,16 @@ func runOracle(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdasvc.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
+	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
 		return err
 	}
-	return s.run("oracle", pdasvc.NewOracle(s.job, sec, s.js, s.log, s.m).Run)
+	return s.run("oracle", pdaroles.NewOracle(s.job, sec, s.js, s.log, s.m).Run)
 }
 
 func runFrontend(args []string) error {
 	f := newFlags("db-frontend")
 	var c common
-	c.register(f, pdasvc.DBUser)
+	c.register(f, pdacontract.DBUser)
 	var (
 		ks      keys.Source
 		workers int
@@ -383,10 +384,10 @@ func runFrontend(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdasvc.EnsureDBDomain(s.ctx, s.js); err != nil {
+	if err := pdaroles.EnsureDBDomain(s.ctx, s.js); err != nil {
 		return err
 	}
-	fe, err := pdasvc.NewFrontend(s.ctx, pdasvc.FrontendConfig{Workers: workers}, s.job, sec, s.js, s.log, s.m)
+	fe, err := pdaroles.NewFrontend(s.ctx, pdaroles.FrontendConfig{Workers: workers}, s.job, sec, s.js, s.log, s.m)
 	if err != nil {
 		return err
 	}
@@ -396,7 +397,7 @@ func runFrontend(args []string) error {
 func runShard(args []string) error {
 	f := newFlags("db-shard")
 	var c common
-	c.register(f, pdasvc.DBUser)
+	c.register(f, pdacontract.DBUser)
 	host, _ := os.Hostname()
 	var (
 		id        string
@@ -407,7 +408,7 @@ func runShard(args []string) error {
 	if err := parseFlags(f, args); err != nil {
 		return err
 	}
-	cfg := pdasvc.ShardConfig{ID: id, EvalRetry: 2 * time.Second}
+	cfg := pdaroles.ShardConfig{ID: id, EvalRetry: 2 * time.Second}
 	if err := cfg.Validate(); err != nil {
 		return configErr(err)
 	}
@@ -415,10 +416,10 @@ func runShard(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdasvc.EnsureDBDomain(s.ctx, s.js); err != nil {
+	if err := pdaroles.EnsureDBDomain(s.ctx, s.js); err != nil {
 		return err
 	}
-	sh, err := pdasvc.NewShard(s.ctx, cfg, s.job, s.js, pdasvc.NewRedisShardStore(redis.NewClient(&redis.Options{Addr: redisAddr})), s.log, s.m)
+	sh, err := pdaroles.NewShard(s.ctx, cfg, s.job, s.js, pdaroles.NewRedisShardStore(redis.NewClient(&redis.Options{Addr: redisAddr})), s.log, s.m)
 	if err != nil {
 		return err
 	}
@@ -449,21 +450,21 @@ func runKeygen(args []string) error {
 	var b, pub []byte
 	switch role {
 	case "proxy":
-		s, err := pdasvc.GenerateProxySecrets(g)
+		s, err := pdaroles.GenerateProxySecrets(g)
 		if err != nil {
 			return err
 		}
-		b, err = pdasvc.MarshalProxySecrets(g, s)
+		b, err = pdaroles.MarshalProxySecrets(g, s)
 		if err != nil {
 			return err
 		}
 		pub = s.Keys.Oracle.PublicKey()
 	case "db":
-		s, err := pdasvc.GenerateDBSecrets(g)
+		s, err := pdaroles.GenerateDBSecrets(g)
 		if err != nil {
 			return err
 		}
-		b, err = pdasvc.MarshalDBSecrets(g, s)
+		b, err = pdaroles.MarshalDBSecrets(g, s)
 		if err != nil {
 			return err
 		}

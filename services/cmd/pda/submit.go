@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,10 +11,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/obscura-iot/obscura/services/pkg/pdasvc"
+	pdaclient "github.com/obscura-iot/obscura/services/pkg/pda/client"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
-
-	"context"
 )
 
 type netListen struct{}
@@ -21,7 +20,7 @@ type netListen struct{}
 func (netListen) listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 
 // progressBar draws "[#####.....]  50%  500/1000" on w.
-func progressBar(w io.Writer) pdasvc.Progress {
+func progressBar(w io.Writer) pdaclient.Progress {
 	return func(done, total int) {
 		const width = 30
 		n := width * done / max(total, 1)
@@ -63,7 +62,7 @@ func runSubmit(args []string) error {
 		defer file.Close()
 		in = file
 	}
-	obs, err := pdasvc.ReadObservations(in, keyType)
+	obs, err := pdaclient.ReadObservations(in, keyType)
 	if err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func runSubmit(args []string) error {
 	if !pool.AppendCertsFromPEM(pem) {
 		return configErr(errors.New("-ca: no certificate"))
 	}
-	c := pdasvc.NewClient(proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
+	c := pdaclient.NewClient(proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
 	c.Batch = batch
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()

@@ -1,0 +1,205 @@
+// Package client holds the Mohito user and device clients (spec §3.6 C1,
+// C7, §3.7 R1, R5). A User submits fixed-size M1 envelopes to a gateway over
+// gRPC, retries into the next round when a round is closed or aborted (spec
+// O3, G7) and fetches its response from its mailbox. A Device receives one
+// M6 per round from its vendor — over NATS or MQTT — and answers every slot,
+// with random bytes when it had no command, through the same path.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/obscura-iot/obscura/services/pkg/clock"
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+)
+
+// ErrGaveUp means the command was not answered within the client's budget.
+var ErrGaveUp = errors.New("client: no response within the deadline")
+
+// User is one user with an access token.
+type User struct {
+	Name string
+	GW   *roles.GatewayClient
+	// Poll is the round and mailbox polling interval (default 25 ms, for in-process
+	// deployments; a client behind a rate-limited edge polls less often).
+	Poll time.Duration
+}
+
+// Result describes one answered command.
+type Result struct {
+	Response []byte
+	T        uint64 // the round that carried it
+	Attempts int    // rounds tried (1 + retries)
+	// Unopened counts the attempts whose response did not open: random bytes because the
+	// device was not active when its round was decoded (spec O11), or an answer lost on the
+	// way. The command was re-sent; a device never executes it twice.
+	Unopened int
+	Latency  time.Duration
+}
+
+// Send issues payload to the device and waits for its response, retrying in
+// a later round whenever the round is closed, over quota or aborted, or its
+// response does not open (spec O11). The device executes it once however
+// many rounds it takes.
+func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload []byte) (*Result, error) {
+	start := time.Now()
+	poll := u.Poll
+	if poll == 0 {
+		poll = 25 * time.Millisecond
+	}
+	// A request refused with ResourceExhausted by a rate limit in front of the gateway (the
+	// edge's per-client limit) backs the polling off, up to a second, until one passes.
+	var limited time.Duration
+	wait := func(err error) time.Duration {
+		if status.Code(err) != codes.ResourceExhausted {
+			limited = 0
+			return poll
+		}
+		limited = min(max(2*limited, 4*poll), time.Second)
+		return limited
+	}
+	// Every attempt carries the same command id and issue time, so a device
+	// that executed the command in a round that was then aborted answers the
+	// retry from memory instead of executing it again: exactly once.
+	id, err := mohito.NewCommandID(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	issued := time.Now()
+	var lastT uint64
+	var unopened int
+	var openErr error
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		ri, err := u.GW.RoundInfo(ctx)
+		if err != nil || ri.T == lastT {
+			if !clock.Sleep(ctx, wait(err)) {
+				break
+			}
+			attempt--
+			continue
+		}
+		m1, pc, err := mohito.IssueCommandID(ri, dev, 1, id, payload, issued, rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		t, idx, err := u.GW.Submit(ctx, m1)
+		if err != nil {
+			switch status.Code(err) {
+			case codes.FailedPrecondition, codes.ResourceExhausted, codes.Unavailable:
+				lastT = ri.T
+				attempt--
+				continue
+			}
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		lastT = t
+		for ctx.Err() == nil {
+			m11, err := u.GW.Fetch(ctx, t, idx)
+			if err == nil {
+				resp, err := pc.OpenResponse(m11)
+				if err != nil {
+					unopened, openErr = unopened+1, err
+					break
+				}
+				return &Result{Response: resp, T: t, Attempts: attempt, Unopened: unopened, Latency: time.Since(start)}, nil
+			}
+			if status.Code(err) == codes.Aborted {
+				break
+			}
+			if !clock.Sleep(ctx, wait(err)) {
+				break
+			}
+		}
+	}
+	if openErr != nil {
+		return nil, fmt.Errorf("%w: %v; %d responses did not open, the last: %v", ErrGaveUp, context.Cause(ctx), unopened, openErr)
+	}
+	return nil, fmt.Errorf("%w: %v", ErrGaveUp, context.Cause(ctx))
+}
+
+// Transport is a device's connection to its vendor: NATS or MQTT.
+type Transport interface {
+	Subscribe(topic string, h func([]byte)) error
+	Publish(topic string, b []byte) error
+	Close()
+}
+
+// Handler executes a command and returns the response payload.
+type Handler func(cmd *mohito.Command) []byte
+
+// Device is one device.
+type Device struct {
+	ID string
+	mu sync.Mutex
+	d  *mohito.Device
+	tr Transport
+	h  Handler
+	// Received counts M6 messages; Commands counts commands executed.
+	Received, Commands int
+	// off: the device is switched off or out of reach; rounds pass it by.
+	off bool
+}
+
+// SetOff switches the device off (true) or on again. While off it neither
+// opens nor answers the rounds its vendor sends: the vendor fills its slots
+// with random values (spec O11), the users of its commands get responses
+// that do not open and re-send them, and the device executes each once when
+// it is back.
+func (d *Device) SetOff(off bool) {
+	d.mu.Lock()
+	d.off = off
+	d.mu.Unlock()
+}
+
+// NewDevice returns a device with secret s speaking over tr.
+func NewDevice(id string, s *mohito.DeviceSecret, p mohito.Params, tr Transport, h Handler) *Device {
+	return &Device{ID: id, d: mohito.NewDevice(s, p, 5*time.Minute), tr: tr, h: h}
+}
+
+// Start subscribes to the device's command subject.
+func (d *Device) Start() error {
+	return d.tr.Subscribe(roles.DeviceCommandSubject(d.ID), d.onDelivery)
+}
+
+// onDelivery answers every slot of every round through one code path
+// (spec R1: dummy responses take the same path as real ones).
+func (d *Device) onDelivery(m6 []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.off {
+		return
+	}
+	t, slots, err := d.d.ReceiveCommands(m6, time.Now())
+	if err != nil {
+		return
+	}
+	d.Received++
+	payloads := make([][]byte, len(slots))
+	for j, s := range slots {
+		if s.Command != nil && !s.Repeat {
+			d.Commands++
+			payloads[j] = d.h(s.Command)
+		}
+	}
+	m7, err := d.d.Respond(t, slots, payloads, rand.Reader)
+	if err != nil {
+		return
+	}
+	_ = d.tr.Publish(roles.DeviceResponseSubject(d.ID), m7)
+}
+
+// Stats returns (M6 received, commands executed).
+func (d *Device) Stats() (int, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Received, d.Commands
+}

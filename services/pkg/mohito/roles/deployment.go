@@ -1,0 +1,272 @@
+package roles
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+)
+
+// Deployment is the public configuration every role agrees on.
+type Deployment struct {
+	Series   string // the round series (status key series.<series>)
+	Params   mohito.Params
+	Policy   []mohito.TargetPolicy // public per-vendor target policy (G3a draw is secret)
+	Delta    uint64                // δ
+	Capacity []int                 // public command-table capacity K_v (G3b)
+	Quantum  int                   // public response-table quantum (G6)
+	Weights  []int                 // active-device counts, shuffler selection weights (O4)
+	OutBatch int                   // records per M4/M9/M10 batch
+	Encoders int                   // P, number of encoder partitions
+
+	Round            time.Duration // T, the collection period
+	ShufflerTimeout  time.Duration // abort when V* does not answer in time (G7)
+	ResponseDeadline time.Duration // vendor's fixed deadline for device responses (O12)
+
+	VendorNames      []string // display names (optional, logs and status only)
+	ResponseCapacity []int    // declared response-table capacity per vendor (informational: tables are sized by Quantum)
+}
+
+// Validate checks the deployment.
+func (d *Deployment) Validate() error {
+	var errs []error
+	if err := d.Params.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	n := d.Params.Vendors
+	if len(d.Policy) != n || len(d.Capacity) != n || len(d.Weights) != n {
+		errs = append(errs, fmt.Errorf("policy, capacity and weights need one entry per vendor (%d)", n))
+	}
+	for v, w := range d.Weights {
+		if w < 0 {
+			errs = append(errs, fmt.Errorf("weight of vendor %d is negative", v))
+		}
+	}
+	if d.Quantum < 1 || d.OutBatch < 1 || d.Encoders < 1 {
+		errs = append(errs, errors.New("quantum, out-batch and encoders must be ≥ 1"))
+	}
+	if d.Round <= 0 || d.ShufflerTimeout <= 0 || d.ResponseDeadline <= 0 {
+		errs = append(errs, errors.New("round, shuffler-timeout and response-deadline must be > 0"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid deployment: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Batches is the number of M4 batches of a list of n entries.
+func (d *Deployment) Batches(n int) int { return (n + d.OutBatch - 1) / d.OutBatch }
+
+// EncoderOf returns the encoder partition of vendor v: weighted rendezvous
+// hashing (a consistent hash: adding a partition moves ≈1/P of the weight),
+// weighted by the vendor's expected C_v so large vendors spread out.
+func (d *Deployment) EncoderOf(v int) int {
+	w := float64(d.Policy[v].Base+d.Delta+d.Policy[v].Width/2) + 1
+	best, bestScore := 0, math.Inf(-1)
+	for p := range d.Encoders {
+		h := fnv.New64a()
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:], uint64(v))
+		binary.BigEndian.PutUint64(b[8:], uint64(p))
+		h.Write(b[:])
+		u := (float64(h.Sum64()>>11) + 0.5) / float64(1<<53)
+		score := -w / math.Log(u)
+		if score > bestScore {
+			best, bestScore = p, score
+		}
+	}
+	return best
+}
+
+// VendorsOf returns the vendors encoder p owns.
+func (d *Deployment) VendorsOf(p int) []int {
+	var out []int
+	for v := range d.Params.Vendors {
+		if d.EncoderOf(v) == p {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Scheduler is the smooth weighted round-robin shuffler selection (spec O4):
+// deterministic, proportional to active-device weight in the long run, and
+// independent of user data.
+type Scheduler struct {
+	weights []int
+	current []int
+}
+
+// NewScheduler returns a scheduler over weights.
+func NewScheduler(weights []int) *Scheduler {
+	return &Scheduler{weights: append([]int(nil), weights...), current: make([]int, len(weights))}
+}
+
+// Next returns the next shuffler, skipping vendors for which skip is true.
+func (s *Scheduler) Next(skip func(v int) bool) int {
+	total, best := 0, -1
+	for v, w := range s.weights {
+		if w <= 0 || (skip != nil && skip(v)) {
+			continue
+		}
+		s.current[v] += w
+		total += w
+		if best < 0 || s.current[v] > s.current[best] {
+			best = v
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	s.current[best] -= total
+	return best
+}
+
+// plan is the coordinator's message to encoders and the responder after V*'s
+// summary: everything they need to finish the round without the coordinator.
+type plan struct {
+	T        uint64
+	Shuffler uint32
+	N, S, K  int
+	Counts   []int // C_v + S per vendor
+}
+
+func (p *plan) marshal() []byte {
+	b := make([]byte, 0, 28+4*len(p.Counts))
+	b = binary.BigEndian.AppendUint64(b, p.T)
+	b = binary.BigEndian.AppendUint32(b, p.Shuffler)
+	b = binary.BigEndian.AppendUint32(b, uint32(p.N))
+	b = binary.BigEndian.AppendUint32(b, uint32(p.S))
+	b = binary.BigEndian.AppendUint32(b, uint32(p.K))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p.Counts)))
+	for _, c := range p.Counts {
+		b = binary.BigEndian.AppendUint32(b, uint32(c))
+	}
+	return b
+}
+
+func parsePlan(b []byte) (*plan, error) {
+	if len(b) < 28 {
+		return nil, errors.New("short plan")
+	}
+	p := &plan{T: binary.BigEndian.Uint64(b), Shuffler: binary.BigEndian.Uint32(b[8:])}
+	p.N = int(binary.BigEndian.Uint32(b[12:]))
+	p.S = int(binary.BigEndian.Uint32(b[16:]))
+	p.K = int(binary.BigEndian.Uint32(b[20:]))
+	n := int(binary.BigEndian.Uint32(b[24:]))
+	if n > mohito.MaxVendors || len(b) != 28+4*n || p.N > mohito.MaxRoundMessages || p.K > mohito.MaxRoundMessages {
+		return nil, errors.New("malformed plan")
+	}
+	for i := range n {
+		p.Counts = append(p.Counts, int(binary.BigEndian.Uint32(b[28+4*i:])))
+	}
+	return p, nil
+}
+
+// Stage A → C records: batch start(4) ‖ count(4) ‖ count × (pos ‖ z ‖ k_I^resp ‖ ⟨cmd⟩_D).
+func recordSize(p mohito.Params) int {
+	return 4 + mohito.EphemeralIDSize + mohito.KeySize + p.DeviceCiphertextSize()
+}
+
+func marshalPart(p mohito.Params, start int, cmds []mohito.ShuffledCommand) []byte {
+	b := make([]byte, 8, 8+len(cmds)*recordSize(p))
+	binary.BigEndian.PutUint32(b, uint32(start))
+	binary.BigEndian.PutUint32(b[4:], uint32(len(cmds)))
+	for i := range cmds {
+		c := &cmds[i]
+		b = binary.BigEndian.AppendUint32(b, c.Pos)
+		b = append(b, c.Z[:]...)
+		b = append(b, c.RespKey[:]...)
+		b = append(b, c.DeviceCiphertext...)
+	}
+	return b
+}
+
+func parsePart(p mohito.Params, v int, b []byte) (int, []mohito.ShuffledCommand, error) {
+	if len(b) < 8 {
+		return 0, nil, errors.New("short part")
+	}
+	start := int(binary.BigEndian.Uint32(b))
+	n := int(binary.BigEndian.Uint32(b[4:]))
+	rs := recordSize(p)
+	if n > mohito.MaxRoundMessages || len(b) != 8+n*rs {
+		return 0, nil, errors.New("malformed part")
+	}
+	out := make([]mohito.ShuffledCommand, n)
+	for i := range out {
+		r := b[8+i*rs:]
+		c := &out[i]
+		c.Pos = binary.BigEndian.Uint32(r)
+		c.Vendor = uint32(v)
+		copy(c.Z[:], r[4:])
+		copy(c.RespKey[:], r[4+mohito.EphemeralIDSize:])
+		o := 4 + mohito.EphemeralIDSize + mohito.KeySize
+		c.DeviceCiphertext = r[o : o+p.DeviceCiphertextSize() : o+p.DeviceCiphertextSize()]
+	}
+	return start, out, nil
+}
+
+// Response slots in Redis: count(4) ‖ count × (pos ‖ key ‖ k_I^resp).
+func marshalSlots(slots []mohito.ResponseSlot) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(slots)))
+	for _, s := range slots {
+		b = binary.BigEndian.AppendUint32(b, s.Pos)
+		b = append(b, s.Key[:]...)
+		b = append(b, s.RespKey[:]...)
+	}
+	return b
+}
+
+func parseSlots(v int, b []byte) ([]mohito.ResponseSlot, error) {
+	const rs = 4 + mohito.EphemeralIDSize + mohito.KeySize
+	if len(b) < 4 {
+		return nil, errors.New("short slots")
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	if len(b) != 4+n*rs {
+		return nil, errors.New("malformed slots")
+	}
+	out := make([]mohito.ResponseSlot, n)
+	for i := range out {
+		r := b[4+i*rs:]
+		out[i].Pos = binary.BigEndian.Uint32(r)
+		out[i].Vendor = uint32(v)
+		copy(out[i].Key[:], r[4:])
+		copy(out[i].RespKey[:], r[4+mohito.EphemeralIDSize:])
+	}
+	return out, nil
+}
+
+// r′ records from an encoder to the responder: count(4) ‖ count × (pos ‖ value).
+func marshalLayer(slots []mohito.ResponseSlot, vals [][]byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(slots)))
+	for i, s := range slots {
+		b = binary.BigEndian.AppendUint32(b, s.Pos)
+		b = append(b, vals[i]...)
+	}
+	return b
+}
+
+func parseLayer(p mohito.Params, b []byte, into [][]byte) error {
+	vs := p.ResponseValueSize()
+	if len(b) < 4 {
+		return errors.New("short layer")
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	if len(b) != 4+n*(4+vs) {
+		return errors.New("malformed layer")
+	}
+	for i := range n {
+		r := b[4+i*(4+vs):]
+		pos := int(binary.BigEndian.Uint32(r))
+		if pos >= len(into) {
+			return errors.New("layer position out of range")
+		}
+		into[pos] = r[4 : 4+vs : 4+vs]
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package roles
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus series of every role (a role registers the
+// whole set; unused series stay at zero). Bursts are a security metric
+// (spec G5): alert when they become frequent.
+type Metrics struct {
+	Rounds       *prometheus.CounterVec // by outcome: done, aborted
+	Commands     *prometheus.CounterVec // by stage: admitted, rejected, decrypted, delivered, responses
+	Fakes        prometheus.Counter
+	Bursts       prometheus.Counter
+	BurstExcess  prometheus.Counter
+	StageSeconds *prometheus.HistogramVec // by stage
+	ConsumerLag  *prometheus.GaugeVec     // by consumer
+	Dropped      *prometheus.CounterVec   // by reason: bad input from the network
+
+	KeyEpoch      prometheus.Gauge       // the role's current (active) key epoch
+	KeyEpochsHeld prometheus.Gauge       // epochs held, staged included
+	KeyReloads    *prometheus.CounterVec // by result: ok, failed
+}
+
+// NewMetrics registers the series on reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Rounds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rounds_total", Help: "Rounds by outcome."}, []string{"outcome"}),
+		Commands:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_commands_total", Help: "Commands by stage."}, []string{"stage"}),
+		Fakes:        prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_fakes_total", Help: "Fake commands added by shufflers."}),
+		Bursts:       prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_rounds_total", Help: "Rounds with a burst (S > 0), a security metric."}),
+		BurstExcess:  prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
+		StageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
+		ConsumerLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
+		Dropped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
+
+		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
+		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
+		KeyReloads:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_key_reloads_total", Help: "Re-reads of the key source by result."}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads)
+	}
+	return m
+}

@@ -1,0 +1,97 @@
+package roundstate_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// TestStores runs the same contract against redis-server and the in-memory twin.
+func TestStores(t *testing.T) {
+	for name, mk := range map[string]func(t *testing.T) roundstate.Store{
+		"redis": func(t *testing.T) roundstate.Store {
+			return roundstate.NewRedis(testenv.StartRedis(t).Client(), time.Minute)
+		},
+		"memory": func(*testing.T) roundstate.Store { return roundstate.NewMemory(8) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := mk(t)
+			ctx := context.Background()
+			// Concurrent admission assigns distinct dense indices and enforces q.
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			got := map[uint32]bool{}
+			limited := 0
+			for u := range 20 {
+				for range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						i, err := s.Admit(ctx, 7, fmt.Sprintf("u%d", u), 2, []byte{byte(u)})
+						mu.Lock()
+						defer mu.Unlock()
+						if errors.Is(err, roundstate.ErrRateLimit) {
+							limited++
+							return
+						}
+						if err != nil || got[i] {
+							t.Errorf("admit: %d %v", i, err)
+						}
+						got[i] = true
+					}()
+				}
+			}
+			wg.Wait()
+			if len(got) != 40 || limited != 20 {
+				t.Fatalf("admitted %d, limited %d; want 40, 20", len(got), limited)
+			}
+			if err := s.MarkForwarded(ctx, 7, 3); err != nil {
+				t.Fatal(err)
+			}
+			k, err := s.Close(ctx, 7)
+			if err != nil || k != 40 {
+				t.Fatalf("close = %d, %v", k, err)
+			}
+			if _, err := s.Admit(ctx, 7, "late", 2, nil); !errors.Is(err, roundstate.ErrClosed) {
+				t.Fatalf("admit after close: %v", err)
+			}
+			adm, err := s.Admitted(ctx, 7)
+			if err != nil || len(adm) != 40 || !adm[3].Forwarded || adm[4].Forwarded {
+				t.Fatalf("admitted = %d, %v", len(adm), err)
+			}
+			for i, a := range adm {
+				if a.Index != uint32(i) {
+					t.Fatal("admissions not by index")
+				}
+				if u, _ := s.User(ctx, 7, a.Index); u != a.User || a.User != fmt.Sprintf("u%d", a.M1[0]) {
+					t.Fatal("index → user mapping broken")
+				}
+			}
+			s.PutSlots(ctx, 7, 2, []byte("slots"))
+			if b, _ := s.Slots(ctx, 7, 2); !bytes.Equal(b, []byte("slots")) {
+				t.Fatal("slots")
+			}
+			if _, err := s.Slots(ctx, 7, 1); !errors.Is(err, roundstate.ErrNotFound) {
+				t.Fatal("missing slots")
+			}
+			s.SetStatus(ctx, 7, roundstate.StatusAborted)
+			if st, _ := s.Status(ctx, 7); st != roundstate.StatusAborted {
+				t.Fatal("status")
+			}
+			s.PutResponse(ctx, "u1", 7, 5, []byte("m11"))
+			if b, _ := s.Response(ctx, "u1", 7, 5); !bytes.Equal(b, []byte("m11")) {
+				t.Fatal("mailbox")
+			}
+			if _, err := s.Response(ctx, "u2", 7, 5); !errors.Is(err, roundstate.ErrNotFound) {
+				t.Fatal("another user's mailbox")
+			}
+		})
+	}
+}

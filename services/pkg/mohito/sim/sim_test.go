@@ -1,0 +1,111 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+func pw(u string) string { return u + "-pw" }
+
+type harness struct {
+	nats    *testenv.NATS
+	cluster *sim.Cluster
+	planned atomic.Int64
+	aborted atomic.Int64
+	mu      sync.Mutex
+	reports []roles.RoundReport
+}
+
+func (h *harness) report(r roles.RoundReport) {
+	h.mu.Lock()
+	h.reports = append(h.reports, r)
+	h.mu.Unlock()
+	if r.Aborted {
+		h.aborted.Add(1)
+	} else {
+		h.planned.Add(1)
+	}
+}
+
+func (h *harness) Reports() []roles.RoundReport {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]roles.RoundReport(nil), h.reports...)
+}
+
+func start(t *testing.T, devices []int, users, workers int, mutate func(*sim.Config)) *harness {
+	t.Helper()
+	h := &harness{}
+	h.nats = testenv.StartNATS(t, testenv.WithNATSConfig(natsx.AccountsConfig(len(devices), pw)), testenv.WithMQTT())
+	rdb := testenv.StartRedis(t).Client()
+	cfg := sim.Config{
+		Deployment:       sim.SmallDeployment(devices, 256, 250*time.Millisecond),
+		DevicesPerVendor: devices,
+		Users:            users,
+		Gateways:         2,
+		DecryptWorkers:   workers,
+		NATSURL:          h.nats.URL(),
+		Password:         pw,
+		Store:            roundstate.NewRedis(rdb, 5*time.Minute),
+		AckWait:          2 * time.Second,
+		OnRound:          h.report,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if cfg.MQTTDevices > 0 {
+		cfg.MQTTAddr = h.nats.MQTTAddr()
+	}
+	c, err := sim.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cluster = c
+	t.Cleanup(c.Stop)
+	return h
+}
+
+// waitFor waits until cond holds (testenv.Eventually with a boolean condition).
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testenv.Eventually(t, d, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
+// TestRoundsExactlyOnce: 50 rounds, 3 vendors, 2 decrypt workers, two
+// gateway replicas, real NATS accounts and redis-server: every command is
+// delivered exactly once and answered.
+func TestRoundsExactlyOnce(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 12, 2, func(c *sim.Config) {
+		c.MQTTDevices = 2 // two of vendor 0's devices are real MQTT clients
+	})
+	stop := make(chan struct{})
+	go func() {
+		waitFor(t, 90*time.Second, "50 planned rounds", func() bool { return h.planned.Load() >= 50 })
+		close(stop)
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) < 50 || h.aborted.Load() != 0 {
+		t.Fatalf("%d commands, %d aborted rounds", len(recs), h.aborted.Load())
+	}
+	t.Logf("%d commands over %d rounds, all delivered exactly once", len(recs), h.planned.Load())
+}
+
+var _ = context.Background

@@ -1,0 +1,42 @@
+package roles
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of every PDA role. Labels are reasons and outcomes only: no keys, no blinded
+// keys, no participant identities (T-PRIV-11).
+type Metrics struct {
+	Items       *prometheus.CounterVec // proxy: items by outcome (accepted or a reason code)
+	Sessions    prometheus.Counter
+	Sealed      prometheus.Counter     // mixer: windows sealed
+	Mixed       prometheus.Counter     // mixer: items forwarded
+	Late        prometheus.Counter     // mixer: pool items after the seal point
+	Opened      *prometheus.CounterVec // front-end: items by outcome
+	Entries     *prometheus.CounterVec // shard: entries new | duplicate | misrouted
+	Reveals     *prometheus.CounterVec // shard: requests sent | settled | stale
+	Oracle      *prometheus.CounterVec // oracle: answered | refused | malformed
+	Consistent  prometheus.Counter     // oracle: consistent entries
+	Inconsisent prometheus.Counter     // oracle: inconsistent entries
+	Results     prometheus.Counter     // shard: result documents written
+}
+
+// NewMetrics registers the PDA metrics on reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Items:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_proxy_items_total", Help: "Submitted items by outcome."}, []string{"outcome"}),
+		Sessions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_proxy_sessions_total", Help: "Participant sessions opened."}),
+		Sealed:      prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_mixer_windows_sealed_total", Help: "Windows sealed and forwarded."}),
+		Mixed:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_mixer_items_total", Help: "Items shuffled and forwarded to the DB."}),
+		Late:        prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_mixer_late_items_total", Help: "Pool items that arrived after the seal point."}),
+		Opened:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_frontend_items_total", Help: "Items opened by outcome."}, []string{"outcome"}),
+		Entries:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_shard_entries_total", Help: "Entries by outcome."}, []string{"outcome"}),
+		Reveals:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_shard_reveals_total", Help: "Reveal requests by outcome."}, []string{"outcome"}),
+		Oracle:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_oracle_requests_total", Help: "Oracle requests by outcome."}, []string{"outcome"}),
+		Consistent:  prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_oracle_consistent_entries_total", Help: "Entries found consistent."}),
+		Inconsisent: prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_oracle_inconsistent_entries_total", Help: "Entries found inconsistent (T-MAL-1)."}),
+		Results:     prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_shard_results_total", Help: "Shard result documents written."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Items, m.Sessions, m.Sealed, m.Mixed, m.Late, m.Opened, m.Entries, m.Reveals, m.Oracle, m.Consistent, m.Inconsisent, m.Results)
+	}
+	return m
+}
