@@ -58,8 +58,10 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	L[p.oneSlot] = Label{} // the Garbler folded Δ into ¬a's zero-label: evaluate INV as a copy
 
 	// Identity gates, a batch at a time.
-	const batch = 512
-	var src, tw, dst, scratch [batch]Label
+	const batch = identityBatch
+	sc := getIdentityScratch()
+	defer putIdentityScratch(sc)
+	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
 	idBuf := buf
 	if len(idBuf) < 32*batch {
 		idBuf = make([]byte, 32*batch)
@@ -90,7 +92,6 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 			i++
 		}
 	}
-	clear(src[:])
 	for base := 0; base < p.nIn; {
 		// Constant labels, in input order, at most a buffer at a time.
 		m := 0

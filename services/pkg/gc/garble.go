@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Input is how the Garbler feeds one input wire.
@@ -170,8 +171,10 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 // gates (no key schedule per wire) and a_b, uniformly random and independent of Δ, is a
 // fine input to a CCR hash keyed by a fresh π.
 func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
-	const batch = 256
-	var src, tw, dst, scratch [2 * batch]Label
+	const batch = identityBatch / 2
+	sc := getIdentityScratch()
+	defer putIdentityScratch(sc)
+	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
 	execLo := Label(exec).lo()
 	for base := 0; base < len(inputs); base += batch {
 		end := min(base+batch, len(inputs))
@@ -202,10 +205,25 @@ func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input
 			sw.write(rows[:])
 			i += 2
 		}
-		clear(src[:n])
 	}
-	clear(dst[:])
 	return sw.err
+}
+
+// identityBatch is how many identity-gate hashes are batched per fixed-key AES call.
+const identityBatch = 512
+
+type identityScratch struct{ src, tw, dst, tmp [identityBatch]Label }
+
+var identityPool = sync.Pool{New: func() any { return new(identityScratch) }}
+
+func getIdentityScratch() *identityScratch { return identityPool.Get().(*identityScratch) }
+
+// putIdentityScratch erases the publisher labels and hashes before reuse.
+func putIdentityScratch(s *identityScratch) {
+	clear(s.src[:])
+	clear(s.dst[:])
+	clear(s.tmp[:])
+	identityPool.Put(s)
 }
 
 // streamWriter buffers one chunk and remembers the first write error.
