@@ -42,6 +42,9 @@ type fixedKey struct {
 	rk    [11]Label    // encryption round keys, FIPS-197 byte order (what AESENC takes)
 	rk256 [11][32]byte // each round key twice, for the VAES-256 kernels
 	blk   cipher.Block // the pure-Go path (crypto/aes)
+	// x, y are the pure-Go kernels' hash inputs and outputs: kept here, per execution,
+	// because slices handed to blk's interface method escape and would be allocated per gate.
+	x, y [4]Label
 }
 
 func newFixedKey(key Label) *fixedKey {

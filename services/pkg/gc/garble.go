@@ -119,6 +119,8 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	}
 
 	// Gate tables, chunk by chunk.
+	consts := newANDConsts(&delta)
+	defer consts.erase()
 	t := uint64(0)
 	err := p.forEachRun(func(and bool, ops []uint32) error {
 		if !and {
@@ -136,7 +138,7 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 			}
 			n := min(room, len(ops)/3)
 			tab := sw.grow(32 * n)
-			active.garbleAND(k, &delta, L, ops[:3*n], tab, t)
+			active.garbleAND(k, consts, L, ops[:3*n], tab, t)
 			t += 2 * uint64(n)
 			ops = ops[3*n:]
 		}

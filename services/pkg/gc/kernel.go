@@ -15,7 +15,7 @@ type kernels struct {
 	// garbleAND garbles the independent ANDs g (3 indices each) with half-gates: it reads
 	// the zero-labels L[a], L[b], writes L[out] and the two rows TG ‖ TE (32 bytes) of each
 	// gate to tab, using tweaks (t+2i, ^0) and (t+2i+1, ^0) for gate i.
-	garbleAND func(k *fixedKey, delta *Label, L []Label, g []uint32, tab []byte, t uint64)
+	garbleAND func(k *fixedKey, c *andConsts, L []Label, g []uint32, tab []byte, t uint64)
 	// evalAND evaluates the independent ANDs g from their rows in tab.
 	evalAND func(k *fixedKey, L []Label, g []uint32, tab []byte, t uint64)
 	// xor sets L[out] = L[a] ⊕ L[b] for each triple in order (the triples may depend on
@@ -34,6 +34,29 @@ var genericKernels = kernels{
 // active is the kernel set in use; tests switch it to genericKernels to compare paths.
 var active = bestKernels()
 
+// andConsts is what the AND kernels keep in registers: Δ (zero when evaluating), σ(Δ),
+// maskHi = (0, ~0) for σ and the tweaks, and the tweak increment (1, 0).
+type andConsts struct {
+	delta, sigmaDelta, maskHi, inc Label
+}
+
+func newANDConsts(delta *Label) *andConsts {
+	c := &andConsts{maskHi: mkLabel(0, ^uint64(0)), inc: mkLabel(1, 0)}
+	if delta != nil {
+		c.delta, c.sigmaDelta = *delta, sigma(*delta)
+	}
+	return c
+}
+
+// evalConsts are the constants of evaluation (no Δ).
+var evalConsts = *newANDConsts(nil)
+
+// erase clears Δ from c.
+func (c *andConsts) erase() {
+	clear(c.delta[:])
+	clear(c.sigmaDelta[:])
+}
+
 func xorGeneric(L []Label, g []uint32) {
 	for i := 0; i+2 < len(g); i += 3 {
 		L[g[i+2]] = xorLabel(L[g[i]], L[g[i+1]])
@@ -44,10 +67,9 @@ func mask(bit uint64) uint64 { return -(bit & 1) }
 
 // garbleANDGeneric is spec §8.5's AND with H(x, t) = π(σ(x) ⊕ t) ⊕ σ(x). σ is linear, so
 // σ(x ⊕ Δ) = σ(x) ⊕ σ(Δ), and H(A,t) ⊕ H(A⊕Δ,t) = π(u) ⊕ π(u⊕σΔ) ⊕ σΔ with u = σ(A) ⊕ t.
-func garbleANDGeneric(k *fixedKey, delta *Label, L []Label, g []uint32, tab []byte, t uint64) {
-	d := *delta
-	sd := sigma(d)
-	var x, y [4]Label
+func garbleANDGeneric(k *fixedKey, c *andConsts, L []Label, g []uint32, tab []byte, t uint64) {
+	d, sd := c.delta, c.sigmaDelta
+	x, y := &k.x, &k.y
 	for i := 0; i+2 < len(g); i += 3 {
 		A, B := L[g[i]], L[g[i+1]]
 		sA, sB := sigma(A), sigma(B)
@@ -73,7 +95,7 @@ func garbleANDGeneric(k *fixedKey, delta *Label, L []Label, g []uint32, tab []by
 }
 
 func evalANDGeneric(k *fixedKey, L []Label, g []uint32, tab []byte, t uint64) {
-	var x, y [2]Label
+	x, y := k.x[:2], k.y[:2]
 	for i := 0; i+2 < len(g); i += 3 {
 		A, B := L[g[i]], L[g[i+1]]
 		sA, sB := sigma(A), sigma(B)

@@ -4,20 +4,6 @@ package gc
 
 import "golang.org/x/sys/cpu"
 
-// andConsts is what the AND kernels keep in registers: Δ (zero when evaluating), σ(Δ),
-// maskHi = (0, ~0) for σ and the tweaks, and the tweak increment (1, 0).
-type andConsts struct {
-	delta, sigmaDelta, maskHi, inc Label
-}
-
-func newANDConsts(delta *Label) *andConsts {
-	c := &andConsts{maskHi: mkLabel(0, ^uint64(0)), inc: mkLabel(1, 0)}
-	if delta != nil {
-		c.delta, c.sigmaDelta = *delta, sigma(*delta)
-	}
-	return c
-}
-
 //go:noescape
 func encryptAESNI(rk *Label, dst, src *Label, n int)
 
@@ -38,16 +24,13 @@ var aesniKernels = kernels{
 			encryptAESNI(&k.rk[0], &dst[0], &src[0], len(src))
 		}
 	},
-	garbleAND: func(k *fixedKey, delta *Label, L []Label, g []uint32, tab []byte, t uint64) {
+	garbleAND: func(k *fixedKey, c *andConsts, L []Label, g []uint32, tab []byte, t uint64) {
 		n := len(g) / 3
 		if n == 0 {
 			return
 		}
 		_ = tab[32*n-1]
-		c := newANDConsts(delta)
 		garbleANDAESNI(&k.rk[0], c, &L[0], &g[0], n, &tab[0], t)
-		clear(c.delta[:])
-		clear(c.sigmaDelta[:])
 	},
 	evalAND: func(k *fixedKey, L []Label, g []uint32, tab []byte, t uint64) {
 		n := len(g) / 3
@@ -63,8 +46,6 @@ var aesniKernels = kernels{
 		}
 	},
 }
-
-var evalConsts = *newANDConsts(nil)
 
 func bestKernels() kernels {
 	if cpu.X86.HasAES && cpu.X86.HasSSE41 {

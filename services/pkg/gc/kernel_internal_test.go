@@ -71,8 +71,8 @@ func TestKernelsAgree(t *testing.T) {
 			t0 := mrand.Uint64()
 			La, Lb := append([]Label(nil), L0...), append([]Label(nil), L0...)
 			tabA, tabB := make([]byte, 32*n), make([]byte, 32*n)
-			genericKernels.garbleAND(k, &delta, La, g, tabA, t0)
-			ks.garbleAND(k, &delta, Lb, g, tabB, t0)
+			genericKernels.garbleAND(k, newANDConsts(&delta), La, g, tabA, t0)
+			ks.garbleAND(k, newANDConsts(&delta), Lb, g, tabB, t0)
 			if !bytes.Equal(tabA, tabB) || !bytes.Equal(labelBytes(La), labelBytes(Lb)) {
 				t.Fatalf("%s: garbleAND of %d gates differs from pure Go", ks.name, n)
 			}

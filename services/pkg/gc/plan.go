@@ -212,7 +212,7 @@ func compileCircuit(c *Circuit) (*Plan, error) {
 			a, b := vals[g.A], vals[g.B]
 			switch {
 			case a.kind != valSlot && b.kind != valSlot:
-				v.kind = valZero + (a.kind - valZero) ^ (b.kind - valZero)
+				v.kind = valZero + ((a.kind - valZero) ^ (b.kind - valZero))
 			case a.kind == valZero:
 				v = b
 			case b.kind == valZero:
