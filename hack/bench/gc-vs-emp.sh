@@ -2,8 +2,8 @@
 # Same-run baseline: Obscura's Go half-gates engine (services/pkg/gc) against EMP-toolkit's emp-tool
 # (C++) on this machine, one core each, and a Markdown table of the ratios for docs/benchmarks.md.
 #
-#   hack/bench/gc-vs-emp.sh              EMP half, then the Go half, then the table
-#   hack/bench/gc-vs-emp.sh --emp-only   EMP half only (its table rows, no ratios)
+#   hack/bench/gc-vs-emp.sh              builds, then rounds of EMP and Go, then the table (stdout)
+#   hack/bench/gc-vs-emp.sh --emp-only   EMP only (its table rows, no ratios)
 #
 # Environment:
 #   EMP_SRC             emp-tool source: a git dir (bare or a clone) holding commit $EMP_COMMIT, or a
@@ -12,9 +12,11 @@
 #   OBSCURA_TOOL_CACHE  per-machine cache (default ~/.cache/obscura-tools); EMP's source and builds
 #                       live in $OBSCURA_TOOL_CACHE/emp-tool-<commit>/, never in this repository.
 #   BENCH_CPU           the core both benchmarks are pinned to with taskset (default 1)
-#   EMP_RUNS            repetitions of each EMP figure, median reported (default 9)
+#   GO_COUNT            rounds (default 5): each runs the EMP program, then `go test -count 1`;
+#                       every figure is the median over the rounds (so Go gets -count 5 in all)
+#   EMP_RUNS            samples of each EMP figure per round, median taken (default 3)
 #   EMP_GATES           independent AND gates per EMP sample (default 1048576)
-#   GO_COUNT            go test -count (default 5); GO_BENCHTIME: go test -benchtime (default Go's 1s)
+#   GO_BENCHTIME        go test -benchtime (default Go's 1s)
 #   BENCH_OUT           directory for the raw outputs (default: a new temporary directory)
 #
 # Nothing is downloaded: EMP comes from EMP_SRC or the cache, the Go half uses the module cache.
@@ -32,7 +34,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE="${OBSCURA_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/obscura-tools}"
 EMP_DIR="$CACHE/emp-tool-$EMP_COMMIT"
 CPU="${BENCH_CPU:-1}"
-EMP_RUNS="${EMP_RUNS:-9}"
+EMP_RUNS="${EMP_RUNS:-3}"
 EMP_GATES="${EMP_GATES:-1048576}"
 GO_COUNT="${GO_COUNT:-5}"
 EMP_ONLY=0
@@ -171,19 +173,14 @@ build_emp() {
 
 OUT="${BENCH_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gc-vs-emp.XXXXXX")}"
 mkdir -p "$OUT"
+rm -f "$OUT"/emp.r*.jsonl "$OUT"/go.r*.txt
 obtain_emp
 build_emp
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-log "running EMP on cpu $CPU ($EMP_RUNS runs, $EMP_GATES gates per AND sample); load average $LOAD_BEFORE"
-taskset -c "$CPU" "$EMP_BIN" --circuits "$EMP_DIR/src/emp-tool/circuits/files/bristol_fashion" \
-  --runs "$EMP_RUNS" --gates "$EMP_GATES" >"$OUT/emp.jsonl" ||
-  die 1 "the EMP benchmark failed (a wrong garbled result exits 1; see above)"
-cat "$OUT/emp.jsonl" >&2
 
-# --- Go half -------------------------------------------------------------------------------
+# --- Go half: is it there? -----------------------------------------------------------------
 
 GO_STATUS=0
-: >"$OUT/go.txt"
+RUN_GO=0
 if [ "$EMP_ONLY" = 0 ]; then
   GC="$ROOT/services/pkg/gc"
   missing=""
@@ -198,16 +195,38 @@ if [ "$EMP_ONLY" = 0 ]; then
     GO_STATUS=3
   else
     command -v go >/dev/null || die 1 "go is required for the Go half"
+    # Compile once on both cores (nice) so that the pinned runs below only link from the cache.
     log "compiling services/pkg/gc tests (nice, both cores)"
     (cd "$ROOT/services" && nice -n 10 go test -c -o "$OUT/gc.test" ./pkg/gc/) ||
       die 1 "services/pkg/gc does not compile"
-    log "running the Go benchmarks on cpu $CPU (-count $GO_COUNT)"
-    (cd "$ROOT/services" && taskset -c "$CPU" go test -run '^$' -bench "$GO_BENCH" -cpu 1 \
-        -count "$GO_COUNT" ${GO_BENCHTIME:+-benchtime "$GO_BENCHTIME"} ./pkg/gc/) | tee "$OUT/go.txt" >&2 ||
-      die 1 "the Go benchmarks failed"
+    RUN_GO=1
   fi
 fi
+
+# --- Interleaved rounds ---------------------------------------------------------------------
+# The machine is shared, and its load drifts over minutes. Rather than all of EMP and then all of
+# Go, each of GO_COUNT rounds runs the EMP program (EMP_RUNS samples, median) and then
+# `go test -count 1`, so drift hits both sides alike; each figure is the median over the rounds
+# and the table also gives the spread of the per-round ratios.
+
+ROUNDS=$GO_COUNT
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+log "$ROUNDS rounds on cpu $CPU: EMP ($EMP_RUNS samples, $EMP_GATES gates per AND sample)$([ "$RUN_GO" = 1 ] && echo ', then go test -count 1'); load average $LOAD_BEFORE"
+for r in $(seq 1 "$ROUNDS"); do
+  taskset -c "$CPU" "$EMP_BIN" --circuits "$EMP_DIR/src/emp-tool/circuits/files/bristol_fashion" \
+    --runs "$EMP_RUNS" --gates "$EMP_GATES" >"$OUT/emp.r$r.jsonl" ||
+    die 1 "the EMP benchmark failed (a wrong garbled result exits 1; see above)"
+  sed "s/^/emp round $r: /" "$OUT/emp.r$r.jsonl" >&2
+  if [ "$RUN_GO" = 1 ]; then
+    (cd "$ROOT/services" && taskset -c "$CPU" go test -run '^$' -bench "$GO_BENCH" -cpu 1 \
+        -count 1 ${GO_BENCHTIME:+-benchtime "$GO_BENCHTIME"} ./pkg/gc/) >"$OUT/go.r$r.txt" ||
+      { cat "$OUT/go.r$r.txt" >&2; die 1 "the Go benchmarks failed"; }
+    grep '^Benchmark' "$OUT/go.r$r.txt" | sed "s/^/go round $r: /" >&2
+  fi
+done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+GO_FILES=()
+[ "$RUN_GO" = 1 ] && for r in $(seq 1 "$ROUNDS"); do GO_FILES+=("$OUT/go.r$r.txt"); done
 
 # --- Report --------------------------------------------------------------------------------
 
@@ -218,7 +237,7 @@ GXX_VER=$(g++ -dumpfullversion)
 
 awk -v commit="$EMP_COMMIT" -v cpu="$CPU_MODEL" -v simd="$SIMD" -v gover="$GO_VER" -v gxx="$GXX_VER" \
     -v pin="$CPU" -v l0="$LOAD_BEFORE" -v l1="$LOAD_AFTER" -v date="$(date -u +%Y-%m-%d)" \
-    -v gocount="$GO_COUNT" -v empruns="$EMP_RUNS" -v empgates="$EMP_GATES" -v gostatus="$GO_STATUS" \
+    -v rounds="$ROUNDS" -v empruns="$EMP_RUNS" -v empgates="$EMP_GATES" -v gostatus="$GO_STATUS" \
     -v emponly="$EMP_ONLY" -v ncpu="$(nproc)" '
 function jnum(line, key,   s) {  # value of "key":number in a flat JSON line
   s = line; if (!match(s, "\"" key "\":[-0-9.eE+]+")) return "";
@@ -228,66 +247,75 @@ function jstr(line, key,   s) {
   s = line; if (!match(s, "\"" key "\":\"[^\"]*\"")) return "";
   s = substr(s, RSTART, RLENGTH); sub(/^[^:]*:"/, "", s); sub(/"$/, "", s); return s;
 }
-function med(name,   n, i, j, t, a) {  # median of vals[name, 1..cnt[name]]
-  n = cnt[name]; if (n == 0) return "";
-  for (i = 1; i <= n; i++) a[i] = vals[name, i];
+function round_of(f,   s) { s = f; sub(/.*\.r/, "", s); sub(/\..*/, "", s); return s + 0; }
+function put(series, r, v) { if (v == "") return; val[series, r] = v; has[series] = 1; }
+function medlist(a, n,   i, j, t) {
   for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t; }
-  return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2;
+  return n == 0 ? "" : (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2;
+}
+function med(series,   r, n, a) { n = 0; for (r = 1; r <= rounds; r++) if ((series, r) in val) a[++n] = val[series, r]; return medlist(a, n); }
+# Spread of the per-round ratios num/den (times scale), "lo–hi".
+function spread(num, den,   r, lo, hi, x) {
+  lo = ""; for (r = 1; r <= rounds; r++) if ((num, r) in val && (den, r) in val && val[den, r] > 0) {
+    x = val[num, r] / val[den, r]; if (lo == "" || x < lo) lo = x; if (hi == "" || x > hi) hi = x; }
+  return lo == "" ? "" : sprintf(" (rounds %.2f–%.2f)", lo, hi);
 }
 function mrate(x) { return x == "" ? "n/a" : sprintf("%.1f M", x / 1e6); }
 function ms(x) { return x == "" ? "n/a" : sprintf("%.3f ms", x); }
 function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "n/a" : sprintf("%.2f×", a / b); }
-FILENAME ~ /emp.jsonl$/ {
+FILENAME ~ /emp\.r[0-9]+\.jsonl$/ {
+  r = round_of(FILENAME);
   b = jstr($0, "bench"); im = jstr($0, "impl"); c = jstr($0, "circuit");
   sh = jnum($0, "cpu_share"); if (sh != "") { if (shmin == "" || sh < shmin) shmin = sh; if (shmax == "" || sh > shmax) shmax = sh; }
-  if (b == "and_garble" || b == "and_evaluate") emp[b "/" im] = jnum($0, "ands_per_s");
-  if (b == "circuit_garble" || b == "circuit_evaluate") { emp[b "/" c] = jnum($0, "median_ms"); empand[c] = jnum($0, "and_gates"); }
+  if (b == "and_garble" || b == "and_evaluate") put("emp:" b "/" im, r, jnum($0, "ands_per_s"));
+  if (b == "circuit_garble" || b == "circuit_evaluate") { put("emp:" b "/" c, r, jnum($0, "median_ms")); empand[c] = jnum($0, "and_gates"); }
   next;
 }
 /^Benchmark/ {
-  name = $1; sub(/-[0-9]+$/, "", name); base = name; sub(/\/.*/, "", base);
+  r = round_of(FILENAME);
+  name = $1; sub(/-[0-9]+$/, "", name);
   for (i = 2; i < NF; i++) {
-    if ($(i + 1) == "ns/op") { cnt[name "|ns"]++; vals[name "|ns", cnt[name "|ns"]] = $i; }
-    if ($(i + 1) == "ANDs/s") { cnt[name "|ands"]++; vals[name "|ands", cnt[name "|ands"]] = $i; }
+    if ($(i + 1) == "ns/op") put("go:" name "|ms", r, $i / 1e6);
+    if ($(i + 1) == "ANDs/s") put("go:" name "|ands", r, $i);
   }
   if (!(name in seen)) { seen[name] = 1; order[++nn] = name; }
 }
 END {
-  # One Go figure per benchmark; if a benchmark has sub-benchmarks the first one listed is used
-  # for the ratio and all of them are listed below the table.
+  # If a benchmark has sub-benchmarks, the first one listed is used for the ratio; all of them
+  # are listed below the table.
   for (k = 1; k <= nn; k++) { n = order[k]; b = n; sub(/\/.*/, "", b); if (!(b in pick)) pick[b] = n; }
-  gA = med(pick["BenchmarkGarbleAND"] "|ands");   eA = med(pick["BenchmarkEvaluateAND"] "|ands");
-  gAes = med(pick["BenchmarkGarbleAES128"] "|ns"); eAes = med(pick["BenchmarkEvaluateAES128"] "|ns");
-  gSha = med(pick["BenchmarkGarbleSHA256"] "|ns"); eSha = med(pick["BenchmarkEvaluateSHA256"] "|ns");
-  if (gAes != "") gAes /= 1e6; if (eAes != "") eAes /= 1e6; if (gSha != "") gSha /= 1e6; if (eSha != "") eSha /= 1e6;
+  gA = "go:" pick["BenchmarkGarbleAND"] "|ands"; eA = "go:" pick["BenchmarkEvaluateAND"] "|ands";
   print "";
   printf "### Half-gates garbling, same run: Obscura `services/pkg/gc` (Go) vs EMP-toolkit emp-tool (C++)\n\n";
-  printf "%s, one core (`taskset -c %s`), %s; measured %s. Go %s, `go test -cpu 1 -count %s`, median. ", cpu, pin, simd, date, gover, gocount;
-  printf "emp-tool `%s` (g++ %s, Release, `-O3 -march=native`), our `hack/bench/emp/bench_halfgates.cpp`, median of %s runs, tables to memory. ", substr(commit, 1, 7), gxx, empruns;
+  printf "%s, one core (`taskset -c %s`), %s; %s. %d interleaved rounds, each: EMP (emp-tool `%s`, g++ %s, Release, `-O3 -march=native`; our `hack/bench/emp/bench_halfgates.cpp`, median of %d samples), then Go %s `go test -cpu 1 -count 1`; figures are medians over the rounds, garbled tables to memory. ", cpu, pin, simd, date, rounds, substr(commit, 1, 7), gxx, empruns, gover;
   printf "Load average %s before, %s after: a shared %d-core machine, figures are noisy (±10–20 %%)", l0, l1, ncpu;
   split(l0, la, " "); split(l1, lb, " ");
   if (la[1] + 0 > ncpu || lb[1] + 0 > ncpu) printf "; **the machine was busy (load average above %d): rerun on a quiet machine before quoting**", ncpu;
   if (shmin != "") printf "; EMP had the core for %.0f–%.0f %% of its wall time", shmin * 100, shmax * 100;
   printf ".\n\n";
-  print "| Measure | Obscura (Go) | EMP | Ratio (>1: Obscura faster) |";
+  print "| Measure | Obscura (Go) | EMP | Ratio, >1: Obscura faster (spread of per-round ratios) |";
   print "|---|---|---|---|";
-  printf "| AND garble, independent gates, AND/s | %s | %s | %s (Go ÷ EMP) |\n", mrate(gA), mrate(emp["and_garble/kernel"]), ratio(gA, emp["and_garble/kernel"]);
-  printf "| AND evaluate, independent gates, AND/s | %s | %s | %s (Go ÷ EMP) |\n", mrate(eA), mrate(emp["and_evaluate/kernel"]), ratio(eA, emp["and_evaluate/kernel"]);
-  printf "| AES-128 (Bristol, %d AND) garble | %s | %s | %s (EMP ÷ Go) |\n", empand["aes_128"], ms(gAes), ms(emp["circuit_garble/aes_128"]), ratio(emp["circuit_garble/aes_128"], gAes);
-  printf "| AES-128 evaluate | %s | %s | %s (EMP ÷ Go) |\n", ms(eAes), ms(emp["circuit_evaluate/aes_128"]), ratio(emp["circuit_evaluate/aes_128"], eAes);
-  printf "| SHA-256 (Bristol, %d AND) garble | %s | %s | %s (EMP ÷ Go) |\n", empand["sha256"], ms(gSha), ms(emp["circuit_garble/sha256"]), ratio(emp["circuit_garble/sha256"], gSha);
-  printf "| SHA-256 evaluate | %s | %s | %s (EMP ÷ Go) |\n", ms(eSha), ms(emp["circuit_evaluate/sha256"]), ratio(emp["circuit_evaluate/sha256"], eSha);
+  printf "| AND garble, independent gates, AND/s | %s | %s | %s Go ÷ EMP%s |\n", mrate(med(gA)), mrate(med("emp:and_garble/kernel")), ratio(med(gA), med("emp:and_garble/kernel")), spread(gA, "emp:and_garble/kernel");
+  printf "| AND evaluate, independent gates, AND/s | %s | %s | %s Go ÷ EMP%s |\n", mrate(med(eA)), mrate(med("emp:and_evaluate/kernel")), ratio(med(eA), med("emp:and_evaluate/kernel")), spread(eA, "emp:and_evaluate/kernel");
+  split("GarbleAES128 EvaluateAES128 GarbleSHA256 EvaluateSHA256", gb, " ");
+  split("circuit_garble/aes_128 circuit_evaluate/aes_128 circuit_garble/sha256 circuit_evaluate/sha256", eb, " ");
+  for (k = 1; k <= 4; k++) {
+    g = "go:" pick["Benchmark" gb[k]] "|ms"; e = "emp:" eb[k];
+    c = eb[k]; sub(/.*\//, "", c); what = (c == "aes_128") ? "AES-128" : "SHA-256";
+    printf "| %s (Bristol, %d AND) %s, time per circuit | %s | %s | %s EMP ÷ Go%s |\n", what, empand[c], (gb[k] ~ /^Garble/) ? "garble" : "evaluate",
+      ms(med(g)), ms(med(e)), ratio(med(e), med(g)), spread(e, g);
+  }
   print "";
-  printf "EMP AND figures are `halfgates_garble`/`halfgates_eval` (MITCCRH re-keyed fixed-key AES) over %s independent gates; ", empgates;
-  printf "through emp'"'"'s backend (`HalfGateGen`/`HalfGateEva::and_gate`, memory IOChannel) they are %s garble, %s evaluate", mrate(emp["and_garble/backend"]), mrate(emp["and_evaluate/backend"]);
-  if (gA != "") printf " (Go ÷ that: %s, %s)", ratio(gA, emp["and_garble/backend"]), ratio(eA, emp["and_evaluate/backend"]);
+  printf "EMP AND figures: `halfgates_garble`/`halfgates_eval` (MITCCRH re-keyed fixed-key AES) over %s independent gates. ", empgates;
+  printf "Through emp'"'"'s circuit-execution backend (`HalfGateGen`/`HalfGateEva::and_gate`, memory IOChannel): %s garble, %s evaluate", mrate(med("emp:and_garble/backend")), mrate(med("emp:and_evaluate/backend"));
+  if (med(gA) != "") printf " (Go ÷ that: %s, %s)", ratio(med(gA), med("emp:and_garble/backend")), ratio(med(eA), med("emp:and_evaluate/backend"));
   print ".";
   if (nn > 0) {
-    print ""; print "Go benchmarks (median ns/op, ANDs/s):";
-    for (k = 1; k <= nn; k++) { n = order[k]; a = med(n "|ands"); printf "- `%s`: %s ns/op%s\n", n, med(n "|ns"), a == "" ? "" : sprintf(", %s AND/s", mrate(a)); }
+    print ""; print "Go benchmarks (median over the rounds):";
+    for (k = 1; k <= nn; k++) { n = order[k]; a = med("go:" n "|ands"); printf "- `%s`: %.0f ns/op%s\n", n, med("go:" n "|ms") * 1e6, a == "" ? "" : sprintf(", %s AND/s", mrate(a)); }
   }
   if (emponly == 1) { print ""; print "Go half not run (--emp-only)."; }
   else if (gostatus != 0) { print ""; print "Go half not run: services/pkg/gc or its benchmarks are missing (see stderr)."; }
-}' "$OUT/emp.jsonl" "$OUT/go.txt" | tee "$OUT/table.md"
+}' "$OUT"/emp.r*.jsonl "${GO_FILES[@]}" | tee "$OUT/table.md"
 log "raw outputs and table in $OUT"
 exit "$GO_STATUS"
