@@ -147,6 +147,9 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	for j, s := range p.outSlots {
 		d[j/8] ^= (L[s][0] & 1) << (j % 8)
 	}
+	if testHookEvaluate != nil {
+		testHookEvaluate(append([]Label(nil), L...))
+	}
 	return &Result{Header: h, Masked: d}, nil
 }
 

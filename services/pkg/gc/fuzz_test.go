@@ -2,6 +2,7 @@ package gc_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"testing"
@@ -40,6 +41,60 @@ func FuzzReadBristol(f *testing.F) {
 		}
 		if c.Hash() != c2.Hash() {
 			t.Fatal("round trip changed the circuit")
+		}
+	})
+}
+
+// FuzzStream feeds arbitrary bytes to Evaluate as a garbled stream for a fixed small circuit:
+// it must never panic, and every error must wrap ErrMalformed or ErrCircuitMismatch (the
+// reader here never fails). Accepted streams (valid ones, or with tables changed) only give
+// some output bits.
+func FuzzStream(f *testing.F) {
+	c := randomCircuit(11, 12, 150)
+	p, err := gc.Compile(c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	bits := make([]bool, c.NumInputWires())
+	in, labels := publisherInputs(bits)
+	in[3] = gc.Input{Const: true, Bit: true}
+	for _, ctxBytes := range [][]byte{nil, []byte("fn=1")} {
+		var buf bytes.Buffer
+		if _, err := gc.Garble(context.Background(), p, &buf, in, nil, &gc.Options{Context: ctxBytes}); err != nil {
+			f.Fatal(err)
+		}
+		s := buf.Bytes()
+		f.Add(s)
+		f.Add(s[:len(s)-1])
+		f.Add(s[:100])
+		f.Add(s[:101])
+	}
+	f.Add([]byte("OBGC"))
+	f.Fuzz(func(t *testing.T, s []byte) {
+		res, err := gc.Evaluate(context.Background(), p, bytes.NewReader(s), labels, &gc.Options{ChunkSize: 64})
+		if err != nil {
+			if !errors.Is(err, gc.ErrMalformed) && !errors.Is(err, gc.ErrCircuitMismatch) {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			return
+		}
+		if len(res.Masked) != (p.NumOutputWires()+7)/8 {
+			t.Fatalf("%d output bytes", len(res.Masked))
+		}
+	})
+}
+
+// FuzzReadHeader: ReadHeader must never panic and must reject with ErrMalformed.
+func FuzzReadHeader(f *testing.F) {
+	p, _ := gc.Compile(randomCircuit(1, 2, 5))
+	in, _ := publisherInputs(make([]bool, p.NumInputWires()))
+	var buf bytes.Buffer
+	gc.Garble(context.Background(), p, &buf, in, nil, &gc.Options{Context: []byte("ctx")})
+	f.Add(buf.Bytes()[:103])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, s []byte) {
+		if _, err := gc.ReadHeader(bytes.NewReader(s)); err != nil && !errors.Is(err, gc.ErrMalformed) {
+			t.Fatalf("unexpected error: %v", err)
 		}
 	})
 }

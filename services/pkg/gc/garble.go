@@ -47,9 +47,13 @@ func (o *Options) chunk() int {
 	return max(n&^31, 32)
 }
 
-// testHookSecrets, when set by a test, receives each execution's Δ and input zero-labels
-// before they are erased (TestFreshPerExecution, TestEvaluatorView).
-var testHookSecrets func(delta Label, w0 []Label)
+// Test hooks, nil outside tests: testHookGarble receives each execution's Δ and a copy of
+// the Garbler's zero-labels of every slot before they are erased, testHookEvaluate a copy
+// of the evaluator's labels (TestFreshPerExecution, TestEvaluatorView).
+var (
+	testHookGarble   func(delta Label, w0 []Label)
+	testHookEvaluate func(x []Label)
+)
 
 // Garble garbles one execution of p and writes it to w in the stream format (stream.go).
 // Every call draws a fresh Δ (lsb 1), π key and execID from crypto/rand and erases Δ and
@@ -161,8 +165,8 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	if sw.err != nil {
 		return nil, fmt.Errorf("gc: write garbled stream: %w", sw.err)
 	}
-	if testHookSecrets != nil {
-		testHookSecrets(delta, append([]Label(nil), L[:p.nIn]...))
+	if testHookGarble != nil {
+		testHookGarble(delta, append([]Label(nil), L...))
 	}
 	return h, nil
 }
