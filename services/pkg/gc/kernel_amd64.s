@@ -340,3 +340,73 @@ xor1:
 
 xordone:
 	RET
+
+#define VROUND8(op, off) \
+	op off(R8), Y0, Y0 \
+	op off(R8), Y1, Y1 \
+	op off(R8), Y2, Y2 \
+	op off(R8), Y3, Y3 \
+	op off(R8), Y4, Y4 \
+	op off(R8), Y5, Y5 \
+	op off(R8), Y6, Y6 \
+	op off(R8), Y7, Y7
+
+// func encryptVAES(rk256 *[32]byte, dst, src *Label, n int)
+//
+// n is a multiple of 16: 16 blocks in flight, two per 256-bit register, round keys
+// broadcast to both lanes (fixedKey.rk256). Needs VAES and AVX2.
+TEXT ·encryptVAES(SB), NOSPLIT, $0-32
+	MOVQ rk256+0(FP), R8
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+
+venc16:
+	CMPQ CX, $16
+	JB   vencdone
+	VMOVDQU 0(SI), Y0
+	VMOVDQU 32(SI), Y1
+	VMOVDQU 64(SI), Y2
+	VMOVDQU 96(SI), Y3
+	VMOVDQU 128(SI), Y4
+	VMOVDQU 160(SI), Y5
+	VMOVDQU 192(SI), Y6
+	VMOVDQU 224(SI), Y7
+	VROUND8(VPXOR, 0)
+	VROUND8(VAESENC, 32)
+	VROUND8(VAESENC, 64)
+	VROUND8(VAESENC, 96)
+	VROUND8(VAESENC, 128)
+	VROUND8(VAESENC, 160)
+	VROUND8(VAESENC, 192)
+	VROUND8(VAESENC, 224)
+	VROUND8(VAESENC, 256)
+	VROUND8(VAESENC, 288)
+	VROUND8(VAESENCLAST, 320)
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU Y2, 64(DI)
+	VMOVDQU Y3, 96(DI)
+	VMOVDQU Y4, 128(DI)
+	VMOVDQU Y5, 160(DI)
+	VMOVDQU Y6, 192(DI)
+	VMOVDQU Y7, 224(DI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $16, CX
+	JMP  venc16
+
+vencdone:
+	VZEROUPPER
+	RET
+
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
