@@ -25,8 +25,8 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -203,7 +203,7 @@ func TestDaemons(t *testing.T) {
 	devices := []int{4, 3, 3}
 	const vendors, users, perUser = 3, 6, 5
 	c := &cluster{t: t, dir: t.TempDir()}
-	c.nats = testenv.StartNATS(t, testenv.WithNATSConfig(natsx.AccountsConfig(vendors, pw)), testenv.WithMQTT())
+	c.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(vendors, pw)), testenv.WithMQTT())
 	c.redis = testenv.StartRedis(t)
 	c.write("deployment.json", []byte(deploymentJSON))
 	d, err := roles.LoadDeployment(filepath.Join(c.dir, "deployment.json"))
@@ -262,11 +262,11 @@ func TestDaemons(t *testing.T) {
 
 	// Vendor roles, then integrator roles (the order does not matter: every
 	// role retries its setup until the other side is there).
-	iu := natsx.IntegratorUser
+	iu := contract.IntegratorUser
 	for v := range vendors {
 		vk := keyFile(fmt.Sprintf("vendor%d.key", v))
-		c.start(fmt.Sprintf("shuffler-%d", v), "shuffler", natsx.VendorUser(v), nil, "--key-file", vk, "--vendor", strconv.Itoa(v))
-		c.start(fmt.Sprintf("vendor-agent-%d", v), "vendor-agent", natsx.VendorUser(v), []string{"OBSCURA_VENDOR_INDEX=" + strconv.Itoa(v)},
+		c.start(fmt.Sprintf("shuffler-%d", v), "shuffler", contract.VendorUser(v), nil, "--key-file", vk, "--vendor", strconv.Itoa(v))
+		c.start(fmt.Sprintf("vendor-agent-%d", v), "vendor-agent", contract.VendorUser(v), []string{"OBSCURA_VENDOR_INDEX=" + strconv.Itoa(v)},
 			"--key-file", vk, "--devices-file", filepath.Join(c.dir, fmt.Sprintf("devices-%d.json", v)))
 	}
 	rdb := []string{"--redis-addr", c.redis.Addr()}
@@ -309,12 +309,12 @@ func TestDaemons(t *testing.T) {
 		return append([]byte("ack:"), cmd.Payload...)
 	}
 	for v := range vendors {
-		nc := c.nats.Connect(t, nats.UserInfo(natsx.DeviceUser(v), pw(natsx.DeviceUser(v))))
+		nc := c.nats.Connect(t, nats.UserInfo(contract.DeviceUser(v), pw(contract.DeviceUser(v))))
 		for i := range devices[v] {
 			id := fmt.Sprintf("v%dd%d", v, i)
 			var tr client.Transport = client.NATSTransport{NC: nc}
 			if v == 0 && i == 0 {
-				m, err := client.DialMQTT(c.nats.MQTTAddr(), natsx.DeviceUser(v), pw(natsx.DeviceUser(v)))
+				m, err := client.DialMQTT(c.nats.MQTTAddr(), contract.DeviceUser(v), pw(contract.DeviceUser(v)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -390,16 +390,16 @@ func TestDaemons(t *testing.T) {
 	// The operator's view: status keys in the integrator's KV bucket and
 	// the decrypt workers' consumer.
 	js := c.nats.JetStream(t, nats.UserInfo(iu, pw(iu)))
-	kv, err := js.KeyValue(ctx, roles.BucketStatus)
+	kv, err := js.KeyValue(ctx, contract.BucketStatus)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "five completed rounds in mohito_status", func() error {
-		e, err := kv.Get(ctx, roles.StatusSeriesKey("e2e"))
+		e, err := kv.Get(ctx, contract.StatusSeriesKey("e2e"))
 		if err != nil {
 			return err
 		}
-		var s roles.SeriesStatus
+		var s contract.SeriesStatus
 		if err := json.Unmarshal(e.Value(), &s); err != nil {
 			return err
 		}
@@ -411,23 +411,23 @@ func TestDaemons(t *testing.T) {
 	})
 	var duty int64
 	for v := range vendors {
-		e, err := kv.Get(ctx, roles.StatusVendorKey(v))
+		e, err := kv.Get(ctx, contract.StatusVendorKey(v))
 		if err != nil {
 			t.Fatalf("vendor %d status: %v", v, err)
 		}
-		var vs roles.VendorStatus
+		var vs contract.VendorStatus
 		if err := json.Unmarshal(e.Value(), &vs); err != nil || vs.RoundsServed < 1 {
 			t.Fatalf("vendor %d status %s: %v", v, e.Value(), err)
 		}
 		duty += vs.ShufflerDuty
-		if _, err := kv.Get(ctx, roles.StatusShufflerKey(v)); err != nil {
+		if _, err := kv.Get(ctx, contract.StatusShufflerKey(v)); err != nil {
 			t.Fatalf("shuffler %d status: %v", v, err)
 		}
 	}
 	if duty < 5 {
 		t.Fatalf("total shuffler duty %d < 5 rounds", duty)
 	}
-	cons, err := js.Consumer(ctx, roles.StreamIntegratorIn, roles.ConsumerDecryptWorkers)
+	cons, err := js.Consumer(ctx, contract.StreamIntegratorIn, contract.ConsumerDecryptWorkers)
 	if err != nil {
 		t.Fatal(err)
 	}

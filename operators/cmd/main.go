@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -21,11 +20,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/internal/controller"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // Config is the manager's configuration, from flags with environment fallbacks.
@@ -125,9 +125,9 @@ func (c Config) natsOperatorUsers() ([]specs.NATSUser, error) {
 	}
 	var users []specs.NATSUser
 	for _, u := range []struct{ account, user, file, flag string }{
-		{natsx.IntegratorAccount, c.NATSUser, c.NATSPasswordFile, "--nats-user"},
-		{natsx.PDAProxyAccount, c.PDAProxyNATSUser, c.PDAProxyNATSPasswordFile, "--pda-proxy-nats-user"},
-		{natsx.PDADBAccount, c.PDADBNATSUser, c.PDADBNATSPasswordFile, "--pda-db-nats-user"},
+		{contract.IntegratorAccount, c.NATSUser, c.NATSPasswordFile, "--nats-user"},
+		{pdacontract.ProxyAccount, c.PDAProxyNATSUser, c.PDAProxyNATSPasswordFile, "--pda-proxy-nats-user"},
+		{pdacontract.DBAccount, c.PDADBNATSUser, c.PDADBNATSPasswordFile, "--pda-db-nats-user"},
 	} {
 		if u.user == "" || u.file == "" {
 			continue
@@ -212,9 +212,9 @@ func run(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	var services *roundstatus.Client
+	var services *mohitostatus.Client
 	if cfg.NATSURL != "" {
-		if services, err = roundstatus.Connect(roundstatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
+		if services, err = mohitostatus.Connect(mohitostatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
 			return err
 		}
 		defer services.Close()

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
+
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -20,8 +22,8 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+
 	// The services' own ring decoder: a contract test that what the operator writes is what
 	// the front-ends read (the operator code itself never imports it).
 	"github.com/obscura-iot/obscura/services/pkg/pda/ring"
@@ -109,7 +111,7 @@ func waitShardReplicas(t *testing.T, job *pdav1.AggregationJob, want int32) {
 // currentRing reads the ring document with the services' decoder.
 func currentRing(t *testing.T) (*ring.Ring, []byte) {
 	t.Helper()
-	e, err := kv(t, pdastatus.BucketRing).Get(context.Background(), pdastatus.KeyRing)
+	e, err := kv(t, pdacontract.RingBucket).Get(context.Background(), pdacontract.RingKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,21 +157,21 @@ func TestAggregationJobWindowLifecycle(t *testing.T) {
 	}
 
 	// The mixer seals the window.
-	putJSON(t, kv(t, pdastatus.BucketWindows), w, map[string]any{"state": "sealed", "closed_at": time.Now(), "last_seq": 9, "total": 42, "batches": []string{"b1"}})
+	putJSON(t, kv(t, pdacontract.WindowsBucket), w, map[string]any{"state": "sealed", "closed_at": time.Now(), "last_seq": 9, "total": 42, "batches": []string{"b1"}})
 	waitPhase(t, job, pdav1.PhaseAggregating)
 	if job.Status.Submissions != 42 {
 		t.Errorf("submissions = %d, want the sealed total 42", job.Status.Submissions)
 	}
 	// The front-end pins the ring and records the Seal.
 	cur, raw := currentRing(t)
-	dbw := kv(t, pdastatus.BucketDBWindows)
+	dbw := kv(t, pdacontract.DBWindowsBucket)
 	if _, err := dbw.Put(context.Background(), w+".ring", raw); err != nil {
 		t.Fatal(err)
 	}
 	putJSON(t, dbw, w+".seal", map[string]any{"window": *job.Status.Window, "total": 42, "batches": []string{"b1"}})
 	waitPhase(t, job, pdav1.PhaseRevealing)
 	// The shards publish the merged result.
-	putJSON(t, kv(t, pdastatus.BucketResults), w, map[string]any{"window": *job.Status.Window, "ring_version": cur.Version(),
+	putJSON(t, kv(t, pdacontract.ResultsBucket), w, map[string]any{"window": *job.Status.Window, "ring_version": cur.Version(),
 		"shards": cur.Shards(), "revealed": []map[string]any{{"key": "198.51.100.7", "type": 1, "count": 3}, {"key": "203.0.113.9", "type": 1, "count": 2}}})
 	waitPhase(t, job, pdav1.PhaseComplete)
 	eventually(t, "results in the ConfigMap sink", func() error {
@@ -180,7 +182,7 @@ func TestAggregationJobWindowLifecycle(t *testing.T) {
 		if cm.Data["keys"] != "198.51.100.7\n203.0.113.9\n" {
 			return fmt.Errorf("keys %q", cm.Data["keys"])
 		}
-		var res pdastatus.WindowResult
+		var res pdacontract.WindowResult
 		if err := json.Unmarshal([]byte(cm.Data["result.json"]), &res); err != nil || len(res.Revealed) != 2 {
 			return fmt.Errorf("result.json %q: %v", cm.Data["result.json"], err)
 		}
@@ -259,7 +261,7 @@ func TestAggregationJobResharding(t *testing.T) {
 	})
 	w := strconv.FormatInt(*job.Status.Window, 10)
 	_, raw := currentRing(t)
-	if _, err := kv(t, pdastatus.BucketDBWindows).Put(context.Background(), w+".ring", raw); err != nil {
+	if _, err := kv(t, pdacontract.DBWindowsBucket).Put(context.Background(), w+".ring", raw); err != nil {
 		t.Fatal(err)
 	}
 	job.Spec.Shards = 2
@@ -283,7 +285,7 @@ func TestAggregationJobResharding(t *testing.T) {
 	if n := *shardSet(t, job).Spec.Replicas; n != 3 {
 		t.Fatalf("shard StatefulSet scaled to %d while the window is pinned to 3 shards", n)
 	}
-	putJSON(t, kv(t, pdastatus.BucketResults), w, map[string]any{"window": *job.Status.Window, "ring_version": after.Version(),
+	putJSON(t, kv(t, pdacontract.ResultsBucket), w, map[string]any{"window": *job.Status.Window, "ring_version": after.Version(),
 		"shards": after.Shards(), "revealed": []any{}})
 	waitPhase(t, job, pdav1.PhaseComplete)
 	waitShardReplicas(t, job, 2)

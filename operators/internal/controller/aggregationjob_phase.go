@@ -16,6 +16,7 @@ import (
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // Reasons about the window.
@@ -74,7 +75,7 @@ func (r *AggregationJobReconciler) advance(ctx context.Context, job *pdav1.Aggre
 		o = outcome{ready: true, progressing: true, reason: ReasonServicesNotObserved, message: fmt.Sprintf(
 			"the window closed at %s; the operator has no NATS connection (--nats-url) to read the services' progress "+
 				"(KV %s, %s, %s), so it cannot report Mixing, Aggregating, Revealing or Complete",
-			end.UTC().Format(time.RFC3339), pdastatus.BucketWindows, pdastatus.BucketDBWindows, pdastatus.BucketResults)}
+			end.UTC().Format(time.RFC3339), pdacontract.WindowsBucket, pdacontract.DBWindowsBucket, pdacontract.ResultsBucket)}
 	default:
 		observed, what, failed := r.observe(ctx, job, w)
 		if failed != "" {
@@ -127,7 +128,7 @@ func (r *AggregationJobReconciler) observe(ctx context.Context, job *pdav1.Aggre
 	switch {
 	case err == nil:
 		if res.Window != w {
-			return phase, why, fmt.Sprintf("%s/%d holds the result of window %d", pdastatus.BucketResults, w, res.Window)
+			return phase, why, fmt.Sprintf("%s/%d holds the result of window %d", pdacontract.ResultsBucket, w, res.Window)
 		}
 		job.Status.RevealedKeys = int64(len(res.Revealed))
 		job.Status.RingVersion, job.Status.RingShards = int64(res.RingVersion), int32(len(res.Shards))
@@ -139,7 +140,7 @@ func (r *AggregationJobReconciler) observe(ctx context.Context, job *pdav1.Aggre
 	}
 	rec, err := r.Services.Window(ctx, w)
 	switch {
-	case err == nil && rec.State == pdastatus.WindowSealed:
+	case err == nil && rec.State == pdacontract.WindowSealed:
 		job.Status.Submissions = int64(rec.Total)
 		if phase == pdav1.PhaseMixing {
 			phase, why = pdav1.PhaseAggregating, fmt.Sprintf("the mixer forwarded %d items as one permutation; the database ingests them", rec.Total)

@@ -22,6 +22,7 @@ import (
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // WorkloadsFinalizer holds an AggregationJob until its workloads in the trust domains'
@@ -142,7 +143,7 @@ func (r *AggregationJobReconciler) syncRing(ctx context.Context, job *pdav1.Aggr
 	prev := job.Status.RingShards
 	ring, wrote, err := r.Services.EnsureRing(ctx, specs.PDAShardIDs(job, max(job.Spec.Shards, 1)))
 	if err != nil {
-		return degraded(ReasonRingUnavailable, "write the shard ring to NATS KV %s: %v", pdastatus.BucketRing, err)
+		return degraded(ReasonRingUnavailable, "write the shard ring to NATS KV %s: %v", pdacontract.RingBucket, err)
 	}
 	if wrote {
 		r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonRingUpdated, "Reshard",

@@ -22,7 +22,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -57,7 +57,7 @@ type RoundReconciler struct {
 	// validates.
 	Platform specs.Platform
 	// Services reads the coordinator's figures and the workers' backlog; nil without NATS.
-	Services *roundstatus.Client
+	Services *mohitostatus.Client
 
 	history roundHistory
 }

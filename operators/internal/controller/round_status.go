@@ -15,8 +15,9 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/autoscale"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // roundHistory remembers the last round durations the coordinator reported for each series;
@@ -34,7 +35,7 @@ type durations struct {
 
 const historyLen = 20
 
-func (h *roundHistory) observe(uid types.UID, s roundstatus.Series) []time.Duration {
+func (h *roundHistory) observe(uid types.UID, s contract.SeriesStatus) []time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.series == nil {
@@ -62,7 +63,7 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 	log := logf.FromContext(ctx)
 	s, err := r.Services.Series(ctx, specs.SeriesName(rd))
 	switch {
-	case errors.Is(err, roundstatus.ErrNotReported):
+	case errors.Is(err, mohitostatus.ErrNotReported):
 	case err != nil:
 		log.Info("round figures unavailable", "err", err.Error())
 	default:
@@ -80,7 +81,7 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 		return
 	}
 	lag, err := r.Services.WorkerLag(ctx)
-	if err != nil && !errors.Is(err, roundstatus.ErrNotReported) {
+	if err != nil && !errors.Is(err, mohitostatus.ErrNotReported) {
 		log.Info("decrypt worker backlog unavailable; not scaling", "err", err.Error())
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // ReasonMultipleSeries: more than one Round selects a vendor; a vendor's roles serve one series.
@@ -65,7 +66,7 @@ func seriesOf(ctx context.Context, c client.Client, v *mohitov1.Vendor) (*series
 	if err != nil {
 		return nil, nil, fmt.Errorf("get deployment of round %s: %w", rd.Name, err)
 	}
-	return &series{round: rd, configHash: specs.ConfigHash(cm.Data[specs.DeploymentKey])}, nil, nil
+	return &series{round: rd, configHash: specs.ConfigHash(cm.Data[contract.DeploymentKey])}, nil, nil
 }
 
 // vendorsOfRoundChange maps a Round or its deployment ConfigMap to every object of the

@@ -18,8 +18,8 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // js connects to the suite's NATS server as the services would.
@@ -54,14 +54,14 @@ func TestStatusFromTheServicesKV(t *testing.T) {
 	ns, rd, vs, ss := newSeries(t)
 	markAvailableWhenCreated(t, ns)
 	ctx := context.Background()
-	kv, err := js(t).CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: roundstatus.BucketStatus})
+	kv, err := js(t).CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contract.BucketStatus})
 	if err != nil {
 		t.Fatal(err)
 	}
-	putJSON(t, kv, roundstatus.SeriesKey(specs.SeriesName(rd)), roundstatus.Series{CurrentRound: 42, CompletedRounds: 40, AbortedRounds: 1,
+	putJSON(t, kv, contract.StatusSeriesKey(specs.SeriesName(rd)), contract.SeriesStatus{CurrentRound: 42, CompletedRounds: 40, AbortedRounds: 1,
 		LastRoundSeconds: 1.934, CommandsPerSecond: 5100, FakeRatio: 0.41, Bursts: 2, Updated: time.Now().UTC().Format(time.RFC3339)})
-	putJSON(t, kv, roundstatus.VendorKey(1), roundstatus.Vendor{RoundsServed: 40, ShufflerDuty: 27, ActiveDevices: ptr.To[int64](180)})
-	putJSON(t, kv, roundstatus.ShufflerKey(1), roundstatus.Shuffler{RoundsShuffled: 26, LastRound: 41, LastResult: "Completed"})
+	putJSON(t, kv, contract.StatusVendorKey(1), contract.VendorStatus{RoundsServed: 40, ShufflerDuty: 27, ActiveDevices: ptr.To[int64](180)})
+	putJSON(t, kv, contract.StatusShufflerKey(1), contract.ShufflerStatus{RoundsShuffled: 26, LastRound: 41, LastResult: "Completed"})
 
 	eventually(t, "round status from KV", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
@@ -120,9 +120,9 @@ func TestVendorRegistry(t *testing.T) {
 	create(t, v)
 	ctx := context.Background()
 	j := js(t)
-	var reg roundstatus.Registration
+	var reg contract.Registration
 	eventually(t, "vendor registered", func() error {
-		kv, err := j.KeyValue(ctx, roundstatus.BucketVendors)
+		kv, err := j.KeyValue(ctx, contract.BucketVendors)
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func TestVendorRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "vendor deregistered and gone", func() error {
-		kv, err := j.KeyValue(ctx, roundstatus.BucketVendors)
+		kv, err := j.KeyValue(ctx, contract.BucketVendors)
 		if err != nil {
 			return err
 		}
@@ -160,14 +160,14 @@ func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
 	markAvailableWhenCreated(t, ns)
 	ctx := context.Background()
 	j := js(t)
-	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: roundstatus.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
+	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: roundstatus.ConsumerDecryptWorkers, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: contract.ConsumerDecryptWorkers, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), roundstatus.StreamIntegratorIn) })
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), contract.StreamIntegratorIn) })
 	// 4,500 pending at a target of 1,000 per worker: 5 workers (max 6).
 	for i := range 4500 {
 		if _, err := j.PublishAsync("mohito.i.in.v0.r.1.shuffled", []byte(strconv.Itoa(i))); err != nil {

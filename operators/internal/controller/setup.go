@@ -6,8 +6,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -18,7 +18,7 @@ type Options struct {
 	Platform specs.Platform
 	// Services connects the reconcilers to the services' KV figures, the workers' backlog and
 	// the vendor registry; nil leaves status figures empty and scaling to the scale subresource.
-	Services *roundstatus.Client
+	Services *mohitostatus.Client
 	// PDAPlatform says where the PDA services run; the zero value only validates jobs.
 	PDAPlatform specs.PDAPlatform
 	// PDAServices reads the PDA services' progress and writes the shard ring; nil without NATS.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 )
 
@@ -38,7 +38,7 @@ type ShufflerReconciler struct {
 	// Platform says where workloads run; without it the reconciler only validates.
 	Platform specs.Platform
 	// Services reads the coordinator's figures; nil without NATS.
-	Services *roundstatus.Client
+	Services *mohitostatus.Client
 }
 
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=shufflers,verbs=get;list;watch

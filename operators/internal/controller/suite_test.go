@@ -20,8 +20,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -80,7 +80,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer natsServer.Stop()
-	services, err := roundstatus.Connect(roundstatus.Config{URL: natsServer.URL()})
+	services, err := mohitostatus.Connect(mohitostatus.Config{URL: natsServer.URL()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

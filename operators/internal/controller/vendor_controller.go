@@ -16,8 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/roundstatus"
+	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // Reasons a Vendor reports.
@@ -37,7 +38,7 @@ type VendorReconciler struct {
 	// Platform says where workloads run; without it the reconciler only validates.
 	Platform specs.Platform
 	// Services holds the vendor registry and the coordinator's figures; nil without NATS.
-	Services *roundstatus.Client
+	Services *mohitostatus.Client
 }
 
 // registryFinalizer keeps a Vendor until its registration is removed from the registry in
@@ -178,9 +179,9 @@ func (r *VendorReconciler) registry(ctx context.Context, v *mohitov1.Vendor) (do
 	return false, nil
 }
 
-func registration(v *mohitov1.Vendor) roundstatus.Registration {
+func registration(v *mohitov1.Vendor) contract.Registration {
 	c := v.Spec.Capacity
-	return roundstatus.Registration{Index: v.Spec.Index, Name: v.Name, Namespace: v.Namespace, Devices: v.Spec.Devices,
+	return contract.Registration{Index: v.Spec.Index, Name: v.Name, Namespace: v.Namespace, Devices: v.Spec.Devices,
 		Base: c.Base, Jitter: c.Jitter, PaddedEntries: c.PaddedEntries, ResponsePaddedEntries: c.ResponsePaddedEntries}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // newSeries creates a ready-to-run series in a fresh namespace: two vendors (the first with a
@@ -75,8 +76,8 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-deployment"}}
 	get(t, cm)
 	ownedBy(t, cm, rd)
-	var doc specs.DeploymentDoc
-	if err := json.Unmarshal([]byte(cm.Data[specs.DeploymentKey]), &doc); err != nil {
+	var doc contract.DeploymentFile
+	if err := json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if len(doc.Vendors) != 2 || doc.Vendors[1].Name != "globex" || doc.Encoders != 3 || doc.Period != "2s" {

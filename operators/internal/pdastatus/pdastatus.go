@@ -1,10 +1,8 @@
 // Package pdastatus is the operator's side of the PDA services' NATS KV contract
 // (docs/pda.md "Names", docs/operators-pda.md): it reads how far the services have taken a
 // window (the proxy's window bucket, the database's window and results buckets) and writes the
-// consistent-hash ring document the database front-ends route by. The names and JSON shapes
-// are copies of the services' (services/pkg/pdasvc, services/pkg/pda/ring), kept here because
-// the operator never imports service internals; a test decodes what this package writes with
-// the services' own decoder.
+// consistent-hash ring document the database front-ends route by. Names and JSON shapes
+// are the services' own, from the PDA contract (services/pkg/pda/contract).
 //
 // The proxy and the database are separate NATS accounts (spec §4.2), so the client holds one
 // connection per trust domain; a single connection serves both on a server without accounts
@@ -18,69 +16,16 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Names of the services contract.
-const (
-	// BucketWindows is the proxy domain's window bucket: key "<w>" → WindowRecord.
-	BucketWindows = "pda_windows"
-	// BucketRing is the database domain's ring bucket: key KeyRing → Ring.
-	BucketRing = "pda_ring"
-	KeyRing    = "ring"
-	// BucketDBWindows is the database domain's window bucket: "<w>.ring" (the ring pinned for
-	// the window), "<w>.seal" (the front-end has the mixer's Seal), "<w>.batch.<id>".
-	BucketDBWindows = "pda_db_windows"
-	// BucketResults holds "<w>" (the merged WindowResult) and "<w>.<shard>" (shard parts).
-	BucketResults = "pda_results"
-
-	// VirtualNodes is the number of ring points per shard the services require.
-	VirtualNodes = 256
-)
-
-// Window states of the proxy mixer, in order.
-const (
-	WindowOpen    = "open"
-	WindowClosed  = "closed"
-	WindowSealing = "sealing"
-	WindowSealed  = "sealed"
+	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // ErrNotReported means the services have not written the entry (or its bucket) yet.
 var ErrNotReported = errors.New("not reported by the PDA services yet")
-
-// WindowRecord is the proxy mixer's record of a window.
-type WindowRecord struct {
-	State string `json:"state"`
-	Total int    `json:"total,omitempty"`
-}
-
-// Ring is the ring document: shard ids sorted, one encoding per ring.
-type Ring struct {
-	Version      uint64   `json:"version"`
-	VirtualNodes int      `json:"virtual_nodes"`
-	Shards       []string `json:"shards"`
-}
-
-// RevealedKey is one key that met the threshold.
-type RevealedKey struct {
-	Key    string   `json:"key"`
-	Type   uint8    `json:"type"`
-	Count  int      `json:"count"`
-	Values []uint16 `json:"values,omitempty"`
-}
-
-// WindowResult is the merged result of a window.
-type WindowResult struct {
-	Window      uint64        `json:"window"`
-	RingVersion uint64        `json:"ring_version"`
-	Shards      []string      `json:"shards"`
-	Revealed    []RevealedKey `json:"revealed"`
-}
 
 // Credentials are one NATS user's.
 type Credentials struct {
@@ -185,19 +130,17 @@ func getJSON(ctx context.Context, js jetstream.JetStream, bucket, key string, in
 	return nil
 }
 
-func wkey(w uint64) string { return strconv.FormatUint(w, 10) }
-
 // Window returns the proxy mixer's record of window w.
-func (c *Client) Window(ctx context.Context, w uint64) (WindowRecord, error) {
-	var r WindowRecord
-	err := getJSON(ctx, c.proxy, BucketWindows, wkey(w), &r)
+func (c *Client) Window(ctx context.Context, w uint64) (contract.WindowRecord, error) {
+	var r contract.WindowRecord
+	err := getJSON(ctx, c.proxy, contract.WindowsBucket, contract.WindowKey(w), &r)
 	return r, err
 }
 
 // DBSealed reports whether the database front-end has recorded window w's Seal: every chunk
 // reached the database and the shards evaluate and reveal.
 func (c *Client) DBSealed(ctx context.Context, w uint64) (bool, error) {
-	_, _, err := get(ctx, c.db, BucketDBWindows, wkey(w)+".seal")
+	_, _, err := get(ctx, c.db, contract.DBWindowsBucket, contract.WindowKey(w)+".seal")
 	if errors.Is(err, ErrNotReported) {
 		return false, nil
 	}
@@ -205,66 +148,66 @@ func (c *Client) DBSealed(ctx context.Context, w uint64) (bool, error) {
 }
 
 // PinnedRing returns the ring window w is routed with.
-func (c *Client) PinnedRing(ctx context.Context, w uint64) (Ring, error) {
-	var r Ring
-	err := getJSON(ctx, c.db, BucketDBWindows, wkey(w)+".ring", &r)
+func (c *Client) PinnedRing(ctx context.Context, w uint64) (contract.RingDocument, error) {
+	var r contract.RingDocument
+	err := getJSON(ctx, c.db, contract.DBWindowsBucket, contract.WindowKey(w)+".ring", &r)
 	return r, err
 }
 
 // Result returns window w's merged result and its JSON as the services wrote it.
-func (c *Client) Result(ctx context.Context, w uint64) (WindowResult, []byte, error) {
-	var r WindowResult
-	b, _, err := get(ctx, c.db, BucketResults, wkey(w))
+func (c *Client) Result(ctx context.Context, w uint64) (contract.WindowResult, []byte, error) {
+	var r contract.WindowResult
+	b, _, err := get(ctx, c.db, contract.ResultsBucket, contract.WindowKey(w))
 	if err != nil {
 		return r, nil, err
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, b, fmt.Errorf("decode %s/%s: %w", BucketResults, wkey(w), err)
+		return r, b, fmt.Errorf("decode %s/%s: %w", contract.ResultsBucket, contract.WindowKey(w), err)
 	}
 	return r, b, nil
 }
 
 // Ring returns the current ring.
-func (c *Client) Ring(ctx context.Context) (Ring, error) {
-	var r Ring
-	err := getJSON(ctx, c.db, BucketRing, KeyRing, &r)
+func (c *Client) Ring(ctx context.Context) (contract.RingDocument, error) {
+	var r contract.RingDocument
+	err := getJSON(ctx, c.db, contract.RingBucket, contract.RingKey, &r)
 	return r, err
 }
 
 // EnsureRing makes the current ring list exactly shards: it writes version 1 when there is no
 // ring and version+1 when the shards differ, with compare-and-set so two writers never lose
 // a version. It returns the ring in force and whether this call wrote it.
-func (c *Client) EnsureRing(ctx context.Context, shards []string) (Ring, bool, error) {
+func (c *Client) EnsureRing(ctx context.Context, shards []string) (contract.RingDocument, bool, error) {
 	want := slices.Clone(shards)
 	slices.Sort(want)
 	// The services create the bucket too; same configuration, so either may come first.
-	kv, err := c.db.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketRing, Storage: jetstream.FileStorage, History: 1})
+	kv, err := c.db.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contract.RingBucket, Storage: jetstream.FileStorage, History: 1})
 	if err != nil {
-		return Ring{}, false, fmt.Errorf("ensure bucket %s: %w", BucketRing, err)
+		return contract.RingDocument{}, false, fmt.Errorf("ensure bucket %s: %w", contract.RingBucket, err)
 	}
-	e, err := kv.Get(ctx, KeyRing)
-	var cur Ring
+	e, err := kv.Get(ctx, contract.RingKey)
+	var cur contract.RingDocument
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		next := Ring{Version: 1, VirtualNodes: VirtualNodes, Shards: want}
+		next := contract.RingDocument{Version: 1, VirtualNodes: contract.VirtualNodes, Shards: want}
 		b, _ := json.Marshal(next)
-		if _, err := kv.Create(ctx, KeyRing, b); err != nil {
-			return Ring{}, false, fmt.Errorf("create ring: %w", err)
+		if _, err := kv.Create(ctx, contract.RingKey, b); err != nil {
+			return contract.RingDocument{}, false, fmt.Errorf("create ring: %w", err)
 		}
 		return next, true, nil
 	case err != nil:
-		return Ring{}, false, fmt.Errorf("get ring: %w", err)
+		return contract.RingDocument{}, false, fmt.Errorf("get ring: %w", err)
 	}
 	if err := json.Unmarshal(e.Value(), &cur); err != nil {
-		return Ring{}, false, fmt.Errorf("decode ring: %w", err)
+		return contract.RingDocument{}, false, fmt.Errorf("decode ring: %w", err)
 	}
-	if slices.Equal(cur.Shards, want) && cur.VirtualNodes == VirtualNodes {
+	if slices.Equal(cur.Shards, want) && cur.VirtualNodes == contract.VirtualNodes {
 		return cur, false, nil
 	}
-	next := Ring{Version: cur.Version + 1, VirtualNodes: VirtualNodes, Shards: want}
+	next := contract.RingDocument{Version: cur.Version + 1, VirtualNodes: contract.VirtualNodes, Shards: want}
 	b, _ := json.Marshal(next)
-	if _, err := kv.Update(ctx, KeyRing, b, e.Revision()); err != nil {
-		return Ring{}, false, fmt.Errorf("update ring to version %d: %w", next.Version, err)
+	if _, err := kv.Update(ctx, contract.RingKey, b, e.Revision()); err != nil {
+		return contract.RingDocument{}, false, fmt.Errorf("update ring to version %d: %w", next.Version, err)
 	}
 	return next, true, nil
 }

@@ -1,19 +1,8 @@
 package specs
 
-import "time"
-
-// The services contract (docs/services.md): one image runs every role as `mohito <role>`.
+// How the operator runs the services (docs/services.md): mount points, ports, labels; the
+// names the services share with it are in the systems' contract packages.
 const (
-	RoleCoordinator   = "coordinator"
-	RoleGateway       = "gateway"
-	RoleDecryptWorker = "decrypt-worker"
-	RoleEncoder       = "encoder"
-	RoleResponder     = "responder"
-	RoleShuffler      = "shuffler"
-	RoleVendorAgent   = "vendor-agent"
-
-	// DeploymentKey is the ConfigMap key of the deployment JSON the services read.
-	DeploymentKey = "deployment.json"
 	// ConfigDir is where the deployment ConfigMap is mounted.
 	ConfigDir = "/etc/obscura"
 	// KeysDir is where the party's key Secret is mounted; the key file is private.key.
@@ -69,7 +58,3 @@ const (
 	EnvVaultField         = "OBSCURA_VAULT_FIELD"
 	EnvDevicesFile        = "OBSCURA_DEVICES_FILE"
 )
-
-// DefaultKeyActivationDelay is the services' --key-activation-delay default
-// (rounds.DefaultKeyActivationDelay; contract_test.go keeps them equal).
-const DefaultKeyActivationDelay = 3 * time.Minute

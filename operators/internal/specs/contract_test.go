@@ -14,6 +14,7 @@ import (
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
@@ -49,9 +50,9 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := roles.ParseDeployment([]byte(cm.Data[specs.DeploymentKey]))
+	d, err := roles.ParseDeployment([]byte(cm.Data[contract.DeploymentKey]))
 	if err != nil {
-		t.Fatalf("the services refuse the operator's deployment: %v\n%s", err, cm.Data[specs.DeploymentKey])
+		t.Fatalf("the services refuse the operator's deployment: %v\n%s", err, cm.Data[contract.DeploymentKey])
 	}
 	if d.Series != specs.SeriesName(&rd) || d.Params.Vendors != 2 || d.Encoders != int(rd.Spec.Encoders.Partitions) ||
 		d.Round != 2*time.Second || d.Capacity[0] != int(v.Spec.Capacity.PaddedEntries) || d.Weights[1] != 40 {
@@ -59,12 +60,9 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 	}
 }
 
-// TestKeyRotationContract: the operator's view of key rotation is the services' — the default
-// activation delay it reports in Events, and the env variable and file names it mounts.
+// TestKeyRotationContract: the operator's view of key rotation is the services' — the epoch
+// file names it mounts.
 func TestKeyRotationContract(t *testing.T) {
-	if specs.DefaultKeyActivationDelay != roles.DefaultKeyActivationDelay {
-		t.Errorf("specs.DefaultKeyActivationDelay %v, services %v", specs.DefaultKeyActivationDelay, roles.DefaultKeyActivationDelay)
-	}
 	if n, ok := keys.ParseEpochFileName("epoch-12.key"); !ok || n != 12 || keys.EpochFileName(12) != "epoch-12.key" {
 		t.Error("epoch file names disagree")
 	}

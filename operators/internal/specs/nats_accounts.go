@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // The NATS credentials contract. Every credentials Secret the operator generates carries the
@@ -58,7 +60,7 @@ func withNATSAccount(s *corev1.Secret, account string) *corev1.Secret {
 // hash is rendered.
 type NATSUser struct {
 	Account, Name, Password string
-	// Device users get natsx.DevicePermissions.
+	// Device users get contract.DevicePermissions.
 	Device bool
 	// Source says where the user comes from in problems: a Secret's namespace/name or a flag.
 	Source string
@@ -79,11 +81,11 @@ var natsUserName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
 // ok is false for an account the operator does not render.
 func natsAccountRank(account string) (rank int, ok bool) {
 	switch account {
-	case natsx.IntegratorAccount:
+	case contract.IntegratorAccount:
 		return -1, true
-	case natsx.PDAProxyAccount:
+	case pdacontract.ProxyAccount:
 		return 1 << 17, true
-	case natsx.PDADBAccount:
+	case pdacontract.DBAccount:
 		return 1<<17 + 1, true
 	}
 	s, found := strings.CutPrefix(account, "VENDOR")
@@ -138,7 +140,7 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 	}
 
 	type account struct{ users, devices []natsx.User }
-	accounts := map[string]*account{natsx.IntegratorAccount: {}}
+	accounts := map[string]*account{contract.IntegratorAccount: {}}
 	seen := map[string]string{} // user name → source
 	for _, u := range all {
 		switch prev, dup := seen[u.Name]; {
@@ -174,8 +176,8 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 			a.users = append(a.users, nu)
 		}
 	}
-	if accounts[natsx.PDAProxyAccount] != nil || accounts[natsx.PDADBAccount] != nil {
-		for _, n := range []string{natsx.PDAProxyAccount, natsx.PDADBAccount} {
+	if accounts[pdacontract.ProxyAccount] != nil || accounts[pdacontract.DBAccount] != nil {
+		for _, n := range []string{pdacontract.ProxyAccount, pdacontract.DBAccount} {
 			if accounts[n] == nil {
 				accounts[n] = &account{}
 			}
@@ -204,14 +206,14 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 	for _, n := range names {
 		a := accounts[n]
 		switch {
-		case n == natsx.IntegratorAccount:
-			layout.Accounts = append(layout.Accounts, natsx.IntegratorAccountFor(vendors, a.users))
-		case n == natsx.PDAProxyAccount:
-			layout.Accounts = append(layout.Accounts, natsx.PDAAccountsFor(a.users, accounts[natsx.PDADBAccount].users)...)
-		case n == natsx.PDADBAccount:
+		case n == contract.IntegratorAccount:
+			layout.Accounts = append(layout.Accounts, contract.IntegratorAccountFor(vendors, a.users))
+		case n == pdacontract.ProxyAccount:
+			layout.Accounts = append(layout.Accounts, pdacontract.AccountsFor(a.users, accounts[pdacontract.DBAccount].users)...)
+		case n == pdacontract.DBAccount:
 		default:
 			v, _ := natsAccountRank(n)
-			layout.Accounts = append(layout.Accounts, natsx.VendorAccountFor(v, a.users, a.devices))
+			layout.Accounts = append(layout.Accounts, contract.VendorAccountFor(v, a.users, a.devices))
 		}
 	}
 	layout.Accounts = append(layout.Accounts, natsx.Account{Name: NATSSystemAccount})

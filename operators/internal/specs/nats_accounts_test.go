@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // fakeHash stands in for bcrypt where only the layout matters: deterministic and visibly not
@@ -38,7 +38,7 @@ func credentialSecrets() []corev1.Secret {
 func TestNATSAccountsGolden(t *testing.T) {
 	job, _, _ := pdaSample(t)
 	secrets := append(credentialSecrets(), *PDANATSSecret(job, PDAProxyDomain, []byte("pw-proxy")), *PDANATSSecret(job, PDADBDomain, []byte("pw-db")))
-	operator := []NATSUser{{Account: natsx.IntegratorAccount, Name: "operator", Password: "pw-op", Source: "flag --nats-user"}}
+	operator := []NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw-op", Source: "flag --nats-user"}}
 	res := NATSAccounts(operator, secrets, fakeHash)
 	if len(res.Problems) > 0 {
 		t.Fatalf("problems: %q", res.Problems)
@@ -131,8 +131,8 @@ func TestNATSAccountsRejects(t *testing.T) {
 		}
 		return fakeHash(user, password)
 	}
-	operator := []NATSUser{{Account: natsx.IntegratorAccount, Name: "operator", Password: "pw", Source: "flag --nats-user"},
-		{Account: natsx.IntegratorAccount, Name: "vendor0", Password: "pw", Source: "flag --nats-user"}}
+	operator := []NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw", Source: "flag --nats-user"},
+		{Account: contract.IntegratorAccount, Name: "vendor0", Password: "pw", Source: "flag --nats-user"}}
 	res := NATSAccounts(operator, append(secrets, *dup, *bad, *unknown, *device, *empty), failing)
 	for _, want := range []string{"password too long", "other/acme-nats: user vendor0 is already defined by flag --nats-user",
 		"iot/acme-nats: user vendor0 is already defined", "other/acme-nats: user device0 is already defined by iot/acme-nats",

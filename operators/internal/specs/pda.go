@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
 // The PDA services contract (docs/pda.md, docs/operators-pda.md): one image runs every role
@@ -162,9 +162,9 @@ func PDAServiceAccount(job *pdav1.AggregationJob, d PDADomain) *corev1.ServiceAc
 
 // PDANATSSecret is a domain's NATS credentials.
 func PDANATSSecret(job *pdav1.AggregationJob, d PDADomain, password []byte) *corev1.Secret {
-	account := natsx.PDADBAccount
+	account := pdacontract.DBAccount
 	if d == PDAProxyDomain {
-		account = natsx.PDAProxyAccount
+		account = pdacontract.ProxyAccount
 	}
 	return withNATSAccount(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: PDANATSSecretName(job, d), Namespace: d.namespace(job), Labels: pdaLabels(job, string(d))},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -136,13 +137,13 @@ func TestPodsAreRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	templates := map[string]corev1.PodTemplateSpec{
-		RoleCoordinator:   Coordinator(rd, platform, hash).Spec.Template,
-		RoleGateway:       Gateway(rd, platform, hash).Spec.Template,
-		RoleDecryptWorker: DecryptWorkers(rd, platform, hash, 1).Spec.Template,
-		RoleResponder:     Responder(rd, platform, hash).Spec.Template,
-		RoleEncoder:       Encoders(rd, platform, hash).Spec.Template,
-		RoleVendorAgent:   VendorAgent(v, rd, platform, hash).Spec.Template,
-		RoleShuffler:      Shuffler(s, v, rd, platform, hash).Spec.Template,
+		contract.RoleCoordinator:   Coordinator(rd, platform, hash).Spec.Template,
+		contract.RoleGateway:       Gateway(rd, platform, hash).Spec.Template,
+		contract.RoleDecryptWorker: DecryptWorkers(rd, platform, hash, 1).Spec.Template,
+		contract.RoleResponder:     Responder(rd, platform, hash).Spec.Template,
+		contract.RoleEncoder:       Encoders(rd, platform, hash).Spec.Template,
+		contract.RoleVendorAgent:   VendorAgent(v, rd, platform, hash).Spec.Template,
+		contract.RoleShuffler:      Shuffler(s, v, rd, platform, hash).Spec.Template,
 	}
 	for role, tpl := range templates {
 		ps := tpl.Spec
@@ -162,7 +163,7 @@ func TestPodsAreRestricted(t *testing.T) {
 		case c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
 			t.Errorf("%s has no readiness probe on /readyz", role)
 		}
-		needsKey := role == RoleCoordinator || role == RoleDecryptWorker || role == RoleShuffler || role == RoleVendorAgent
+		needsKey := role == contract.RoleCoordinator || role == contract.RoleDecryptWorker || role == contract.RoleShuffler || role == contract.RoleVendorAgent
 		if hasEnv(c.Env, EnvKeyFile) != needsKey {
 			t.Errorf("%s: key file mounted = %v, want %v (least privilege: only roles that decrypt hold a key)", role, hasEnv(c.Env, EnvKeyFile), needsKey)
 		}

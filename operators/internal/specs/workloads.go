@@ -14,7 +14,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // Runtime is what Mohito's and PDA's workloads share (the operator's flags, the chart's values):
@@ -41,7 +41,7 @@ func (r Runtime) KeyActivation() string {
 	if r.KeyActivationDelay > 0 {
 		return r.KeyActivationDelay.String()
 	}
-	return DefaultKeyActivationDelay.String()
+	return contract.DefaultKeyActivationDelay.String()
 }
 
 // Platform is what the operator knows about where it deploys Mohito.
@@ -83,7 +83,7 @@ func selector(labels map[string]string) map[string]string {
 
 // WorkerSelector is the decryption workers' pod selector as a string (the scale subresource).
 func WorkerSelector(rd *mohitov1.Round) string {
-	l := selector(roundLabels(rd, RoleDecryptWorker))
+	l := selector(roundLabels(rd, contract.RoleDecryptWorker))
 	return fmt.Sprintf("%s=%s,%s=%s,%s=%s", LabelComponent, l[LabelComponent], LabelInstance, l[LabelInstance], LabelName, l[LabelName])
 }
 
@@ -120,15 +120,15 @@ func NATSSecret(namespace, owner, user string, password []byte, labels map[strin
 // RoundNATSSecret is the integrator's NATS credentials for a Round's workloads: the Round's
 // own user (RoundNATSUser) in the integrator account.
 func RoundNATSSecret(rd *mohitov1.Round, password []byte) *corev1.Secret {
-	return withNATSAccount(NATSSecret(rd.Namespace, rd.Name, RoundNATSUser(rd), password, roundLabels(rd, "integrator")), natsx.IntegratorAccount)
+	return withNATSAccount(NATSSecret(rd.Namespace, rd.Name, RoundNATSUser(rd), password, roundLabels(rd, "integrator")), contract.IntegratorAccount)
 }
 
 // VendorNATSSecret is a vendor's NATS credentials: its service user (shuffler and agent) and
 // the restricted user its devices connect as (NATSDeviceUserKey, NATSDevicePasswordKey).
 func VendorNATSSecret(v *mohitov1.Vendor, password, devicePassword []byte) *corev1.Secret {
 	idx := int(v.Spec.Index)
-	s := withNATSAccount(NATSSecret(v.Namespace, v.Name, natsx.VendorUser(idx), password, vendorLabels(v.Name, "vendor")), natsx.VendorAccount(idx))
-	s.Data[NATSDeviceUserKey] = []byte(natsx.DeviceUser(idx))
+	s := withNATSAccount(NATSSecret(v.Namespace, v.Name, contract.VendorUser(idx), password, vendorLabels(v.Name, "vendor")), contract.VendorAccount(idx))
+	s.Data[NATSDeviceUserKey] = []byte(contract.DeviceUser(idx))
 	s.Data[NATSDevicePasswordKey] = devicePassword
 	return s
 }
@@ -176,8 +176,8 @@ func (p pod) template(pl Platform) corev1.PodTemplateSpec {
 	volumes := []corev1.Volume{{Name: "nats", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName: p.natsSecret, Items: []corev1.KeyToPath{{Key: "password", Path: "password"}}, DefaultMode: ptr.To[int32](0o400)}}}}
 	if p.configMap != "" {
-		env = append(env, corev1.EnvVar{Name: EnvDeployment, Value: ConfigDir + "/" + DeploymentKey})
-		mounts = append(mounts, corev1.VolumeMount{Name: "deployment", MountPath: ConfigDir + "/" + DeploymentKey, SubPath: DeploymentKey, ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: EnvDeployment, Value: ConfigDir + "/" + contract.DeploymentKey})
+		mounts = append(mounts, corev1.VolumeMount{Name: "deployment", MountPath: ConfigDir + "/" + contract.DeploymentKey, SubPath: contract.DeploymentKey, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: "deployment", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: p.configMap}}}})
 	}
@@ -303,8 +303,8 @@ func orDefault(v, def string) string {
 //
 // It holds sk_I: it announces pk_I to the vendors and takes part in the G2 share check.
 func Coordinator(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
-	p := pod{key: &rd.Spec.Keys, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, RoleCoordinator, configHash)
-	return deployment(rd.Name+"-"+RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
+	p := pod{key: &rd.Spec.Keys, redis: pl.IntegratorRedis, cpu: "100m", memory: "128Mi"}.forRound(rd, contract.RoleCoordinator, configHash)
+	return deployment(rd.Name+"-"+contract.RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // Gateway is the user API; any number of replicas run behind GatewayService.
@@ -312,18 +312,18 @@ func Gateway(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deploym
 	p := pod{redis: pl.IntegratorRedis, cpu: "200m", memory: "256Mi",
 		extraEnv:   []corev1.EnvVar{{Name: EnvListen, Value: ":" + strconv.Itoa(GatewayPort)}},
 		extraPorts: []corev1.ContainerPort{{Name: "grpc", ContainerPort: GatewayPort}},
-	}.forRound(rd, RoleGateway, configHash)
+	}.forRound(rd, contract.RoleGateway, configHash)
 	if t := rd.Spec.Gateway.Tokens; t != nil {
 		p.files = append(p.files, secretFile{volume: "tokens", env: EnvTokensFile, dir: TokensDir, file: TokensFile, ref: t})
 	}
-	return deployment(rd.Name+"-"+RoleGateway, rd.Namespace, rd.Spec.Gateway.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
+	return deployment(rd.Name+"-"+contract.RoleGateway, rd.Namespace, rd.Spec.Gateway.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // GatewayService fronts the gateways (Envoy routes users to it).
 func GatewayService(rd *mohitov1.Round) *corev1.Service {
-	l := roundLabels(rd, RoleGateway)
+	l := roundLabels(rd, contract.RoleGateway)
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + RoleGateway, Namespace: rd.Namespace, Labels: l},
+		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + contract.RoleGateway, Namespace: rd.Namespace, Labels: l},
 		Spec: corev1.ServiceSpec{
 			Selector: selector(l),
 			Ports:    []corev1.ServicePort{{Name: "grpc", Port: GatewayPort, TargetPort: intstr.FromString("grpc"), AppProtocol: ptr.To("kubernetes.io/h2c")}},
@@ -334,27 +334,27 @@ func GatewayService(rd *mohitov1.Round) *corev1.Service {
 // DecryptWorkers open the integrator layer of the shuffled stream (spec §4.5 stage A); they are
 // stateless and scaled by the operator or through the Round's scale subresource.
 func DecryptWorkers(rd *mohitov1.Round, pl Platform, configHash string, replicas int32) *appsv1.Deployment {
-	p := pod{key: &rd.Spec.Keys, cpu: "500m", memory: "256Mi"}.forRound(rd, RoleDecryptWorker, configHash)
-	return deployment(rd.Name+"-"+RoleDecryptWorker, rd.Namespace, replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
+	p := pod{key: &rd.Spec.Keys, cpu: "500m", memory: "256Mi"}.forRound(rd, contract.RoleDecryptWorker, configHash)
+	return deployment(rd.Name+"-"+contract.RoleDecryptWorker, rd.Namespace, replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // Responder assembles the response layer and routes answers into user mailboxes. It holds no
 // private key: the G1 response layers use per-command symmetric keys.
 func Responder(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
-	p := pod{redis: pl.IntegratorRedis, cpu: "200m", memory: "256Mi"}.forRound(rd, RoleResponder, configHash)
-	return deployment(rd.Name+"-"+RoleResponder, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
+	p := pod{redis: pl.IntegratorRedis, cpu: "200m", memory: "256Mi"}.forRound(rd, contract.RoleResponder, configHash)
+	return deployment(rd.Name+"-"+contract.RoleResponder, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // Encoders are the OKVS encoder partitions (spec §4.5 stage C): partition = pod ordinal, so a
 // StatefulSet gives each partition a stable identity across restarts.
 func Encoders(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.StatefulSet {
 	p := pod{redis: pl.IntegratorRedis, cpu: "500m", memory: "512Mi",
-		extraEnv: []corev1.EnvVar{{Name: EnvPartition, Value: "auto"}}}.forRound(rd, RoleEncoder, configHash)
+		extraEnv: []corev1.EnvVar{{Name: EnvPartition, Value: "auto"}}}.forRound(rd, contract.RoleEncoder, configHash)
 	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + RoleEncoder, Namespace: rd.Namespace, Labels: p.labels},
+		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + contract.RoleEncoder, Namespace: rd.Namespace, Labels: p.labels},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptr.To(rd.Spec.Encoders.Partitions),
-			ServiceName:         rd.Name + "-" + RoleEncoder,
+			ServiceName:         rd.Name + "-" + contract.RoleEncoder,
 			Selector:            &metav1.LabelSelector{MatchLabels: selector(p.labels)},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Template:            p.template(pl),
@@ -364,9 +364,9 @@ func Encoders(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Statef
 
 // EncoderService is the StatefulSet's headless governing Service.
 func EncoderService(rd *mohitov1.Round) *corev1.Service {
-	l := roundLabels(rd, RoleEncoder)
+	l := roundLabels(rd, contract.RoleEncoder)
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + RoleEncoder, Namespace: rd.Namespace, Labels: l},
+		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + contract.RoleEncoder, Namespace: rd.Namespace, Labels: l},
 		Spec: corev1.ServiceSpec{
 			ClusterIP: corev1.ClusterIPNone,
 			Selector:  selector(l),
@@ -380,7 +380,7 @@ func EncoderService(rd *mohitov1.Round) *corev1.Service {
 // progress when it moves is aborted and retried by clients (spec G7).
 func DisruptionBudgets(rd *mohitov1.Round) []*policyv1.PodDisruptionBudget {
 	var out []*policyv1.PodDisruptionBudget
-	for _, role := range []string{RoleGateway, RoleDecryptWorker, RoleEncoder} {
+	for _, role := range []string{contract.RoleGateway, contract.RoleDecryptWorker, contract.RoleEncoder} {
 		l := roundLabels(rd, role)
 		out = append(out, &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + role, Namespace: rd.Namespace, Labels: l},
@@ -413,11 +413,11 @@ func VendorAgent(v *mohitov1.Vendor, series *mohitov1.Round, pl Platform, config
 	if v.Spec.Agent == nil {
 		return nil
 	}
-	p := pod{cpu: "200m", memory: "256Mi"}.forVendor(v, series, configHash, v.Name, RoleVendorAgent)
+	p := pod{cpu: "200m", memory: "256Mi"}.forVendor(v, series, configHash, v.Name, contract.RoleVendorAgent)
 	if d := v.Spec.Agent.Devices; d != nil {
 		p.files = append(p.files, secretFile{volume: "devices", env: EnvDevicesFile, dir: DevicesDir, file: DevicesFile, ref: d})
 	}
-	return deployment(v.Name+"-"+RoleVendorAgent, v.Namespace, v.Spec.Agent.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
+	return deployment(v.Name+"-"+contract.RoleVendorAgent, v.Namespace, v.Spec.Agent.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
 // Shuffler is the shuffler service of one vendor, decrypting with that vendor's key.
@@ -425,6 +425,6 @@ func Shuffler(s *mohitov1.Shuffler, v *mohitov1.Vendor, series *mohitov1.Round, 
 	p := pod{cpu: "500m", memory: "512Mi", extraEnv: []corev1.EnvVar{
 		{Name: "OBSCURA_FAKE_POOL_SIZE", Value: strconv.Itoa(int(s.Spec.FakePool.Size))},
 		{Name: "OBSCURA_FAKE_POOL_REFILL_BELOW", Value: strconv.Itoa(int(s.Spec.FakePool.RefillBelow))},
-	}}.forVendor(v, series, configHash, s.Name, RoleShuffler)
+	}}.forVendor(v, series, configHash, s.Name, contract.RoleShuffler)
 	return deployment(s.Name, s.Namespace, s.Spec.Replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }

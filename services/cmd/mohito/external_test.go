@@ -25,9 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -218,12 +218,12 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	}
 	for v := range 2 {
 		vk := filepath.Join(prov, ProvisionVendorKey(v))
-		vu := natsx.VendorUser(v)
+		vu := contract.VendorUser(v)
 		start(fmt.Sprintf("shuffler-%d", v), "shuffler", vu, nil, "--key-file", vk, "--vendor", strconv.Itoa(v))
 		start(fmt.Sprintf("vendor-agent-%d", v), "vendor-agent", vu, nil, "--key-file", vk, "--vendor", strconv.Itoa(v),
 			"--devices-file", filepath.Join(prov, ProvisionRegistry(v)))
 	}
-	iu, ikey := natsx.IntegratorUser, filepath.Join(prov, ProvisionIntegratorKey)
+	iu, ikey := contract.IntegratorUser, filepath.Join(prov, ProvisionIntegratorKey)
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -94,9 +95,9 @@ func accounts(t *testing.T, pw func(string) string, vendors ...int) string {
 		}
 		return natsx.User{Name: u, Password: string(h)}
 	}
-	l := natsx.Layout{System: "SYS", Accounts: []natsx.Account{natsx.IntegratorAccountFor(vendors, []natsx.User{hash(natsx.IntegratorUser)})}}
+	l := natsx.Layout{System: "SYS", Accounts: []natsx.Account{contract.IntegratorAccountFor(vendors, []natsx.User{hash(contract.IntegratorUser)})}}
 	for _, v := range vendors {
-		l.Accounts = append(l.Accounts, natsx.VendorAccountFor(v, []natsx.User{hash(natsx.VendorUser(v))}, []natsx.User{hash(natsx.DeviceUser(v))}))
+		l.Accounts = append(l.Accounts, contract.VendorAccountFor(v, []natsx.User{hash(contract.VendorUser(v))}, []natsx.User{hash(contract.DeviceUser(v))}))
 	}
 	l.Accounts = append(l.Accounts, natsx.Account{Name: "SYS"})
 	return l.Render()
@@ -190,8 +191,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 		return nil
 	}
 	connect := func(user string) error { return connectAs(user, pw(user)) }
-	testenv.Eventually(t, 20*time.Second, "nats-server accepts vendor0", func() error { return connect(natsx.VendorUser(0)) })
-	if err := connect(natsx.VendorUser(1)); err == nil {
+	testenv.Eventually(t, 20*time.Second, "nats-server accepts vendor0", func() error { return connect(contract.VendorUser(0)) })
+	if err := connect(contract.VendorUser(1)); err == nil {
 		t.Fatal("vendor1 connected before its account existed")
 	}
 
@@ -223,9 +224,9 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 	pid := server.Process.Pid
 	vol.write("accounts.conf", accounts(t, pw2, 0))
 	testenv.Eventually(t, 20*time.Second, "vendor0's new password accepted after the reload", func() error {
-		return connectAs(natsx.VendorUser(0), pw2(natsx.VendorUser(0)))
+		return connectAs(contract.VendorUser(0), pw2(contract.VendorUser(0)))
 	})
-	if err := connect(natsx.VendorUser(0)); err == nil {
+	if err := connect(contract.VendorUser(0)); err == nil {
 		t.Error("vendor0's old password still accepted after the reload")
 	}
 	if server.Process.Pid != pid || testutil.ToFloat64(r.reloads) != 2 {
@@ -243,9 +244,9 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 	}
 	start()
 	testenv.Eventually(t, 20*time.Second, "vendor1 and device1 accepted after the restart", func() error {
-		return errors.Join(connect(natsx.VendorUser(1)), connect(natsx.DeviceUser(1)))
+		return errors.Join(connect(contract.VendorUser(1)), connect(contract.DeviceUser(1)))
 	})
-	for _, u := range []string{natsx.VendorUser(0), natsx.DeviceUser(0)} {
+	for _, u := range []string{contract.VendorUser(0), contract.DeviceUser(0)} {
 		if err := connectAs(u, pw2(u)); err == nil {
 			t.Errorf("%s, removed, still connects", u)
 		}

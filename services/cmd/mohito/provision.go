@@ -14,8 +14,8 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Files `mohito provision` writes into --out (docs/services.md).
@@ -168,16 +168,16 @@ func provision(c *ProvisionConfig) (map[string][]byte, *provisionSummary, error)
 	}
 	files[ProvisionTokens], _ = json.MarshalIndent(tokens, "", "  ")
 
-	passwords := map[string]string{natsx.IntegratorUser: randomText(24)}
+	passwords := map[string]string{contract.IntegratorUser: randomText(24)}
 	logins := map[string]loadgen.DeviceLogin{}
 	for v := range c.Vendors {
-		passwords[natsx.VendorUser(v)] = randomText(24)
-		passwords[natsx.DeviceUser(v)] = randomText(24)
-		logins[strconv.Itoa(v)] = loadgen.DeviceLogin{User: natsx.DeviceUser(v), Password: passwords[natsx.DeviceUser(v)]}
+		passwords[contract.VendorUser(v)] = randomText(24)
+		passwords[contract.DeviceUser(v)] = randomText(24)
+		logins[strconv.Itoa(v)] = loadgen.DeviceLogin{User: contract.DeviceUser(v), Password: passwords[contract.DeviceUser(v)]}
 	}
 	files[ProvisionNATSPasswords], _ = json.MarshalIndent(passwords, "", "  ")
 	files[ProvisionDeviceLogins], _ = json.MarshalIndent(logins, "", "  ")
-	files[ProvisionNATSAccounts] = []byte(natsx.AccountsConfig(c.Vendors, func(u string) string { return passwords[u] }))
+	files[ProvisionNATSAccounts] = []byte(contract.AccountsConfig(c.Vendors, func(u string) string { return passwords[u] }))
 	files[ProvisionPublicKeys], _ = json.MarshalIndent(map[string]any{"integrator": s.IntegratorKey, "vendors": s.VendorKeys}, "", "  ")
 	for name := range files {
 		s.Files = append(s.Files, name)

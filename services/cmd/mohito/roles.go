@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -256,7 +257,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			}()
 			return srv.Serve(l)
 		}
-		return run, []check{streamExists(js, roles.StreamIntegratorIn)}, nil
+		return run, []check{streamExists(js, contract.StreamIntegratorIn)}, nil
 
 	case *CoordinatorConfig:
 		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
@@ -298,7 +299,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			<-ctx.Done()
 			return nil
 		}
-		return run, []check{streamExists(js, roles.StreamIntegratorIn), streamExists(js, roles.StreamWork)}, nil
+		return run, []check{streamExists(js, contract.StreamIntegratorIn), streamExists(js, contract.StreamWork)}, nil
 
 	case *DecryptWorkerConfig:
 		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
@@ -313,7 +314,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return w.Run(ctx)
 		}
-		return run, []check{consumerExists(js, roles.StreamIntegratorIn, roles.ConsumerDecryptWorkers)}, nil
+		return run, []check{consumerExists(js, contract.StreamIntegratorIn, contract.ConsumerDecryptWorkers)}, nil
 
 	case *EncoderConfig:
 		if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
@@ -326,8 +327,8 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 		d.log.Info("encoder partition", "partition", c.partition, "vendors", e.Vendors())
 		var checks []check
 		if len(e.Vendors()) > 0 {
-			name := roles.EncoderConsumer(c.partition, dep.Encoders)
-			checks = append(checks, consumerExists(js, roles.StreamWork, name), consumerExists(js, roles.StreamIntegratorIn, name+"-resp"))
+			name := contract.EncoderConsumer(c.partition, dep.Encoders)
+			checks = append(checks, consumerExists(js, contract.StreamWork, name), consumerExists(js, contract.StreamIntegratorIn, name+"-resp"))
 		}
 		return e.Run, checks, nil
 
@@ -336,7 +337,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			return nil, nil, err
 		}
 		r := roles.NewResponder(roles.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Log: d.log, Metrics: d.metrics})
-		return r.Run, []check{consumerExists(js, roles.StreamWork, "responder"), consumerExists(js, roles.StreamIntegratorIn, "router")}, nil
+		return r.Run, []check{consumerExists(js, contract.StreamWork, "responder"), consumerExists(js, contract.StreamIntegratorIn, "router")}, nil
 
 	case *ShufflerConfig:
 		if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
@@ -360,7 +361,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return s.Run(ctx)
 		}
-		return run, []check{consumerExists(js, roles.StreamVendorIn, "shuffler")}, nil
+		return run, []check{consumerExists(js, contract.StreamVendorIn, "shuffler")}, nil
 
 	case *VendorAgentConfig:
 		if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
@@ -381,7 +382,7 @@ func (d *daemon) setup(ctx context.Context, cfg any) (func(context.Context) erro
 			d.reloadKeys(ctx, reload)
 			return a.Run(ctx)
 		}
-		return run, []check{consumerExists(js, roles.StreamVendorIn, "agent")}, nil
+		return run, []check{consumerExists(js, contract.StreamVendorIn, "agent")}, nil
 	}
 	return nil, nil, errors.New("unknown role configuration")
 }

@@ -192,6 +192,25 @@ func putHeader(b []byte, k Kind, t uint64) {
 	binary.BigEndian.PutUint64(b[2:], t)
 }
 
+// EnvelopeRound is the round an envelope's header names, for routing before the envelope is
+// parsed: it checks only that a header is there. Every parser still checks version, kind,
+// round and size before a byte of the body is used.
+func EnvelopeRound(b []byte) (uint64, bool) {
+	if len(b) < headerSize {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[2:]), true
+}
+
+// BatchStart is the first position of a batch envelope (M4, M9, M10), for routing a batch to
+// the owner of its position range before it is parsed.
+func BatchStart(b []byte) (int, bool) {
+	if len(b) < batchHeader {
+		return 0, false
+	}
+	return int(binary.BigEndian.Uint32(b[headerSize:])), true
+}
+
 // parseHeader checks version, kind and exact length; it returns the round.
 func parseHeader(b []byte, k Kind, size int) (uint64, error) {
 	if len(b) < headerSize {

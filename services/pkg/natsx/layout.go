@@ -52,58 +52,6 @@ type Import struct {
 	Account, Subject string
 }
 
-// IntegratorAccountFor is the integrator's account serving the vendors with
-// the given indices: it exports to vendor v only v's slice of its inbox and
-// imports v's inbox.
-func IntegratorAccountFor(vendors []int, users []User) Account {
-	a := Account{Name: IntegratorAccount, JetStream: true, Users: users}
-	for _, v := range vendors {
-		a.Exports = append(a.Exports, Export{Subject: IntegratorInbox(v) + ".>", Accounts: []string{VendorAccount(v)}})
-	}
-	for _, v := range vendors {
-		a.Imports = append(a.Imports, Import{Account: VendorAccount(v), Subject: VendorInbox(v) + ".>"})
-	}
-	return a
-}
-
-// VendorAccountFor is vendor v's account: its service users and its devices'
-// users, which get [DevicePermissions] whatever they carried.
-func VendorAccountFor(v int, users, devices []User) Account {
-	a := Account{Name: VendorAccount(v), JetStream: true,
-		Exports: []Export{{Subject: VendorInbox(v) + ".>", Accounts: []string{IntegratorAccount}}},
-		Imports: []Import{{Account: IntegratorAccount, Subject: IntegratorInbox(v) + ".>"}}}
-	a.Users = append(a.Users, users...)
-	for _, d := range devices {
-		d.Permissions = DevicePermissions
-		a.Users = append(a.Users, d)
-	}
-	return a
-}
-
-// The PDA trust domains (spec §4.2, services/pkg/pdasvc): the proxy domain and
-// the DB domain. Only three subject families cross between them, each as a
-// service so a JetStream publish-ack comes back to the publisher:
-//
-//	pda.v1.ingest.<w>             proxy mixer → DB ingest stream (exported by PDA_DB)
-//	pda.v1.reveal.req.<w>         DB shard → proxy oracle stream (exported by PDA_PROXY)
-//	pda.v1.reveal.resp.<w>.<s>    proxy oracle → DB shard s (exported by PDA_DB)
-const (
-	PDAProxyAccount = "PDA_PROXY"
-	PDADBAccount    = "PDA_DB"
-)
-
-// PDAAccountsFor are the two PDA accounts with their users.
-func PDAAccountsFor(proxy, db []User) []Account {
-	return []Account{
-		{Name: PDAProxyAccount, JetStream: true, Users: proxy,
-			Exports: []Export{{Subject: "pda.v1.reveal.req.>", Accounts: []string{PDADBAccount}}},
-			Imports: []Import{{Account: PDADBAccount, Subject: "pda.v1.ingest.>"}, {Account: PDADBAccount, Subject: "pda.v1.reveal.resp.>"}}},
-		{Name: PDADBAccount, JetStream: true, Users: db,
-			Exports: []Export{{Subject: "pda.v1.ingest.>", Accounts: []string{PDAProxyAccount}}, {Subject: "pda.v1.reveal.resp.>", Accounts: []string{PDAProxyAccount}}},
-			Imports: []Import{{Account: PDAProxyAccount, Subject: "pda.v1.reveal.req.>"}}},
-	}
-}
-
 // Render writes the layout in nats-server configuration syntax, in the order
 // given: the same layout always renders to the same bytes. Every string is
 // quoted, so a name or hash can never be read as a variable or a keyword.

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 )
 
 // Stream defaults: rounds live for seconds, so a few minutes of retention

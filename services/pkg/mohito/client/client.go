@@ -19,6 +19,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
@@ -167,7 +168,7 @@ func NewDevice(id string, s *mohito.DeviceSecret, p mohito.Params, tr Transport,
 
 // Start subscribes to the device's command subject.
 func (d *Device) Start() error {
-	return d.tr.Subscribe(roles.DeviceCommandSubject(d.ID), d.onDelivery)
+	return d.tr.Subscribe(contract.DeviceCommandSubject(d.ID), d.onDelivery)
 }
 
 // onDelivery answers every slot of every round through one code path
@@ -194,7 +195,7 @@ func (d *Device) onDelivery(m6 []byte) {
 	if err != nil {
 		return
 	}
-	_ = d.tr.Publish(roles.DeviceResponseSubject(d.ID), m7)
+	_ = d.tr.Publish(contract.DeviceResponseSubject(d.ID), m7)
 }
 
 // Stats returns (M6 received, commands executed).

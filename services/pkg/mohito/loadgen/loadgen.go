@@ -21,10 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Options configure a run.
@@ -300,7 +300,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if o.Baseline {
 		c.Stop()
-		rate, err := JetStreamBaseline(ctx, url, natsx.IntegratorUser, password(natsx.IntegratorUser), max(5000, s.Commands), o.CommandSize)
+		rate, err := JetStreamBaseline(ctx, url, contract.IntegratorUser, password(contract.IntegratorUser), max(5000, s.Commands), o.CommandSize)
 		if err != nil {
 			return s, fmt.Errorf("jetstream baseline: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
@@ -99,19 +100,19 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 		return nil, err
 	}
 	c := &Coordinator{cfg: cfg, integ: integ, sched: NewScheduler(cfg.Deployment.Weights), active: map[uint64]*coordRound{}}
-	if c.ids, err = natsx.EnsureKV(ctx, cfg.JS, BucketRounds, 0); err != nil {
+	if c.ids, err = natsx.EnsureKV(ctx, cfg.JS, contract.BucketRounds, 0); err != nil {
 		return nil, err
 	}
-	if c.info, err = natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute); err != nil {
+	if c.info, err = natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	if c.lease, err = natsx.NewLease(ctx, cfg.JS, BucketLeader, "coordinator", cfg.ID, cfg.LeaseTTL, cfg.Log); err != nil {
+	if c.lease, err = natsx.NewLease(ctx, cfg.JS, contract.BucketLeader, "coordinator", cfg.ID, cfg.LeaseTTL, cfg.Log); err != nil {
 		return nil, err
 	}
-	if _, err := natsx.EnsureStream(ctx, cfg.JS, StreamIntegratorIn, "mohito.i.in.>"); err != nil {
+	if _, err := natsx.EnsureStream(ctx, cfg.JS, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
 		return nil, err
 	}
-	if _, err := natsx.EnsureStream(ctx, cfg.JS, StreamWork, "mohito.r.>"); err != nil {
+	if _, err := natsx.EnsureStream(ctx, cfg.JS, contract.StreamWork, contract.WorkSubjects); err != nil {
 		return nil, err
 	}
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
@@ -171,7 +172,7 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 	last, _ := strconv.ParseUint(string(e.Value()), 10, 64)
 	for t := last; t > 0 && t+32 > last; t-- {
 		st, err := c.cfg.Store.Status(ctx, t)
-		if err == nil && (st == roundstate.StatusOpen || st == "closed") {
+		if err == nil && (st == roundstate.StatusOpen || st == roundstate.StatusClosed) {
 			_, _ = c.cfg.Store.Close(ctx, t)
 			_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusAborted)
 			c.cfg.Metrics.Rounds.WithLabelValues("aborted").Inc()
@@ -209,9 +210,9 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 	cctx, stop := context.WithCancel(rctx)
 	defer stop()
 	go natsx.Consume(cctx, c.cfg.JS, natsx.ConsumerSpec{
-		Stream:     StreamIntegratorIn,
+		Stream:     contract.StreamIntegratorIn,
 		Durable:    "coordinator",
-		Filters:    []string{"mohito.i.in.*.r.*." + kindChallenge, "mohito.i.in.*.r.*." + kindVerdict, "mohito.i.in.*.r.*." + kindSummary},
+		Filters:    []string{contract.FromVendors(contract.KindChallenge), contract.FromVendors(contract.KindVerdict), contract.FromVendors(contract.KindSummary)},
 		DeliverNew: true,
 	}, c.cfg.Log, c.dispatch)
 	var wg sync.WaitGroup
@@ -280,7 +281,7 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 	}
 	// Every vendor learns t and V* (spec §3.5); V* before any user can submit.
 	for v := range d.Params.Vendors {
-		if err := natsx.Publish(ctx, c.cfg.JS, toVendor(v, t, kindInfo), fmt.Sprintf("info-%d", t), m0, nil); err != nil {
+		if err := natsx.Publish(ctx, c.cfg.JS, contract.ToVendor(v, t, contract.KindInfo), fmt.Sprintf("info-%d", t), m0, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -335,7 +336,7 @@ func (c *Coordinator) roundInfo(ctx context.Context, t uint64, s int) (*mohito.R
 }
 
 func (c *Coordinator) dispatch(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		c.cfg.Metrics.Dropped.WithLabelValues("subject").Inc()
 		return natsx.Drop
@@ -373,7 +374,7 @@ func (c *Coordinator) await(ctx context.Context, r *coordRound, kind string) ([]
 // that a round produced nothing anyway.
 func (c *Coordinator) notifyAbort(ctx context.Context, t uint64) {
 	for v := range c.cfg.Deployment.Params.Vendors {
-		_ = natsx.Publish(ctx, c.cfg.JS, toVendor(v, t, kindAbort), fmt.Sprintf("abort-%d", t), []byte{1}, nil)
+		_ = natsx.Publish(ctx, c.cfg.JS, contract.ToVendor(v, t, contract.KindAbort), fmt.Sprintf("abort-%d", t), []byte{1}, nil)
 	}
 }
 
@@ -412,7 +413,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		return
 	}
 	rep.Closed = time.Now()
-	_ = c.cfg.Store.SetStatus(ctx, t, "closed")
+	_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusClosed)
 	adm, err := c.cfg.Store.Admitted(ctx, t)
 	if err != nil || len(adm) != k {
 		abort("admissions unreadable", err)
@@ -433,7 +434,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 			return
 		}
 		if !a.Forwarded {
-			if err := natsx.Publish(sctx, c.cfg.JS, toVendor(vs, t, kindForward), fwdID(t, idx), m2, nil); err != nil {
+			if err := natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindForward), fwdID(t, idx), m2, nil); err != nil {
 				abort("shuffler unreachable", err)
 				return
 			}
@@ -441,39 +442,39 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	}
 	m3, err := ir.Close()
 	if err == nil {
-		err = natsx.Publish(sctx, c.cfg.JS, toVendor(vs, t, kindClose), fmt.Sprintf("close-%d", t), m3, nil)
+		err = natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindClose), fmt.Sprintf("close-%d", t), m3, nil)
 	}
 	if err != nil {
 		abort("shuffler unreachable", err)
 		return
 	}
-	ch, err := c.await(sctx, r, kindChallenge)
+	ch, err := c.await(sctx, r, contract.KindChallenge)
 	if err != nil {
 		abort("shuffler did not answer", err)
 		return
 	}
 	reply, err := ir.Reply(ch)
 	if err == nil {
-		err = natsx.Publish(sctx, c.cfg.JS, toVendor(vs, t, kindReply), fmt.Sprintf("reply-%d", t), reply, nil)
+		err = natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindReply), fmt.Sprintf("reply-%d", t), reply, nil)
 	}
 	if err != nil {
 		abort("share check", err)
 		return
 	}
-	verdict, err := c.await(sctx, r, kindVerdict)
+	verdict, err := c.await(sctx, r, contract.KindVerdict)
 	if err != nil {
 		abort("shuffler did not answer", err)
 		return
 	}
 	fin, err := ir.Finish(verdict)
 	if err == nil {
-		err = natsx.Publish(sctx, c.cfg.JS, toVendor(vs, t, kindFinish), fmt.Sprintf("finish-%d", t), fin, nil)
+		err = natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindFinish), fmt.Sprintf("finish-%d", t), fin, nil)
 	}
 	if err != nil {
 		abort("share check", err)
 		return
 	}
-	sumMsg, err := c.await(sctx, r, kindSummary)
+	sumMsg, err := c.await(sctx, r, contract.KindSummary)
 	if err != nil {
 		abort("shuffler did not answer", err)
 		return
@@ -490,7 +491,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		}
 	}
 	pl := &plan{T: t, Shuffler: r.ri.Shuffler, N: sum.N, S: sum.S, K: k, Counts: counts}
-	if err := natsx.Publish(ctx, c.cfg.JS, workPlan(t), fmt.Sprintf("plan-%d", t), pl.marshal(), nil); err != nil {
+	if err := natsx.Publish(ctx, c.cfg.JS, contract.WorkPlan(t), fmt.Sprintf("plan-%d", t), pl.marshal(), nil); err != nil {
 		abort("plan not durable", err)
 		return
 	}

@@ -10,40 +10,8 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
-
-// DeploymentFile is the JSON form of a Deployment that the operator renders
-// into ConfigMap <round>-deployment, key deployment.json, and every role
-// reads at start (docs/services.md). Durations are Go duration strings.
-type DeploymentFile struct {
-	Series           string             `json:"series"`
-	Mode             string             `json:"mode"`  // Hardened (default) | PaperLiteral (rejected: benchmark-only, not served)
-	Suite            string             `json:"suite"` // X25519 (default) | MLKEM768X25519
-	CommandsPerUser  int                `json:"commandsPerUser"`
-	Delta            uint64             `json:"delta"`
-	CommandSize      int                `json:"commandSize"`
-	ResponseSize     int                `json:"responseSize"`
-	Period           string             `json:"period"`
-	ShufflerTimeout  string             `json:"shufflerTimeout"`
-	ResponseDeadline string             `json:"responseDeadline"`
-	AsyncWindow      int                `json:"asyncWindow"`
-	Encoders         int                `json:"encoders"`
-	OutBatch         int                `json:"outBatch"`
-	ResponseQuantum  int                `json:"responseQuantum"`
-	CapacityDraw     string             `json:"capacityDraw"` // Random (default) | Fixed
-	Vendors          []DeploymentVendor `json:"vendors"`
-}
-
-// DeploymentVendor is one vendor of a DeploymentFile.
-type DeploymentVendor struct {
-	Index                 int    `json:"index"`
-	Name                  string `json:"name"`
-	Devices               int    `json:"devices"`
-	Base                  uint64 `json:"base"`
-	Jitter                uint64 `json:"jitter"`
-	PaddedEntries         int    `json:"paddedEntries"`
-	ResponsePaddedEntries int    `json:"responsePaddedEntries"`
-}
 
 // ErrDeployment wraps every error of ParseDeployment and LoadDeployment.
 var ErrDeployment = errors.New("invalid deployment file")
@@ -68,14 +36,14 @@ func LoadDeployment(path string) (Deployment, error) {
 func ParseDeployment(b []byte) (Deployment, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var f DeploymentFile
+	var f contract.DeploymentFile
 	if err := dec.Decode(&f); err != nil {
 		return Deployment{}, fmt.Errorf("%w: decode: %w", ErrDeployment, err)
 	}
 	if dec.More() {
 		return Deployment{}, fmt.Errorf("%w: trailing data after the JSON object", ErrDeployment)
 	}
-	d, err := f.Deployment()
+	d, err := deploymentFrom(&f)
 	if err != nil {
 		return Deployment{}, fmt.Errorf("%w: %w", ErrDeployment, err)
 	}
@@ -83,7 +51,7 @@ func ParseDeployment(b []byte) (Deployment, error) {
 }
 
 // Deployment validates f and maps it to the services' Deployment.
-func (f *DeploymentFile) Deployment() (Deployment, error) {
+func deploymentFrom(f *contract.DeploymentFile) (Deployment, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if !seriesName.MatchString(f.Series) {

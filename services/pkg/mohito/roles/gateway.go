@@ -2,7 +2,6 @@ package roles
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	mohitov1 "github.com/obscura-iot/obscura/services/proto/obscura/mohito/v1"
@@ -55,7 +55,7 @@ type Gateway struct {
 
 // NewGateway opens the round-info bucket.
 func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
-	kv, err := natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute)
+	kv, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func submissionFrom(p mohito.Params, req *mohitov1.SubmitRequest) (t uint64, m1,
 		return 0, nil, nil, status.Errorf(codes.InvalidArgument,
 			"submission is %d bytes; the round parameters fix M1 at exactly %d bytes", len(m1), p.SubmissionSize())
 	}
-	t = binary.BigEndian.Uint64(m1[2:10])
+	t, _ = mohito.EnvelopeRound(m1) // the size check above guarantees a header
 	if outer, _, err = mohito.ParseSubmission(p, t, m1); err != nil {
 		return 0, nil, nil, status.Error(codes.InvalidArgument, "malformed submission")
 	}
@@ -219,7 +219,7 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		// Streamed to V* as it arrives (spec §3.5); if this fails the
 		// coordinator re-forwards at close from the admitted M1s.
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = natsx.Publish(pctx, g.cfg.JS, toVendor(int(ri.Shuffler), t, kindForward), fwdID(t, idx), m2, nil)
+		err = natsx.Publish(pctx, g.cfg.JS, contract.ToVendor(int(ri.Shuffler), t, contract.KindForward), fwdID(t, idx), m2, nil)
 		cancel()
 		if err == nil {
 			_ = g.cfg.Store.MarkForwarded(ctx, t, idx)

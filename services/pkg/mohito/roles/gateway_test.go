@@ -192,7 +192,7 @@ func FuzzSubmitRequest(f *testing.F) {
 		if len(m1) != p.SubmissionSize() || len(outer) != p.OuterSize() {
 			t.Fatalf("accepted M1 of %d bytes (outer %d)", len(m1), len(outer))
 		}
-		if round != binary.BigEndian.Uint64(m1[2:10]) || !bytes.Equal(m1, req.GetSubmission()) {
+		if named, _ := mohito.EnvelopeRound(m1); round != named || !bytes.Equal(m1, req.GetSubmission()) {
 			t.Fatal("accepted M1 does not match the request")
 		}
 	})

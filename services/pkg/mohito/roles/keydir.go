@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
@@ -31,12 +32,6 @@ const KeyAnnounceInterval = time.Minute
 // newer one (pipelining keeps at most two or three rounds in flight).
 const DefaultKeyRetention = 8
 
-// VendorKeySubject carries vendor v's key set into the integrator's StreamIntegratorIn.
-func VendorKeySubject(v int) string { return natsx.IntegratorInbox(v) + ".key" }
-
-// IntegratorKeySubject carries the integrator's key set into vendor v's StreamVendorIn.
-func IntegratorKeySubject(v int) string { return natsx.VendorInbox(v) + ".key" }
-
 func announce(ctx context.Context, js jetstream.JetStream, subject string, ks mohito.KeySet) error {
 	b, err := ks.MarshalBinary()
 	if err != nil {
@@ -49,12 +44,12 @@ func announce(ctx context.Context, js jetstream.JetStream, subject string, ks mo
 
 // AnnounceVendorKey publishes vendor v's public keys to the integrator (vendor account).
 func AnnounceVendorKey(ctx context.Context, js jetstream.JetStream, v int, ks mohito.KeySet) error {
-	return announce(ctx, js, VendorKeySubject(v), ks)
+	return announce(ctx, js, contract.VendorKeySubject(v), ks)
 }
 
 // AnnounceIntegratorKey publishes the integrator's public keys to vendor v (integrator account).
 func AnnounceIntegratorKey(ctx context.Context, js jetstream.JetStream, v int, ks mohito.KeySet) error {
-	return announce(ctx, js, IntegratorKeySubject(v), ks)
+	return announce(ctx, js, contract.IntegratorKeySubject(v), ks)
 }
 
 func lastKey(ctx context.Context, js jetstream.JetStream, stream, subject string, suite mohito.Suite) (mohito.KeySet, error) {
@@ -77,7 +72,7 @@ func lastKey(ctx context.Context, js jetstream.JetStream, stream, subject string
 func FetchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Params) (*KeyDirectory, error) {
 	out := make([]mohito.KeySet, p.Vendors)
 	for v := range out {
-		ks, err := lastKey(ctx, js, StreamIntegratorIn, VendorKeySubject(v), p.Suite)
+		ks, err := lastKey(ctx, js, contract.StreamIntegratorIn, contract.VendorKeySubject(v), p.Suite)
 		if err != nil {
 			return nil, fmt.Errorf("vendor %d: %w", v, err)
 		}
@@ -88,7 +83,7 @@ func FetchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Param
 
 // FetchIntegratorKey reads the integrator's key set as announced to vendor v (vendor account).
 func FetchIntegratorKey(ctx context.Context, js jetstream.JetStream, v int, p mohito.Params) (mohito.KeySet, error) {
-	return lastKey(ctx, js, StreamVendorIn, IntegratorKeySubject(v), p.Suite)
+	return lastKey(ctx, js, contract.StreamVendorIn, contract.IntegratorKeySubject(v), p.Suite)
 }
 
 // KeyDirectory is the integrator's view of every vendor's announced key set.
@@ -169,9 +164,9 @@ func watchKeys(ctx context.Context, js jetstream.JetStream, stream, filter strin
 // WatchVendorKeys keeps d in step with the vendors' announcements
 // (integrator account) until ctx ends.
 func WatchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Params, d *KeyDirectory, log *slog.Logger, m *Metrics) error {
-	return watchKeys(ctx, js, StreamIntegratorIn, "mohito.i.in.*.key", p.Suite, log, m, func(subject string, ks mohito.KeySet) {
-		var v int
-		if _, err := fmt.Sscanf(subject, "mohito.i.in.v%d.key", &v); err != nil || v >= d.Len() || VendorKeySubject(v) != subject {
+	return watchKeys(ctx, js, contract.StreamIntegratorIn, contract.VendorKeySubjects, p.Suite, log, m, func(subject string, ks mohito.KeySet) {
+		v, err := contract.VendorOfKeySubject(subject)
+		if err != nil || v >= d.Len() {
 			return
 		}
 		if cur, ok := d.Current(v); !ok || cur.Epoch != mustCurrent(ks).Epoch {
@@ -184,7 +179,7 @@ func WatchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Param
 // WatchIntegratorKeys calls fn with every integrator key set announced to
 // vendor v (vendor account) until ctx ends.
 func WatchIntegratorKeys(ctx context.Context, js jetstream.JetStream, v int, p mohito.Params, log *slog.Logger, m *Metrics, fn func(mohito.KeySet)) error {
-	return watchKeys(ctx, js, StreamVendorIn, IntegratorKeySubject(v), p.Suite, log, m, func(_ string, ks mohito.KeySet) { fn(ks) })
+	return watchKeys(ctx, js, contract.StreamVendorIn, contract.IntegratorKeySubject(v), p.Suite, log, m, func(_ string, ks mohito.KeySet) { fn(ks) })
 }
 
 func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
@@ -195,9 +190,9 @@ func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
 // EnsureIntegratorStreams creates the integrator's two streams (idempotent),
 // so integrator roles can start in any order.
 func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream) error {
-	if _, err := natsx.EnsureStream(ctx, js, StreamIntegratorIn, "mohito.i.in.>"); err != nil {
+	if _, err := natsx.EnsureStream(ctx, js, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
 		return err
 	}
-	_, err := natsx.EnsureStream(ctx, js, StreamWork, "mohito.r.>")
+	_, err := natsx.EnsureStream(ctx, js, contract.StreamWork, contract.WorkSubjects)
 	return err
 }

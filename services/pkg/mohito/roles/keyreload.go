@@ -12,6 +12,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // Live key rotation (spec O16 without restarts). Every role that holds a
@@ -30,7 +31,7 @@ import (
 // Defaults of the reloader (flags --key-reload-interval, --key-activation-delay).
 const (
 	DefaultKeyReloadInterval  = 15 * time.Second
-	DefaultKeyActivationDelay = 3 * time.Minute
+	DefaultKeyActivationDelay = contract.DefaultKeyActivationDelay
 	MinKeyActivationDelay     = time.Second
 	keyReloadTimeout          = 30 * time.Second
 )

@@ -3,11 +3,9 @@ package roles
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
@@ -42,7 +41,7 @@ type RegisteredDevice struct {
 
 // EnsureVendorStreams creates vendor v's inbox stream.
 func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int) error {
-	_, err := natsx.EnsureStream(ctx, js, StreamVendorIn, natsx.VendorInbox(v)+".>")
+	_, err := natsx.EnsureStream(ctx, js, contract.StreamVendorIn, contract.VendorInbox(v)+".>")
 	return err
 }
 
@@ -175,12 +174,12 @@ func (s *ShufflerService) serve(ctx context.Context, lost <-chan struct{}) error
 		}
 		stopConsume()
 	}()
-	in := natsx.VendorInbox(s.cfg.Vendor)
+	in := contract.VendorInbox(s.cfg.Vendor)
 	var filters []string
-	for _, k := range []string{kindInfo, kindForward, kindClose, kindReply, kindFinish, kindRespLayer} {
+	for _, k := range []string{contract.KindInfo, contract.KindForward, contract.KindClose, contract.KindReply, contract.KindFinish, contract.KindRespLayer} {
 		filters = append(filters, in+".r.*."+k)
 	}
-	return natsx.Consume(cctx, s.cfg.JS, natsx.ConsumerSpec{Stream: StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
+	return natsx.Consume(cctx, s.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
 }
 
 // roundLife bounds how long a round can need this shuffler: collection, the exchange with the
@@ -240,17 +239,17 @@ func (s *ShufflerService) fillPool(ctx context.Context) {
 }
 
 func (s *ShufflerService) publish(ctx context.Context, t uint64, kind, id string, b []byte) error {
-	return natsx.Publish(ctx, s.cfg.JS, toIntegrator(s.cfg.Vendor, t, kind), id, b, nil)
+	return natsx.Publish(ctx, s.cfg.JS, contract.ToIntegrator(s.cfg.Vendor, t, kind), id, b, nil)
 }
 
 func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil || p.Vendor != s.cfg.Vendor {
 		return natsx.Drop
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p.Kind == kindInfo {
+	if p.Kind == contract.KindInfo {
 		ri, err := mohito.ParseRoundInfo(m.Data())
 		if err != nil || ri.T != p.T {
 			return natsx.Drop
@@ -302,7 +301,7 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		return natsx.Drop
 	}
 	switch p.Kind {
-	case kindForward:
+	case contract.KindForward:
 		idx, layer, err := r.sh.OpenForward(p.T, m.Data())
 		switch {
 		case err == nil:
@@ -316,25 +315,25 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			return natsx.Drop
 		}
 		return s.maybeChallenge(ctx, p.T, r)
-	case kindClose:
+	case contract.KindClose:
 		if err := r.sr.Close(m.Data()); err != nil && !errors.Is(err, mohito.ErrPhase) {
 			return natsx.Drop
 		}
 		return s.maybeChallenge(ctx, p.T, r)
-	case kindReply:
+	case contract.KindReply:
 		v, err := r.sr.Verdict(m.Data())
 		if err != nil {
 			return natsx.Drop
 		}
-		if err := s.publish(ctx, p.T, kindVerdict, fmt.Sprintf("verdict-%d", p.T), v); err != nil {
+		if err := s.publish(ctx, p.T, contract.KindVerdict, fmt.Sprintf("verdict-%d", p.T), v); err != nil {
 			return natsx.Retry
 		}
-	case kindFinish:
+	case contract.KindFinish:
 		sum, err := r.sr.Finish(m.Data())
 		if err != nil {
 			return natsx.Drop
 		}
-		if err := s.publish(ctx, p.T, kindSummary, fmt.Sprintf("sum-%d", p.T), sum); err != nil {
+		if err := s.publish(ctx, p.T, contract.KindSummary, fmt.Sprintf("sum-%d", p.T), sum); err != nil {
 			return natsx.Retry
 		}
 		st := r.sr.Stats()
@@ -350,11 +349,11 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			if err != nil {
 				return natsx.Drop
 			}
-			if err := s.publish(ctx, p.T, kindShuffled, fmt.Sprintf("shuf-%d-%d", p.T, start), m4); err != nil {
+			if err := s.publish(ctx, p.T, contract.KindShuffled, fmt.Sprintf("shuf-%d-%d", p.T, start), m4); err != nil {
 				return natsx.Retry
 			}
 		}
-	case kindRespLayer:
+	case contract.KindRespLayer:
 		if r.respDone {
 			return natsx.Ack
 		}
@@ -369,7 +368,7 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			return natsx.Drop
 		}
 		for i, m10 := range out {
-			if err := s.publish(ctx, p.T, kindRespOut, fmt.Sprintf("rout-%d-%d", p.T, i), m10); err != nil {
+			if err := s.publish(ctx, p.T, contract.KindRespOut, fmt.Sprintf("rout-%d-%d", p.T, i), m10); err != nil {
 				return natsx.Retry
 			}
 		}
@@ -388,7 +387,7 @@ func (s *ShufflerService) maybeChallenge(ctx context.Context, t uint64, r *shufR
 		return natsx.Drop
 	}
 	r.challenged = true
-	if err := s.publish(ctx, t, kindChallenge, fmt.Sprintf("ch-%d", t), ch); err != nil {
+	if err := s.publish(ctx, t, contract.KindChallenge, fmt.Sprintf("ch-%d", t), ch); err != nil {
 		return natsx.Retry
 	}
 	return natsx.Ack
@@ -423,7 +422,7 @@ func leadVendorRole(ctx context.Context, cfg VendorConfig, role string, serve fu
 	if id == "" {
 		id = fmt.Sprintf("%s-%d", role, time.Now().UnixNano())
 	}
-	lease, err := natsx.NewLease(ctx, cfg.JS, BucketVendorLeases, fmt.Sprintf("%s-%d", role, cfg.Vendor), id, VendorLeaseTTL, cfg.Log)
+	lease, err := natsx.NewLease(ctx, cfg.JS, contract.BucketVendorLeases, fmt.Sprintf("%s-%d", role, cfg.Vendor), id, VendorLeaseTTL, cfg.Log)
 	if err != nil {
 		return fmt.Errorf("%s lease: %w", role, err)
 	}
@@ -478,14 +477,14 @@ func (a *VendorAgent) serve(ctx context.Context, _ <-chan struct{}) error {
 	a.mu.Lock()
 	a.rounds = map[uint64]*agentRound{}
 	a.mu.Unlock()
-	sub, err := a.cfg.NC.Subscribe("mohito.dev.*.resp", a.onResponse)
+	sub, err := a.cfg.NC.Subscribe(contract.DeviceResponses, a.onResponse)
 	if err != nil {
 		return fmt.Errorf("subscribe to device responses: %w", err)
 	}
 	sub.SetPendingLimits(-1, -1)
-	in := natsx.VendorInbox(a.cfg.Vendor)
+	in := contract.VendorInbox(a.cfg.Vendor)
 	err = natsx.Consume(ctx, a.cfg.JS, natsx.ConsumerSpec{
-		Stream: StreamVendorIn, Durable: "agent", Filters: []string{in + ".r.*." + kindInfo, in + ".r.*." + kindTable, in + ".r.*." + kindAbort},
+		Stream: contract.StreamVendorIn, Durable: "agent", Filters: []string{in + ".r.*." + contract.KindInfo, in + ".r.*." + contract.KindTable, in + ".r.*." + contract.KindAbort},
 		AckWait: 30 * time.Second, Batch: 64, DeliverNew: true,
 	}, a.cfg.Log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome { return a.handle(ctx, m) })
 	a.inflight.Wait()
@@ -515,7 +514,7 @@ func (a *VendorAgent) handBack() {
 }
 
 func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil || p.Vendor != a.cfg.Vendor {
 		return natsx.Drop
 	}
@@ -523,7 +522,7 @@ func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome
 		return natsx.Drop
 	}
 	switch p.Kind {
-	case kindInfo:
+	case contract.KindInfo:
 		ri, err := mohito.ParseRoundInfo(m.Data())
 		if err != nil || ri.T != p.T {
 			return natsx.Drop
@@ -550,7 +549,7 @@ func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome
 		}
 		r.infoMsgs = append(r.infoMsgs, m)
 		return natsx.Hold
-	case kindAbort:
+	case contract.KindAbort:
 		a.mu.Lock()
 		if r := a.rounds[p.T]; r != nil {
 			r.dead = true
@@ -558,7 +557,7 @@ func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome
 		a.mu.Unlock()
 		a.pump(ctx)
 		return natsx.Ack
-	case kindTable:
+	case contract.KindTable:
 		blob, msgs, err := a.blobs.Add(m)
 		if err != nil {
 			for _, mm := range msgs {
@@ -668,7 +667,7 @@ func (a *VendorAgent) send(t uint64, r *agentRound, m5 []byte, msgs []jetstream.
 		return fail(err)
 	}
 	for i, di := range r.vr.Active() {
-		if err := a.cfg.NC.Publish(DeviceCommandSubject(a.cfg.Devices[di].ID), m6s[i]); err != nil {
+		if err := a.cfg.NC.Publish(contract.DeviceCommandSubject(a.cfg.Devices[di].ID), m6s[i]); err != nil {
 			return fail(err)
 		}
 	}
@@ -708,7 +707,7 @@ func (a *VendorAgent) collect(ctx context.Context, t uint64, r *agentRound, msgs
 		fail(err)
 		return
 	}
-	if err := natsx.SendBlob(ctx, a.cfg.JS, toIntegrator(a.cfg.Vendor, t, kindRespTable), fmt.Sprintf("rtab-%d-%d", t, a.cfg.Vendor), m8); err != nil {
+	if err := natsx.SendBlob(ctx, a.cfg.JS, contract.ToIntegrator(a.cfg.Vendor, t, contract.KindRespTable), fmt.Sprintf("rtab-%d-%d", t, a.cfg.Vendor), m8); err != nil {
 		a.cfg.Log.Warn("response table not sent", "t", t, "err", err)
 		return
 	}
@@ -719,13 +718,13 @@ func (a *VendorAgent) collect(ctx context.Context, t uint64, r *agentRound, msgs
 }
 
 func (a *VendorAgent) onResponse(m *nats.Msg) {
-	id := strings.TrimSuffix(strings.TrimPrefix(m.Subject, "mohito.dev."), ".resp")
+	id := contract.DeviceOfResponse(m.Subject)
 	di, ok := a.index[id]
-	if !ok || len(m.Data) < 10 {
+	t, hasHeader := mohito.EnvelopeRound(m.Data)
+	if !ok || !hasHeader {
 		a.cfg.Metrics.Dropped.WithLabelValues("device_response").Inc()
 		return
 	}
-	t := binary.BigEndian.Uint64(m.Data[2:10])
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.rounds[t]

@@ -3,7 +3,6 @@ package roles
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
@@ -89,7 +89,7 @@ func NewDecryptWorker(ctx context.Context, cfg WorkerConfig) (*DecryptWorker, er
 	if cfg.Keys.Suite() != cfg.Deployment.Params.Suite {
 		return nil, fmt.Errorf("decrypt worker: %v keys for a %v deployment", cfg.Keys.Suite(), cfg.Deployment.Params.Suite)
 	}
-	kv, err := natsx.EnsureKV(ctx, cfg.JS, BucketRoundInfo, 10*time.Minute)
+	kv, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -122,14 +122,14 @@ func (w *DecryptWorker) integrator(ri *mohito.RoundInfo) (*mohito.Integrator, er
 // Run consumes until ctx ends.
 func (w *DecryptWorker) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, w.cfg.JS, natsx.ConsumerSpec{
-		Stream: StreamIntegratorIn, Durable: ConsumerDecryptWorkers, Filters: []string{"mohito.i.in.*.r.*." + kindShuffled},
+		Stream: contract.StreamIntegratorIn, Durable: contract.ConsumerDecryptWorkers, Filters: []string{contract.FromVendors(contract.KindShuffled)},
 		AckWait: w.cfg.ackWait(), Batch: 4, MaxAck: 64,
 	}, w.cfg.Log, w.handle)
 }
 
 func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 	start := time.Now()
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		return natsx.Drop
 	}
@@ -150,10 +150,10 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 		return natsx.Drop
 	}
 	data := m.Data()
-	if len(data) < 18 {
+	batchStart, ok := mohito.BatchStart(data)
+	if !ok {
 		return natsx.Drop
 	}
-	batchStart := int(binary.BigEndian.Uint32(data[10:14]))
 	integ, err := w.integrator(ri)
 	if err != nil {
 		w.cfg.Metrics.Dropped.WithLabelValues("key_epoch").Inc()
@@ -170,7 +170,7 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 	// encoder knows when it has every batch of the round.
 	for v, vc := range byVendor {
 		id := fmt.Sprintf("part-%d-%d-%d", p.T, batchStart, v)
-		if err := natsx.Publish(ctx, w.cfg.JS, workPart(p.T, v), id, marshalPart(w.cfg.Deployment.Params, batchStart, vc), nil); err != nil {
+		if err := natsx.Publish(ctx, w.cfg.JS, contract.WorkPart(p.T, v), id, marshalPart(w.cfg.Deployment.Params, batchStart, vc), nil); err != nil {
 			return natsx.Retry
 		}
 	}
@@ -210,18 +210,18 @@ type encVendor struct {
 
 // NewEncoder returns encoder partition cfg.Partition.
 func NewEncoder(ctx context.Context, cfg WorkerConfig) (*Encoder, error) {
-	os, err := natsx.EnsureObjectStore(ctx, cfg.JS, BucketOKVS, 10*time.Minute)
+	os, err := natsx.EnsureObjectStore(ctx, cfg.JS, contract.BucketOKVS, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := natsx.EnsureKV(ctx, cfg.JS, BucketOKVSClaims, claimTTL)
+	claims, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketOKVSClaims, claimTTL)
 	if err != nil {
 		return nil, err
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	return &Encoder{cfg: cfg, vendors: cfg.Deployment.VendorsOf(cfg.Partition), objects: os, claims: claims,
-		id: fmt.Sprintf("%s-%x", EncoderConsumer(cfg.Partition, cfg.Deployment.Encoders), id), rounds: map[uint64]*encRound{}, blobs: natsx.NewBlobAssembler()}, nil
+		id: fmt.Sprintf("%s-%x", contract.EncoderConsumer(cfg.Partition, cfg.Deployment.Encoders), id), rounds: map[uint64]*encRound{}, blobs: natsx.NewBlobAssembler()}, nil
 }
 
 // Vendors returns the vendors this partition owns.
@@ -233,19 +233,19 @@ func (e *Encoder) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	filters := []string{"mohito.r.*.plan"}
+	filters := []string{contract.WorkPlans}
 	var rfilters []string
 	for _, v := range e.vendors {
-		filters = append(filters, fmt.Sprintf("mohito.r.*.part.%d", v))
-		rfilters = append(rfilters, fmt.Sprintf("%s.r.*.%s", natsx.IntegratorInbox(v), kindRespTable))
+		filters = append(filters, contract.WorkParts(v))
+		rfilters = append(rfilters, fmt.Sprintf("%s.r.*.%s", contract.IntegratorInbox(v), contract.KindRespTable))
 	}
-	name := EncoderConsumer(e.cfg.Partition, e.cfg.Deployment.Encoders)
+	name := contract.EncoderConsumer(e.cfg.Partition, e.cfg.Deployment.Encoders)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, e.cfg.Log, e.handleResponseTable)
+		natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, e.cfg.Log, e.handleResponseTable)
 	}()
-	err := natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, e.cfg.Log, e.handleRecord)
+	err := natsx.Consume(ctx, e.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, e.cfg.Log, e.handleRecord)
 	<-done
 	return err
 }
@@ -272,7 +272,7 @@ func (e *Encoder) round(t uint64) *encRound {
 }
 
 func (e *Encoder) handleRecord(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		return natsx.Drop
 	}
@@ -284,14 +284,14 @@ func (e *Encoder) handleRecord(ctx context.Context, m jetstream.Msg) natsx.Outco
 	defer e.mu.Unlock()
 	r := e.round(p.T)
 	switch p.Kind {
-	case "plan":
+	case contract.KindPlan:
 		pl, err := parsePlan(m.Data())
 		if err != nil || len(pl.Counts) != e.cfg.Deployment.Params.Vendors {
 			return natsx.Drop
 		}
 		r.plan = pl
 		r.planMsgs = append(r.planMsgs, m)
-	case "part":
+	case contract.KindPart:
 		ev := r.vendors[p.Vendor]
 		if ev == nil {
 			ev = &encVendor{batches: map[int][]mohito.ShuffledCommand{}}
@@ -412,7 +412,7 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 			return fmt.Errorf("store table: %w", err)
 		}
 	}
-	if err := natsx.SendBlob(ctx, e.cfg.JS, toVendor(v, t, kindTable), "okvs-"+name, m5); err != nil {
+	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.ToVendor(v, t, contract.KindTable), "okvs-"+name, m5); err != nil {
 		return err
 	}
 	return nil
@@ -445,7 +445,7 @@ func (e *Encoder) holdClaim(ctx context.Context, name string, rev uint64) (stop 
 // handleResponseTable decodes S_v^resp at the stored slots (R3 with G1) and
 // hands r′ to the responder.
 func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		return natsx.Drop
 	}
@@ -494,7 +494,7 @@ func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) nats
 	if err := mohito.DecodeResponseLayer(d.Params, table, slots, out); err != nil {
 		return settle(natsx.Drop)
 	}
-	if err := natsx.SendBlob(ctx, e.cfg.JS, workLayer(p.T, p.Vendor), fmt.Sprintf("rl-%d-%d", p.T, p.Vendor), marshalLayer(slots, out)); err != nil {
+	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.WorkLayer(p.T, p.Vendor), fmt.Sprintf("rl-%d-%d", p.T, p.Vendor), marshalLayer(slots, out)); err != nil {
 		return settle(natsx.Retry)
 	}
 	e.cfg.Metrics.StageSeconds.WithLabelValues("response_decode").Observe(time.Since(start).Seconds())
@@ -530,9 +530,9 @@ func (r *Responder) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamIntegratorIn, Durable: "router", Filters: []string{"mohito.i.in.*.r.*." + kindRespOut}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.route)
+		natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: contract.ConsumerRouter, Filters: []string{contract.FromVendors(contract.KindRespOut)}, AckWait: r.cfg.ackWait()}, r.cfg.Log, r.route)
 	}()
-	err := natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: StreamWork, Durable: "responder", Filters: []string{"mohito.r.*.plan", "mohito.r.*.rl.*"}, AckWait: r.cfg.ackWait(), ReleaseOnStop: true}, r.cfg.Log, r.collect)
+	err := natsx.Consume(ctx, r.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: contract.ConsumerResponder, Filters: []string{contract.WorkPlans, contract.WorkLayers}, AckWait: r.cfg.ackWait(), ReleaseOnStop: true}, r.cfg.Log, r.collect)
 	<-done
 	return err
 }
@@ -552,7 +552,7 @@ func (r *Responder) round(t uint64) *respRound {
 }
 
 func (r *Responder) collect(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		return natsx.Drop
 	}
@@ -566,14 +566,14 @@ func (r *Responder) collect(ctx context.Context, m jetstream.Msg) natsx.Outcome 
 		return natsx.Ack
 	}
 	switch p.Kind {
-	case "plan":
+	case contract.KindPlan:
 		pl, err := parsePlan(m.Data())
 		if err != nil {
 			return natsx.Drop
 		}
 		rr.plan = pl
 		rr.msgs = append(rr.msgs, m)
-	case "rl":
+	case contract.KindLayerShare:
 		blob, msgs, err := r.blobs.Add(m)
 		if err != nil {
 			for _, mm := range msgs {
@@ -633,7 +633,7 @@ func (r *Responder) sendLayer(ctx context.Context, rr *respRound) error {
 		if err != nil {
 			return err
 		}
-		if err := natsx.Publish(ctx, r.cfg.JS, toVendor(int(pl.Shuffler), pl.T, kindRespLayer), fmt.Sprintf("m9-%d-%d", pl.T, s), m9, nil); err != nil {
+		if err := natsx.Publish(ctx, r.cfg.JS, contract.ToVendor(int(pl.Shuffler), pl.T, contract.KindRespLayer), fmt.Sprintf("m9-%d-%d", pl.T, s), m9, nil); err != nil {
 			return err
 		}
 	}
@@ -643,7 +643,7 @@ func (r *Responder) sendLayer(ctx context.Context, rr *respRound) error {
 // route writes each r_i into its user's mailbox; the user is looked up by
 // index in Redis, never derived from anything V* sent.
 func (r *Responder) route(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-	p, err := parseSubject(m.Subject())
+	p, err := contract.ParseSubject(m.Subject())
 	if err != nil {
 		return natsx.Drop
 	}

@@ -29,6 +29,7 @@ var (
 // Status values of a round.
 const (
 	StatusOpen    = "open"
+	StatusClosed  = "closed" // submissions closed; the round's messages are with the shuffler
 	StatusDone    = "done"
 	StatusAborted = "aborted"
 )

@@ -21,9 +21,9 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Config describes a simulated deployment.
@@ -221,7 +221,7 @@ func (c *Cluster) RotateVendorKey(ctx context.Context, v int, epoch uint32) erro
 
 // AnnounceVendorKeys publishes ks as vendor v's key set over v's account.
 func (c *Cluster) AnnounceVendorKeys(ctx context.Context, v int, ks mohito.KeySet) error {
-	nc, js, err := c.connect(natsx.VendorUser(v))
+	nc, js, err := c.connect(contract.VendorUser(v))
 	if err != nil {
 		return err
 	}
@@ -268,9 +268,9 @@ func (c *Cluster) startRole(ctx context.Context, role string, i int, d roles.Dep
 }
 
 func (c *Cluster) startNamed(ctx context.Context, name, role string, i int, d roles.Deployment) error {
-	user := natsx.IntegratorUser
+	user := contract.IntegratorUser
 	if role == "shuffler" || role == "agent" {
-		user = natsx.VendorUser(i)
+		user = contract.VendorUser(i)
 	}
 	nc, js, err := c.connect(user)
 	if err != nil {
@@ -396,7 +396,7 @@ func (c *Cluster) stop(name string, graceful bool) {
 func (c *Cluster) startDevices(ctx context.Context, v int) error {
 	p := c.cfg.Deployment.Params
 	devs := make([]*client.Device, len(c.Creds[v]))
-	nc, _, err := c.connect(natsx.DeviceUser(v))
+	nc, _, err := c.connect(contract.DeviceUser(v))
 	if err != nil {
 		return err
 	}
@@ -406,7 +406,7 @@ func (c *Cluster) startDevices(ctx context.Context, v int) error {
 	for d := range devs {
 		var tr client.Transport = client.NATSTransport{NC: nc}
 		if v == 0 && d < c.cfg.MQTTDevices && c.cfg.MQTTAddr != "" {
-			m, err := client.DialMQTT(c.cfg.MQTTAddr, natsx.DeviceUser(v), c.cfg.Password(natsx.DeviceUser(v)))
+			m, err := client.DialMQTT(c.cfg.MQTTAddr, contract.DeviceUser(v), c.cfg.Password(contract.DeviceUser(v)))
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // EmbeddedNATS starts an in-process nats-server with JetStream under dir, the
@@ -14,7 +14,7 @@ import (
 // 127.0.0.1 and random ports only.
 func EmbeddedNATS(dir string, vendors int, password func(string) string) (*server.Server, error) {
 	o := &server.Options{}
-	if err := o.ProcessConfigString(natsx.AccountsConfig(vendors, password)); err != nil {
+	if err := o.ProcessConfigString(contract.AccountsConfig(vendors, password)); err != nil {
 		return nil, fmt.Errorf("nats accounts: %w", err)
 	}
 	o.ServerName = "obscura-demo"

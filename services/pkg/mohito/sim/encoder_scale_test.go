@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -174,7 +174,7 @@ func TestEncoderRescaleMidRun(t *testing.T) {
 func vendorTables(ctx context.Context, url string, vendors int) (map[int]map[uint64][]string, error) {
 	out := map[int]map[uint64][]string{}
 	for v := range vendors {
-		nc, err := nats.Connect(url, nats.UserInfo(natsx.VendorUser(v), pw(natsx.VendorUser(v))))
+		nc, err := nats.Connect(url, nats.UserInfo(contract.VendorUser(v), pw(contract.VendorUser(v))))
 		if err != nil {
 			return nil, err
 		}
@@ -183,8 +183,8 @@ func vendorTables(ctx context.Context, url string, vendors int) (map[int]map[uin
 		if err != nil {
 			return nil, err
 		}
-		cons, err := js.OrderedConsumer(ctx, roles.StreamVendorIn, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{natsx.VendorInbox(v) + ".r.*.okvs"},
+		cons, err := js.OrderedConsumer(ctx, contract.StreamVendorIn, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{contract.VendorInbox(v) + ".r.*.okvs"},
 		})
 		if err != nil {
 			return nil, err

@@ -11,21 +11,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // roundInfos reads the published M0 of rounds ts (integrator account).
 func roundInfos(t *testing.T, h *harness, ts []uint64) map[uint64]*mohito.RoundInfo {
 	t.Helper()
-	nc, err := nats.Connect(h.nats.URL(), nats.UserInfo(natsx.IntegratorUser, pw(natsx.IntegratorUser)))
+	nc, err := nats.Connect(h.nats.URL(), nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(t.Context(), roles.BucketRoundInfo)
+	kv, err := js.KeyValue(t.Context(), contract.BucketRoundInfo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package sim_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,8 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -34,13 +34,13 @@ type wireMsg struct {
 }
 
 func spy(t *testing.T, n *testenv.NATS, v int) *capture {
-	c := &capture{nc: n.Connect(t, nats.UserInfo(natsx.VendorUser(v), pw(natsx.VendorUser(v))))}
+	c := &capture{nc: n.Connect(t, nats.UserInfo(contract.VendorUser(v), pw(contract.VendorUser(v))))}
 	sub, err := c.nc.Subscribe(">", func(m *nats.Msg) {
 		c.mu.Lock()
 		c.msgs = append(c.msgs, wireMsg{subject: m.Subject, size: len(m.Data), at: time.Now()})
 		// Device messages carry their round in the envelope header.
-		if strings.HasPrefix(m.Subject, "mohito.dev.") && len(m.Data) >= 10 {
-			c.msgs[len(c.msgs)-1].subject += ".t" + strconv.FormatUint(binary.BigEndian.Uint64(m.Data[2:10]), 10)
+		if t, ok := mohito.EnvelopeRound(m.Data); strings.HasPrefix(m.Subject, "mohito.dev.") && ok {
+			c.msgs[len(c.msgs)-1].subject += ".t" + strconv.FormatUint(t, 10)
 		}
 		c.mu.Unlock()
 	})

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -46,7 +46,7 @@ func (h *harness) Reports() []roles.RoundReport {
 func start(t *testing.T, devices []int, users, workers int, mutate func(*sim.Config)) *harness {
 	t.Helper()
 	h := &harness{}
-	h.nats = testenv.StartNATS(t, testenv.WithNATSConfig(natsx.AccountsConfig(len(devices), pw)), testenv.WithMQTT())
+	h.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(len(devices), pw)), testenv.WithMQTT())
 	rdb := testenv.StartRedis(t).Client()
 	cfg := sim.Config{
 		Deployment:       sim.SmallDeployment(devices, 256, 250*time.Millisecond),

@@ -1,4 +1,4 @@
-package natsx_test
+package contract_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -19,12 +20,12 @@ func pw(u string) string { return u + "-pw" }
 // exported inboxes carry JetStream publishes (with their acks) across exactly
 // one account boundary.
 func TestTrustDomainIsolation(t *testing.T) {
-	n := testenv.StartNATS(t, testenv.WithNATSConfig(natsx.AccountsConfig(2, pw)))
+	n := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(2, pw)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	integ := n.Connect(t, nats.UserInfo(natsx.IntegratorUser, pw(natsx.IntegratorUser)))
-	v0 := n.Connect(t, nats.UserInfo(natsx.VendorUser(0), pw(natsx.VendorUser(0))))
-	v1 := n.Connect(t, nats.UserInfo(natsx.VendorUser(1), pw(natsx.VendorUser(1))))
+	integ := n.Connect(t, nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
+	v0 := n.Connect(t, nats.UserInfo(contract.VendorUser(0), pw(contract.VendorUser(0))))
+	v1 := n.Connect(t, nats.UserInfo(contract.VendorUser(1), pw(contract.VendorUser(1))))
 
 	ijs, _ := jetstream.New(integ)
 	v0js, _ := jetstream.New(v0)
@@ -35,10 +36,10 @@ func TestTrustDomainIsolation(t *testing.T) {
 	if _, err := natsx.EnsureStream(ctx, ijs, "I_WORK", "mohito.r.>"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natsx.EnsureStream(ctx, v0js, "V_IN", natsx.VendorInbox(0)+".>"); err != nil {
+	if _, err := natsx.EnsureStream(ctx, v0js, "V_IN", contract.VendorInbox(0)+".>"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natsx.EnsureStream(ctx, v1js, "V_IN", natsx.VendorInbox(1)+".>"); err != nil {
+	if _, err := natsx.EnsureStream(ctx, v1js, "V_IN", contract.VendorInbox(1)+".>"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,21 +59,21 @@ func TestTrustDomainIsolation(t *testing.T) {
 	if err := natsx.Publish(ctx, ijs, "mohito.r.7.part.0", "p1", []byte("internal"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := natsx.Publish(ctx, ijs, natsx.VendorInbox(0)+".r.7.fwd", "f1", []byte("for-v0"), nil); err != nil {
+	if err := natsx.Publish(ctx, ijs, contract.VendorInbox(0)+".r.7.fwd", "f1", []byte("for-v0"), nil); err != nil {
 		t.Fatalf("cross-account JetStream publish to vendor 0: %v", err)
 	}
 	// Vendor 0 answers into the integrator's inbox; the ack comes back.
-	if err := natsx.Publish(ctx, v0js, natsx.IntegratorInbox(0)+".r.7.summary", "s1", []byte("from-v0"), nil); err != nil {
+	if err := natsx.Publish(ctx, v0js, contract.IntegratorInbox(0)+".r.7.summary", "s1", []byte("from-v0"), nil); err != nil {
 		t.Fatalf("cross-account JetStream publish from vendor 0: %v", err)
 	}
 	// Vendor 1 cannot reach vendor 0's inbox nor impersonate vendor 0 at the integrator.
 	pctx, pcancel := context.WithTimeout(ctx, time.Second)
-	if _, err := v1js.Publish(pctx, natsx.IntegratorInbox(0)+".r.7.summary", []byte("forged")); err == nil {
+	if _, err := v1js.Publish(pctx, contract.IntegratorInbox(0)+".r.7.summary", []byte("forged")); err == nil {
 		t.Fatal("vendor 1 published into vendor 0's slice of the integrator inbox")
 	}
 	pcancel()
 	pctx, pcancel = context.WithTimeout(ctx, time.Second)
-	if _, err := v1js.Publish(pctx, natsx.VendorInbox(0)+".r.7.fwd", []byte("forged")); err == nil {
+	if _, err := v1js.Publish(pctx, contract.VendorInbox(0)+".r.7.fwd", []byte("forged")); err == nil {
 		t.Fatal("vendor 1 published into vendor 0's inbox")
 	}
 	pcancel()
@@ -124,10 +125,10 @@ func TestTrustDomainIsolation(t *testing.T) {
 		t.Fatalf("integrator inbox holds %d messages, want 1", info.State.Msgs)
 	}
 	// Device users are confined to device subjects.
-	dev := n.Connect(t, nats.UserInfo(natsx.DeviceUser(0), pw(natsx.DeviceUser(0))))
+	dev := n.Connect(t, nats.UserInfo(contract.DeviceUser(0), pw(contract.DeviceUser(0))))
 	errs := make(chan error, 4)
 	dev.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
-	if _, err := dev.SubscribeSync(natsx.VendorInbox(0) + ".>"); err != nil {
+	if _, err := dev.SubscribeSync(contract.VendorInbox(0) + ".>"); err != nil {
 		t.Fatal(err)
 	}
 	dev.Flush()

@@ -1,0 +1,56 @@
+package contract
+
+import "time"
+
+// DeploymentKey is the ConfigMap key (and file name) of the deployment document.
+const DeploymentKey = "deployment.json"
+
+// DeploymentFile is the deployment document the operator renders into ConfigMap
+// <round>-deployment, key DeploymentKey, and every role reads at start (docs/services.md).
+// Durations are Go duration strings. The services decode it strictly: an unknown field is an
+// error.
+type DeploymentFile struct {
+	Series           string             `json:"series"`
+	Mode             string             `json:"mode"`  // Hardened (default) | PaperLiteral (rejected: benchmark-only, not served)
+	Suite            string             `json:"suite"` // X25519 (default) | MLKEM768X25519
+	CommandsPerUser  int                `json:"commandsPerUser"`
+	Delta            uint64             `json:"delta"`
+	CommandSize      int                `json:"commandSize"`
+	ResponseSize     int                `json:"responseSize"`
+	Period           string             `json:"period"`
+	ShufflerTimeout  string             `json:"shufflerTimeout"`
+	ResponseDeadline string             `json:"responseDeadline"`
+	AsyncWindow      int                `json:"asyncWindow"`
+	Encoders         int                `json:"encoders"`
+	OutBatch         int                `json:"outBatch"`
+	ResponseQuantum  int                `json:"responseQuantum"`
+	CapacityDraw     string             `json:"capacityDraw"` // Random (default) | Fixed
+	Vendors          []DeploymentVendor `json:"vendors"`
+}
+
+// DeploymentVendor is one vendor of a DeploymentFile.
+type DeploymentVendor struct {
+	Index                 int    `json:"index"`
+	Name                  string `json:"name"`
+	Devices               int    `json:"devices"`
+	Base                  uint64 `json:"base"`
+	Jitter                uint64 `json:"jitter"`
+	PaddedEntries         int    `json:"paddedEntries"`
+	ResponsePaddedEntries int    `json:"responsePaddedEntries"`
+}
+
+// Roles: one image runs every role as `mohito <role>`.
+const (
+	RoleCoordinator   = "coordinator"
+	RoleGateway       = "gateway"
+	RoleDecryptWorker = "decrypt-worker"
+	RoleEncoder       = "encoder"
+	RoleResponder     = "responder"
+	RoleShuffler      = "shuffler"
+	RoleVendorAgent   = "vendor-agent"
+)
+
+// DefaultKeyActivationDelay is the roles' --key-activation-delay default: how long a new key
+// epoch is held by every decrypting role before it is announced (the operator reports it in
+// its KeyEpochRotated Events).
+const DefaultKeyActivationDelay = 3 * time.Minute
