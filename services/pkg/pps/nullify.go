@@ -41,11 +41,25 @@ func (r NullReason) String() string {
 	return fmt.Sprintf("NullReason(%d)", uint8(r))
 }
 
-// SlotSpec is one input slot of a function: the topic it reads and its nullifying value,
-// the identity element of the operation that consumes it (D12: 0 for +, One for ×,
-// MaxFixed for min, MinFixed for max).
+// SlotSource says which of a topic's values a slot takes (D9).
+type SlotSource uint8
+
+const (
+	// Latest is `(val "<topic>")`: the latest value within the window t.
+	Latest SlotSource = iota
+	// Window is one of `(window "<topic>" N)`: the value Lag rounds before the latest.
+	Window
+	// Static is `(static "<topic>")`: a value the Broker retains, such as a log-distance.
+	Static
+)
+
+// SlotSpec is one input slot of a function: the topic it reads, which of its values, and
+// its nullifying value, the identity element of the operation that consumes it (D12: 0 for
+// +, One for ×, MaxFixed for min, MinFixed for max).
 type SlotSpec struct {
 	Topic    string
+	Source   SlotSource
+	Lag      int
 	Identity Fixed
 }
 

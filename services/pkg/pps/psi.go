@@ -132,7 +132,7 @@ func (c *OPRFChecker) Check(ctx context.Context, exec ExecID, received []Receive
 }
 
 // LabelSource gives the Garbler both labels of a position, regenerated from the
-// publisher's round seed. An error (ErrRoundErased, an unknown slot) leaves the position
+// publisher's round seed. RespondPSI calls it from one goroutine, in position order. An error (ErrRoundErased, an unknown slot) leaves the position
 // out of R_G, so the Broker finds it inconsistent and the slot is nullified.
 type LabelSource func(Position) (LabelPair, error)
 
@@ -172,40 +172,34 @@ func RespondPSI(req *PSIRequest, labels LabelSource) (*PSIResponse, error) {
 	if err != nil {
 		return nil, fmt.Errorf("respond PSI: evaluate: %w", err)
 	}
-	tags := make([][TagSize]byte, 2*len(req.Positions))
-	have := make([]bool, len(req.Positions))
-	err = forEachChunk(chunks, func(_, lo, hi int) error {
+	// Labels are gathered in order on this goroutine (a LabelSource usually advances a
+	// ratchet, which is single-writer); only the group operations run in parallel.
+	masked := make([]Label, 0, 2*len(req.Positions))
+	for _, pos := range req.Positions {
+		pair, err := labels(pos)
+		if err != nil {
+			continue
+		}
+		masked = append(masked, maskLabel(&pair[0], &req.S2, pos), maskLabel(&pair[1], &req.S2, pos))
+		clear(pair[0][:])
+		clear(pair[1][:])
+	}
+	tags := make([][TagSize]byte, len(masked))
+	err = forEachChunk(chunkRanges(len(masked)), func(_, lo, hi int) error {
 		for i := lo; i < hi; i++ {
-			pos := req.Positions[i]
-			pair, err := labels(pos)
+			out, err := server.FullEvaluate(masked[i][:])
 			if err != nil {
-				continue
+				return err
 			}
-			for b := range 2 {
-				m := maskLabel(&pair[b], &req.S2, pos)
-				out, err := server.FullEvaluate(m[:])
-				if err != nil {
-					return err
-				}
-				copy(tags[2*i+b][:], out)
-			}
-			have[i] = true
-			clear(pair[0][:])
-			clear(pair[1][:])
+			copy(tags[i][:], out)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("respond PSI: tags: %w", err)
 	}
-	kept := tags[:0]
-	for i, ok := range have {
-		if ok {
-			kept = append(kept, tags[2*i], tags[2*i+1])
-		}
-	}
-	slices.SortFunc(kept, func(a, b [TagSize]byte) int { return bytes.Compare(a[:], b[:]) })
-	resp.Tags = slices.CompactFunc(kept, func(a, b [TagSize]byte) bool { return a == b })
+	slices.SortFunc(tags, func(a, b [TagSize]byte) int { return bytes.Compare(a[:], b[:]) })
+	resp.Tags = slices.CompactFunc(tags, func(a, b [TagSize]byte) bool { return a == b })
 	return resp, nil
 }
 
