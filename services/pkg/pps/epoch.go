@@ -111,10 +111,10 @@ func (f *FunctionKeys) grant(id string) ([]byte, error) {
 // the next grant, that of the previous one, so outputs masked just before a re-key still
 // open (spec §8.7, D14).
 type Subscription struct {
-	retain         int
-	epoch, prevEp  uint64
-	cur, prev      *Ratchet
-	haveCur, hPrev bool
+	retain           int
+	epoch, prevEpoch uint64
+	cur, prev        *Ratchet
+	hasCur, hasPrev  bool
 }
 
 // NewSubscription holds no key yet; retain is how many past function rounds it can still
@@ -126,17 +126,17 @@ func NewSubscription(retain int) *Subscription { return &Subscription{retain: re
 func (s *Subscription) Accept(g *Grant) error {
 	defer g.Zero()
 	switch {
-	case s.haveCur && g.Epoch < s.epoch:
+	case s.hasCur && g.Epoch < s.epoch:
 		return fmt.Errorf("grant of epoch %d, holding %d: %w", g.Epoch, s.epoch, ErrEpoch)
-	case s.haveCur && g.Epoch == s.epoch:
+	case s.hasCur && g.Epoch == s.epoch:
 		return nil // a repeated grant; the ratchet already covers its rounds
 	}
-	if s.hPrev {
+	if s.hasPrev {
 		s.prev.Zero()
 	}
-	s.prev, s.prevEp, s.hPrev = s.cur, s.epoch, s.haveCur
+	s.prev, s.prevEpoch, s.hasPrev = s.cur, s.epoch, s.hasCur
 	s.cur = NewRatchet(&g.Key, g.Round, RatchetOptions{Retain: s.retain})
-	s.epoch, s.haveCur = g.Epoch, true
+	s.epoch, s.hasCur = g.Epoch, true
 	return nil
 }
 
@@ -144,9 +144,9 @@ func (s *Subscription) Accept(g *Grant) error {
 func (s *Subscription) Unmask(epoch, round uint64, masked []byte, bits int) ([]byte, error) {
 	var r *Ratchet
 	switch {
-	case s.haveCur && epoch == s.epoch:
+	case s.hasCur && epoch == s.epoch:
 		r = s.cur
-	case s.hPrev && epoch == s.prevEp:
+	case s.hasPrev && epoch == s.prevEpoch:
 		r = s.prev
 	default:
 		return nil, fmt.Errorf("output of epoch %d: %w", epoch, ErrEpoch)

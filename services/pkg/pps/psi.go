@@ -184,6 +184,7 @@ func RespondPSI(req *PSIRequest, labels LabelSource) (*PSIResponse, error) {
 		clear(pair[0][:])
 		clear(pair[1][:])
 	}
+	defer clear(masked)
 	tags := make([][TagSize]byte, len(masked))
 	err = forEachChunk(chunkRanges(len(masked)), func(_, lo, hi int) error {
 		for i := lo; i < hi; i++ {
