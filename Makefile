@@ -81,8 +81,8 @@ clean: ## remove built tools and caches of this checkout
 	rm -rf $(BIN)
 
 .PHONY: demo
-demo: ## run the embedded Mohito demo: one process, embedded NATS, every role, live rounds, summary (DEMO_FLAGS to tune)
-	cd services && go run ./cmd/mohito demo $(DEMO_FLAGS)
+demo: ## run the embedded demo (obscura demo): one process, embedded NATS, every system's roles, live rounds and an aggregation, summary (DEMO_FLAGS to tune)
+	cd services && go run ./cmd/obscura demo $(DEMO_FLAGS)
 
 .PHONY: cluster-up
 cluster-up: ## start a real single-node Kubernetes cluster on 127.0.0.1 (root; docs/cluster.md)

@@ -64,7 +64,8 @@ func Components(root string) []Component {
 	envoy := filepath.Join(root, "bin", "envoy")
 	return []Component{
 		{Name: "operator", Module: "operators", Pkg: "./cmd", Workspace: true, Dest: "/usr/local/bin/operator", Check: []string{"-h"}},
-		{Name: "mohito", Module: "services", Pkg: "./cmd/mohito", Workspace: true, Dest: "/usr/local/bin/mohito", Check: []string{"demo", "-h"}},
+		{Name: "obscura", Module: "services", Pkg: "./cmd/obscura", Workspace: true, Dest: "/usr/local/bin/obscura", Check: []string{"demo", "-h"}},
+		{Name: "mohito", Module: "services", Pkg: "./cmd/mohito", Workspace: true, Dest: "/usr/local/bin/mohito", Check: []string{"loadgen", "-h"}},
 		{Name: "pda", Module: "services", Pkg: "./cmd/pda", Workspace: true, Dest: "/usr/local/bin/pda", Check: []string{"demo", "-h"}},
 		{Name: "nats-server", Module: "hack/tools/nats", Pkg: "github.com/nats-io/nats-server/v2", Dest: "/usr/local/bin/nats-server", Check: []string{"--version"}},
 		// cert-manager's controllers for self-signed and CA issuance (our main over the library).

@@ -9,12 +9,13 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
@@ -27,100 +28,45 @@ const (
 )
 
 // errConfig marks a configuration error: the process exits with status 2.
-var errConfig = errors.New("invalid configuration")
+var errConfig = daemon.ErrConfig
 
-// newFlags returns the flag set of a role daemon: every flag -x-y falls back
-// to OBSCURA_X_Y unless it names its variables.
-func newFlags(role string) *envflag.Set { return envflag.New(role, "OBSCURA_") }
+// newFlags returns the flag set of a subcommand: every flag -x-y falls back to OBSCURA_X_Y
+// unless it names its variables.
+func newFlags(cmd string) *envflag.Set { return daemon.NewFlags(cmd) }
 
-// parseFlags parses a role's command line; it takes no positional arguments.
-func parseFlags(f *envflag.Set, args []string) error {
-	err := f.Parse(args)
-	if err == nil && len(f.Args()) > 0 {
-		err = fmt.Errorf("unexpected arguments %q", f.Args())
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	return nil
-}
+// parseFlags parses a subcommand's command line; it takes no positional arguments.
+func parseFlags(f *envflag.Set, args []string) error { return daemon.ParseFlags(f, args) }
 
-// Common is the configuration every role shares.
+// Common is the configuration every role shares: the daemon's (NATS, ports, logs) and the
+// deployment document.
 type Common struct {
-	DeploymentPath   string
-	NATSURL          string
-	NATSUser         string
-	NATSPasswordFile string
-	NATSCreds        string
-	MetricsAddr      string
-	HealthAddr       string
-	AddrFile         string
-	LogLevel         string
+	daemon.Common
+	DeploymentPath string
 
-	Deployment   roles.Deployment `json:"-"`
-	natsPassword string
+	Deployment roles.Deployment `json:"-"`
 }
 
 func (c *Common) bind(f *envflag.Set) {
 	f.String(&c.DeploymentPath, "deployment", DefaultDeploymentPath, "deployment JSON (ConfigMap <round>-deployment, key deployment.json)")
-	f.String(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	f.String(&c.NATSUser, "nats-user", "", "NATS user of the party's account")
-	f.String(&c.NATSPasswordFile, "nats-password-file", "", "file holding the NATS user's password")
-	f.String(&c.NATSCreds, "nats-creds", "", "NATS .creds file (instead of user and password)")
-	f.String(&c.MetricsAddr, "metrics-addr", ":9090", "Prometheus /metrics listen address")
-	f.String(&c.HealthAddr, "health-addr", ":8081", "/healthz and /readyz listen address")
-	f.String(&c.AddrFile, "addr-file", "", "write the bound health=, metrics= (and gateway grpc=) addresses here, for listen addresses with port 0 (hostNetwork); mohito probe reads it")
-	f.String(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	c.Common.Bind(f)
 }
 
-func (c *Common) validate() []error {
+func (c *Common) common() *Common { return c }
+
+func (c *Common) validate() []error { return c.Common.Validate() }
+
+// load reads the deployment document and the NATS password.
+func (c *Common) load() []error {
 	var errs []error
 	d, err := roles.LoadDeployment(c.DeploymentPath)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--deployment: %w", err))
 	}
 	c.Deployment = d
-	if c.NATSURL == "" {
-		errs = append(errs, errors.New("--nats-url is required"))
-	}
-	switch {
-	case c.NATSCreds != "" && (c.NATSUser != "" || c.NATSPasswordFile != ""):
-		errs = append(errs, errors.New("set either --nats-creds or --nats-user with --nats-password-file, not both"))
-	case c.NATSCreds != "":
-		if _, err := os.Stat(c.NATSCreds); err != nil {
-			errs = append(errs, fmt.Errorf("--nats-creds: %w", err))
-		}
-	case c.NATSUser != "" || c.NATSPasswordFile != "":
-		if c.NATSUser == "" || c.NATSPasswordFile == "" {
-			errs = append(errs, errors.New("--nats-user and --nats-password-file go together"))
-		} else if b, err := os.ReadFile(c.NATSPasswordFile); err != nil {
-			errs = append(errs, fmt.Errorf("--nats-password-file: %w", err))
-		} else {
-			c.natsPassword = strings.TrimRight(string(b), "\r\n")
-		}
-	}
-	for name, addr := range map[string]string{"--metrics-addr": c.MetricsAddr, "--health-addr": c.HealthAddr} {
-		if addr == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
-		}
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("--log-level %q must be debug, info, warn or error", c.LogLevel))
-	}
-	return errs
+	return append(errs, c.Common.LoadSecrets()...)
 }
 
-func joinConfig(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", errConfig, errors.Join(errs...))
-}
+func joinConfig(errs []error) error { return daemon.JoinConfig(errs) }
 
 // RoleKey is the key ring of a role that holds a private key: where it comes from (pkg/keys), how
 // it is reloaded live (roles.KeyReloader) and how long superseded epochs are kept (W, spec O16).
@@ -143,9 +89,9 @@ func (k *RoleKey) bind(f *envflag.Set, whose string) {
 		"keep a superseded key epoch this many rounds after the first round naming a newer one (W)")
 }
 
-// validateAndLoad checks the key settings and, only when the rest of the configuration (errs)
-// and the source are valid, loads the key ring once, so a bad config never reaches Vault.
-func (k *RoleKey) validateAndLoad(errs []error, suite mohito.Suite) []error {
+// validate checks the key settings without reading the source.
+func (k *RoleKey) validate() []error {
+	var errs []error
 	if k.ReloadInterval < 0 {
 		errs = append(errs, errors.New("--key-reload-interval must be ≥ 0"))
 	}
@@ -156,15 +102,9 @@ func (k *RoleKey) validateAndLoad(errs []error, suite mohito.Suite) []error {
 		errs = append(errs, fmt.Errorf("--key-retention-rounds must be ≥ %d (a round is still decrypted while the next collects)", mohito.MinKeyRetention))
 	}
 	if err := k.Source.Validate(); err != nil {
-		return append(errs, err)
+		errs = append(errs, err)
 	}
-	if len(errs) > 0 {
-		return errs
-	}
-	if err := k.load(suite); err != nil {
-		return append(errs, err)
-	}
-	return nil
+	return errs
 }
 
 // load reads the key ring (one key per epoch, spec O16) once, from --key-file (a file: epoch 0;
@@ -196,12 +136,12 @@ func (k *RoleKey) load(suite mohito.Suite) error {
 }
 
 // reloader returns the live reload of the ring, or nil when --key-reload-interval is 0.
-func (k *RoleKey) reloader(d *daemon, onActivate func(context.Context, uint32)) *roles.KeyReloader {
+func (k *RoleKey) reloader(d *roleEnv, onActivate func(context.Context, uint32)) *roles.KeyReloader {
 	if k.ReloadInterval == 0 {
 		return nil
 	}
 	return &roles.KeyReloader{Ring: k.ring, Load: k.Source.LoadRing, Interval: k.ReloadInterval,
-		ActivationDelay: k.ActivationDelay, OnActivate: onActivate, Log: d.log, Metrics: d.metrics}
+		ActivationDelay: k.ActivationDelay, OnActivate: onActivate, Log: d.Log, Metrics: d.metrics}
 }
 
 // keyLoadTimeout bounds loading the key at start (a Vault login and one read).
@@ -276,7 +216,7 @@ type VendorAgentConfig struct {
 	devices []roles.RegisteredDevice
 }
 
-func (c *GatewayConfig) validate() error {
+func (c *GatewayConfig) validate() []error {
 	errs := c.Common.validate()
 	if err := checkRedis(c.RedisAddr); err != nil {
 		errs = append(errs, err)
@@ -284,6 +224,12 @@ func (c *GatewayConfig) validate() error {
 	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--grpc-addr %q: %w", c.GRPCAddr, err))
 	}
+	return errs
+}
+
+// load reads the deployment, the NATS password and the access tokens.
+func (c *GatewayConfig) load() []error {
+	errs := c.Common.load()
 	c.tokens = map[string]string{}
 	if b, err := os.ReadFile(c.TokensFile); err == nil {
 		if err := json.Unmarshal(b, &c.tokens); err != nil {
@@ -292,10 +238,10 @@ func (c *GatewayConfig) validate() error {
 	} else if c.TokensFile != DefaultTokensPath || !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("--tokens-file: %w", err))
 	}
-	return joinConfig(errs)
+	return errs
 }
 
-func (c *CoordinatorConfig) validate() error {
+func (c *CoordinatorConfig) validate() []error {
 	errs := c.Common.validate()
 	if err := checkRedis(c.RedisAddr); err != nil {
 		errs = append(errs, err)
@@ -303,17 +249,32 @@ func (c *CoordinatorConfig) validate() error {
 	if c.MaxRounds < 0 {
 		errs = append(errs, errors.New("--max-rounds must be ≥ 0"))
 	}
-	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
 	if c.ReplicaID == "" {
 		c.ReplicaID = podName()
 	}
-	return joinConfig(errs)
+	return append(errs, c.Key.validate()...)
 }
 
-func (c *DecryptWorkerConfig) validate() error {
-	errs := c.Common.validate()
-	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
-	return joinConfig(errs)
+// load reads the deployment, the NATS password and sk_I.
+func (c *CoordinatorConfig) load() []error { return loadWithKey(c.Common.load(), &c.Key, &c.Common) }
+
+func (c *DecryptWorkerConfig) validate() []error {
+	return append(c.Common.validate(), c.Key.validate()...)
+}
+
+// load reads the deployment, the NATS password and sk_I.
+func (c *DecryptWorkerConfig) load() []error { return loadWithKey(c.Common.load(), &c.Key, &c.Common) }
+
+// loadWithKey loads a role's key ring once the rest of its files loaded (errs empty), so a
+// broken configuration never reaches Vault.
+func loadWithKey(errs []error, k *RoleKey, c *Common) []error {
+	if len(errs) > 0 {
+		return errs
+	}
+	if err := k.load(c.Deployment.Params.Suite); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 var ordinal = regexp.MustCompile(`-([0-9]+)$`)
@@ -348,7 +309,7 @@ func podName() string {
 	return fmt.Sprintf("%s-%d", hostname(), os.Getpid())
 }
 
-func (c *EncoderConfig) validate() error {
+func (c *EncoderConfig) validate() []error {
 	errs := c.Common.validate()
 	if err := checkRedis(c.RedisAddr); err != nil {
 		errs = append(errs, err)
@@ -356,41 +317,57 @@ func (c *EncoderConfig) validate() error {
 	p, err := partitionOf(c.Partition)
 	if err != nil {
 		errs = append(errs, err)
-	} else if c.Deployment.Encoders > 0 && (p < 0 || p >= c.Deployment.Encoders) {
-		errs = append(errs, fmt.Errorf("partition %d is outside the deployment's %d encoders", p, c.Deployment.Encoders))
 	}
 	c.partition = p
-	return joinConfig(errs)
+	return errs
 }
 
-func (c *ResponderConfig) validate() error {
+// load reads the deployment and the NATS password and checks the partition against the
+// deployment's encoders.
+func (c *EncoderConfig) load() []error {
+	errs := c.Common.load()
+	if p := c.partition; len(errs) == 0 && c.Deployment.Encoders > 0 && (p < 0 || p >= c.Deployment.Encoders) {
+		errs = append(errs, fmt.Errorf("partition %d is outside the deployment's %d encoders", p, c.Deployment.Encoders))
+	}
+	return errs
+}
+
+func (c *ResponderConfig) validate() []error {
 	errs := c.Common.validate()
 	if err := checkRedis(c.RedisAddr); err != nil {
 		errs = append(errs, err)
 	}
-	return joinConfig(errs)
+	return errs
 }
 
-func checkVendor(v int, d *roles.Deployment) error {
-	if v < 0 {
-		return errors.New("--vendor (OBSCURA_VENDOR_INDEX) is required")
+// loadVendor loads a vendor role's deployment and NATS password and checks its index against
+// the deployment's vendors.
+func loadVendor(c *Common, v int) []error {
+	errs := c.load()
+	if len(errs) == 0 && c.Deployment.Params.Vendors > 0 && v >= c.Deployment.Params.Vendors {
+		errs = append(errs, fmt.Errorf("--vendor %d is outside the deployment's %d vendors", v, c.Deployment.Params.Vendors))
 	}
-	if d.Params.Vendors > 0 && v >= d.Params.Vendors {
-		return fmt.Errorf("--vendor %d is outside the deployment's %d vendors", v, d.Params.Vendors)
+	return errs
+}
+
+func checkVendor(v int) []error {
+	if v < 0 {
+		return []error{errors.New("--vendor (OBSCURA_VENDOR_INDEX) is required")}
 	}
 	return nil
 }
 
-func (c *ShufflerConfig) validate() error {
-	errs := c.Common.validate()
-	if err := checkVendor(c.Vendor, &c.Deployment); err != nil {
-		errs = append(errs, err)
-	}
+func (c *ShufflerConfig) validate() []error {
+	errs := append(c.Common.validate(), checkVendor(c.Vendor)...)
 	if c.FakePool < 1 {
 		errs = append(errs, errors.New("--fake-pool must be ≥ 1"))
 	}
-	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
-	return joinConfig(errs)
+	return append(errs, c.Key.validate()...)
+}
+
+// load reads the deployment, the NATS password and sk_V.
+func (c *ShufflerConfig) load() []error {
+	return loadWithKey(loadVendor(&c.Common, c.Vendor), &c.Key, &c.Common)
 }
 
 // deviceEntry is one line of the vendor's device registry: the device id on
@@ -402,11 +379,13 @@ type deviceEntry struct {
 
 var deviceID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-func (c *VendorAgentConfig) validate() error {
-	errs := c.Common.validate()
-	if err := checkVendor(c.Vendor, &c.Deployment); err != nil {
-		errs = append(errs, err)
-	}
+func (c *VendorAgentConfig) validate() []error {
+	return append(append(c.Common.validate(), checkVendor(c.Vendor)...), c.Key.validate()...)
+}
+
+// load reads the deployment, the NATS password, the device registry and sk_V.
+func (c *VendorAgentConfig) load() []error {
+	errs := loadVendor(&c.Common, c.Vendor)
 	if b, err := os.ReadFile(c.DevicesFile); err == nil {
 		var list []deviceEntry
 		if err := json.Unmarshal(b, &list); err != nil {
@@ -427,15 +406,12 @@ func (c *VendorAgentConfig) validate() error {
 	} else if c.DevicesFile != DefaultDevicesPath || !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("--devices-file: %w", err))
 	}
-	errs = c.Key.validateAndLoad(errs, c.Deployment.Params.Suite)
-	return joinConfig(errs)
+	return loadWithKey(errs, &c.Key, &c.Common)
 }
 
-// roleConfig is a role's *…Config.
-type roleConfig interface{ validate() error }
-
-// parseRole binds, parses and validates the flags of role into its Config struct.
-func parseRole(role string, args []string) (any, error) {
+// parseRole binds, parses and validates the flags of role into its Config struct, then reads
+// the files they name.
+func parseRole(role string, args []string) (roleConfig, error) {
 	f, cfg, err := bindRole(role)
 	if err != nil {
 		return nil, err
@@ -443,7 +419,10 @@ func parseRole(role string, args []string) (any, error) {
 	if err := parseFlags(f, args); err != nil {
 		return nil, err
 	}
-	if err := cfg.validate(); err != nil {
+	if err := joinConfig(cfg.validate()); err != nil {
+		return nil, err
+	}
+	if err := joinConfig(cfg.load()); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -470,40 +449,40 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 		f.Int(p, "vendor", -1, "this vendor's index in the deployment", "OBSCURA_VENDOR_INDEX")
 	}
 	switch role {
-	case "gateway":
+	case contract.RoleGateway:
 		gw.Common.bind(f)
 		redis(&gw.RedisAddr)
 		f.String(&gw.GRPCAddr, "grpc-addr", ":50051", "user API (gRPC) listen address", "OBSCURA_GRPC_ADDR", "OBSCURA_LISTEN")
 		f.String(&gw.TokensFile, "tokens-file", DefaultTokensPath, "JSON object access token → user")
 		f.Bool(&gw.ReusePort, "reuse-port", false, "set SO_REUSEPORT on the gRPC listener, so several gateways (hostNetwork replicas) share one address")
 		cfg = &gw
-	case "coordinator":
+	case contract.RoleCoordinator:
 		co.Common.bind(f)
 		redis(&co.RedisAddr)
 		key(&co.Key, "sk_I (the coordinator publishes pk_I)")
 		f.Int(&co.MaxRounds, "max-rounds", 0, "stop opening rounds after this many (0: forever)")
 		f.String(&co.ReplicaID, "replica-id", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
 		cfg = &co
-	case "decrypt-worker":
+	case contract.RoleDecryptWorker:
 		dw.Common.bind(f)
 		key(&dw.Key, "sk_I")
 		cfg = &dw
-	case "encoder":
+	case contract.RoleEncoder:
 		en.Common.bind(f)
 		redis(&en.RedisAddr)
 		f.String(&en.Partition, "partition", "auto", "encoder partition: an integer, or auto (ordinal suffix of $POD_NAME, else the hostname)")
 		cfg = &en
-	case "responder":
+	case contract.RoleResponder:
 		re.Common.bind(f)
 		redis(&re.RedisAddr)
 		cfg = &re
-	case "shuffler":
+	case contract.RoleShuffler:
 		sh.Common.bind(f)
 		key(&sh.Key, "sk_V")
 		vendor(&sh.Vendor)
 		f.Int(&sh.FakePool, "fake-pool", 64, "pre-generated fakes kept per vendor (spec G7)", "OBSCURA_FAKE_POOL", "OBSCURA_FAKE_POOL_SIZE")
 		cfg = &sh
-	case "vendor-agent":
+	case contract.RoleVendorAgent:
 		va.Common.bind(f)
 		key(&va.Key, "sk_V (the agent announces pk_V)")
 		vendor(&va.Vendor)
@@ -514,3 +493,14 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 	}
 	return f, cfg, nil
 }
+
+// load reads the deployment and the NATS password.
+func (c *ResponderConfig) load() []error { return c.Common.load() }
+
+func (c *GatewayConfig) redis() string       { return c.RedisAddr }
+func (c *CoordinatorConfig) redis() string   { return c.RedisAddr }
+func (c *DecryptWorkerConfig) redis() string { return "" }
+func (c *EncoderConfig) redis() string       { return c.RedisAddr }
+func (c *ResponderConfig) redis() string     { return c.RedisAddr }
+func (c *ShufflerConfig) redis() string      { return "" }
+func (c *VendorAgentConfig) redis() string   { return "" }

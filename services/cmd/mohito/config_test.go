@@ -102,9 +102,22 @@ func TestMalformedEnvIsConfigError(t *testing.T) {
 	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), `OBSCURA_MAX_ROUNDS="many"`) {
 		t.Fatalf("parseRole = %v, want a config error naming OBSCURA_MAX_ROUNDS", err)
 	}
-	t.Setenv("MOHITO_ROUNDS", "ten")
-	err = run(nil, true)
-	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), `MOHITO_ROUNDS="ten"`) {
-		t.Fatalf("run(demo) = %v, want a config error naming MOHITO_ROUNDS", err)
+	t.Setenv("OBSCURA_ROUNDS", "ten")
+	err = runLoadgen(nil)
+	if !errors.Is(err, errConfig) || !strings.Contains(err.Error(), `OBSCURA_ROUNDS="ten"`) {
+		t.Fatalf("runLoadgen = %v, want a config error naming OBSCURA_ROUNDS", err)
+	}
+}
+
+func TestLoadgenHasNoAggregation(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = null
+	t.Cleanup(func() { os.Stderr = stderr; null.Close() })
+	if err := runLoadgen([]string{"-aggregation=false"}); !errors.Is(err, errConfig) {
+		t.Errorf("loadgen -aggregation=false: %v, want a configuration error (demo only)", err)
 	}
 }

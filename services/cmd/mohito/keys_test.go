@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-const goldenDeployment = "../../pkg/rounds/testdata/deployment.json"
+const goldenDeployment = "../../pkg/mohito/roles/testdata/deployment.json"
 
 func TestKeySourceExactlyOne(t *testing.T) {
 	t.Setenv("VAULT_TOKEN", "dev")

@@ -10,7 +10,9 @@
 //	pda demo         everything in one process on an embedded NATS
 //	pda probe        Kubernetes exec probe: GET <path> on the address in OBSCURA_ADDR_FILE
 //
-// Every flag has an environment fallback OBSCURA_PDA_<FLAG> (dashes become underscores).
+// Every flag has an environment fallback OBSCURA_<FLAG> (dashes become underscores); the
+// roles share the common flags, port scheme and shutdown of package daemon (NATS password from
+// --nats-password-file, /metrics on --metrics-addr, /healthz and /readyz on --health-addr).
 // A configuration error (a bad flag, a malformed environment value, an invalid setting,
 // an unreadable key or certificate) exits with status 2.
 package main
@@ -21,87 +23,45 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
-	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 	pdaroles "github.com/obscura-iot/obscura/services/pkg/pda/roles"
-	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
-	}
-	cmds := map[string]func([]string) error{
-		"proxy": runProxy, "mixer": runMixer, "oracle": runOracle, "db-frontend": runFrontend,
-		"db-shard": runShard, "submit": runSubmit, "keygen": runKeygen, "demo": runDemo, "probe": runProbe,
-	}
-	f := cmds[os.Args[1]]
-	if f == nil {
-		usage()
-		os.Exit(2)
-	}
-	err := f(os.Args[2:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "pda %s: %v\n", os.Args[1], err)
-		if errors.Is(err, errConfig) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pda proxy|mixer|oracle|db-frontend|db-shard|submit|keygen|demo|probe [flags]   (pda <cmd> -h for flags)")
+	daemon.Main("pda", []daemon.Command{
+		{Name: "proxy", Run: runProxy}, {Name: "mixer", Run: runMixer}, {Name: "oracle", Run: runOracle},
+		{Name: "db-frontend", Run: runFrontend}, {Name: "db-shard", Run: runShard}, {Name: "submit", Run: runSubmit},
+		{Name: "keygen", Run: runKeygen}, {Name: "demo", Run: runDemo}, {Name: "probe", Run: daemon.RunProbe},
+	})
 }
 
 // errConfig marks a configuration error: the process exits with status 2.
-var errConfig = errors.New("invalid configuration")
+var errConfig = daemon.ErrConfig
 
 // configErr marks err (if any) as a configuration error.
-func configErr(err error) error {
-	if err == nil || errors.Is(err, errConfig) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", errConfig, err)
-}
+func configErr(err error) error { return daemon.ConfigError(err) }
 
-// newFlags returns the flag set of a subcommand: every flag -x-y falls back to OBSCURA_PDA_X_Y.
-func newFlags(cmd string) *envflag.Set { return envflag.New(cmd, "OBSCURA_PDA_") }
+// newFlags returns the flag set of a subcommand: every flag -x-y falls back to OBSCURA_X_Y.
+func newFlags(cmd string) *envflag.Set { return daemon.NewFlags(cmd) }
 
-// parseFlags parses the command line of a subcommand that takes no positional arguments;
-// a bad flag, a malformed environment value or a stray argument is a configuration error.
-func parseFlags(f *envflag.Set, args []string) error {
-	err := f.Parse(args)
-	if err == nil && len(f.Args()) > 0 {
-		err = fmt.Errorf("unexpected arguments %q", f.Args())
-	}
-	return configErr(err)
-}
+// parseFlags parses the command line of a subcommand that takes no positional arguments.
+func parseFlags(f *envflag.Set, args []string) error { return daemon.ParseFlags(f, args) }
 
-// common holds the flags every service role shares.
+// common holds the flags every service role shares: the daemon's and the job's.
 type common struct {
-	natsURL, natsUser, natsPassword string
-	metrics, logLevel, addrFile     string
-	job                             jobFlags
+	daemon.Common
+	job jobFlags
 }
 
 type jobFlags struct {
@@ -110,13 +70,8 @@ type jobFlags struct {
 	window, grace                                         time.Duration
 }
 
-func (c *common) register(f *envflag.Set, user string) {
-	f.String(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL")
-	f.String(&c.natsUser, "nats-user", user, "NATS user (the domain's account)")
-	f.String(&c.natsPassword, "nats-password", "", "NATS password")
-	f.String(&c.metrics, "metrics-addr", ":9090", "serve /metrics /healthz /readyz here (empty: off)")
-	f.String(&c.addrFile, "addr-file", "", "write the bound health= and metrics= address here, for a port-0 metrics address (hostNetwork); pda probe reads it", "OBSCURA_PDA_ADDR_FILE", "OBSCURA_ADDR_FILE")
-	f.String(&c.logLevel, "log-level", "info", "debug|info|warn|error")
+func (c *common) register(f *envflag.Set) {
+	c.Common.Bind(f)
 	c.job.register(f)
 }
 
@@ -179,59 +134,60 @@ func (j *jobFlags) build() (*pdaroles.Job, error) {
 	return job, job.Validate()
 }
 
-// service is what every long-running role gets after start-up.
+// service is what every long-running role gets after start-up: the daemon runtime, the job
+// and the PDA metrics.
 type service struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	log    *slog.Logger
-	reg    *prometheus.Registry
-	health *telemetry.Health
-	m      *pdaroles.Metrics
-	js     jetstream.JetStream
-	job    *pdaroles.Job
-	group  *telemetry.Group
+	*daemon.Runtime
+	job *pdaroles.Job
+	m   *pdaroles.Metrics
 }
 
+// start validates the common flags and the job, reads the NATS password and prepares the
+// role's runtime.
 func start(role string, c *common) (*service, error) {
+	if err := daemon.JoinConfig(c.Validate()); err != nil {
+		return nil, err
+	}
 	job, err := c.job.build()
 	if err != nil {
 		return nil, configErr(err)
 	}
-	ctx, cancel := telemetry.SignalContext(context.Background())
-	s := &service{cancel: cancel, log: telemetry.NewLogger(os.Stderr, role, c.logLevel), reg: telemetry.NewRegistry(),
-		health: &telemetry.Health{}, job: job}
-	s.m = pdaroles.NewMetrics(s.reg)
-	s.group, s.ctx = telemetry.NewGroup(ctx)
-	af, err := telemetry.NewAddrFile(c.addrFile)
-	if err != nil {
-		cancel()
+	if err := daemon.JoinConfig(c.LoadSecrets()); err != nil {
 		return nil, err
 	}
-	s.group.Go("observability", func(ctx context.Context) error {
-		return telemetry.Serve(ctx, c.metrics, s.reg, s.health, s.log, telemetry.Publish(af, telemetry.AddrHealth, telemetry.AddrMetrics))
-	})
-	nc, err := nats.Connect(c.natsURL, nats.UserInfo(c.natsUser, c.natsPassword), nats.Name("pda-"+role), nats.MaxReconnects(-1))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("connect to NATS %s: %w", c.natsURL, err)
-	}
-	s.group.Go("nats", func(ctx context.Context) error { <-ctx.Done(); nc.Drain(); return nil })
-	s.js, _ = jetstream.New(nc)
-	return s, nil
+	rt := daemon.New(role, &c.Common)
+	return &service{Runtime: rt, job: job, m: pdaroles.NewMetrics(rt.Registry)}, nil
 }
 
-func (s *service) run(name string, f func(ctx context.Context) error) error {
-	s.health.SetReady(true, "")
-	s.group.Go(name, f)
-	err := s.group.Wait()
-	s.cancel()
-	return err
+// run sets the role up on the runtime (retried until NATS and the stores are there) and runs
+// it until SIGTERM/SIGINT.
+func (s *service) run(name string, setup func(ctx context.Context) (func(ctx context.Context) error, error), checks ...daemon.Check) error {
+	return s.Run(daemon.RoleFunc(func(ctx context.Context, _ *daemon.Runtime) (func(context.Context) error, []daemon.Check, error) {
+		f, err := setup(ctx)
+		return f, checks, err
+	}))
+}
+
+// ensureProxyDomain creates the proxy domain's streams and buckets, kept for two windows and
+// the grace.
+func (s *service) ensureProxyDomain(ctx context.Context) error {
+	return pdaroles.EnsureProxyDomain(ctx, s.JS, 2*s.job.WindowLength+s.job.Grace)
+}
+
+// redisPing is ready when the role's Redis answers.
+func redisPing(rdb *redis.Client) daemon.Check {
+	return func(ctx context.Context) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		return nil
+	}
 }
 
 func runProxy(args []string) error {
 	f := newFlags("proxy")
 	var c common
-	c.register(f, pdacontract.ProxyUser)
+	c.register(f)
 	var (
 		listen    string
 		ks        keys.Source
@@ -286,27 +242,31 @@ func runProxy(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
-		return err
-	}
-	store := pdaroles.NewRedisProxyStore(redis.NewClient(&redis.Options{Addr: redisAddr}))
-	g, err := pdaroles.NewIngress(s.ctx, cfg, s.job, sec, s.js, store, s.log, s.m)
-	if err != nil {
-		return err
-	}
-	return s.run("ingress", func(ctx context.Context) error {
-		ln, err := (&netListen{}).listen(cfg.Listen)
-		if err != nil {
-			return err
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	s.AddCheck(redisPing(rdb))
+	return s.run("ingress", func(ctx context.Context) (func(context.Context) error, error) {
+		if err := s.ensureProxyDomain(ctx); err != nil {
+			return nil, err
 		}
-		return g.Serve(ctx, ln, &tls.Config{Certificates: []tls.Certificate{tc}, ClientCAs: pool})
+		g, err := pdaroles.NewIngress(ctx, cfg, s.job, sec, s.JS, pdaroles.NewRedisProxyStore(rdb), s.Log, s.m)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			ln, err := (&netListen{}).listen(cfg.Listen)
+			if err != nil {
+				return err
+			}
+			return g.Serve(ctx, ln, &tls.Config{Certificates: []tls.Certificate{tc}, ClientCAs: pool})
+		}, nil
 	})
 }
 
 func runMixer(args []string) error {
 	f := newFlags("mixer")
 	var c common
-	c.register(f, pdacontract.ProxyUser)
+	c.register(f)
 	var (
 		ks    keys.Source
 		chunk int
@@ -330,20 +290,22 @@ func runMixer(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
-		return err
-	}
-	x, err := pdaroles.NewMixer(s.ctx, cfg, s.job, sec, s.js, s.log, s.m)
-	if err != nil {
-		return err
-	}
-	return s.run("mixer", x.Run)
+	return s.run("mixer", func(ctx context.Context) (func(context.Context) error, error) {
+		if err := s.ensureProxyDomain(ctx); err != nil {
+			return nil, err
+		}
+		x, err := pdaroles.NewMixer(ctx, cfg, s.job, sec, s.JS, s.Log, s.m)
+		if err != nil {
+			return nil, err
+		}
+		return x.Run, nil
+	})
 }
 
 func runOracle(args []string) error {
 	f := newFlags("oracle")
 	var c common
-	c.register(f, pdacontract.ProxyUser)
+	c.register(f)
 	var ks keys.Source
 	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle")
 	if err := parseFlags(f, args); err != nil {
@@ -357,16 +319,18 @@ func runOracle(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdaroles.EnsureProxyDomain(s.ctx, s.js, 2*s.job.WindowLength+s.job.Grace); err != nil {
-		return err
-	}
-	return s.run("oracle", pdaroles.NewOracle(s.job, sec, s.js, s.log, s.m).Run)
+	return s.run("oracle", func(ctx context.Context) (func(context.Context) error, error) {
+		if err := s.ensureProxyDomain(ctx); err != nil {
+			return nil, err
+		}
+		return pdaroles.NewOracle(s.job, sec, s.JS, s.Log, s.m).Run, nil
+	})
 }
 
 func runFrontend(args []string) error {
 	f := newFlags("db-frontend")
 	var c common
-	c.register(f, pdacontract.DBUser)
+	c.register(f)
 	var (
 		ks      keys.Source
 		workers int
@@ -384,20 +348,22 @@ func runFrontend(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdaroles.EnsureDBDomain(s.ctx, s.js); err != nil {
-		return err
-	}
-	fe, err := pdaroles.NewFrontend(s.ctx, pdaroles.FrontendConfig{Workers: workers}, s.job, sec, s.js, s.log, s.m)
-	if err != nil {
-		return err
-	}
-	return s.run("db-frontend", fe.Run)
+	return s.run("db-frontend", func(ctx context.Context) (func(context.Context) error, error) {
+		if err := pdaroles.EnsureDBDomain(ctx, s.JS); err != nil {
+			return nil, err
+		}
+		fe, err := pdaroles.NewFrontend(ctx, pdaroles.FrontendConfig{Workers: workers}, s.job, sec, s.JS, s.Log, s.m)
+		if err != nil {
+			return nil, err
+		}
+		return fe.Run, nil
+	})
 }
 
 func runShard(args []string) error {
 	f := newFlags("db-shard")
 	var c common
-	c.register(f, pdacontract.DBUser)
+	c.register(f)
 	host, _ := os.Hostname()
 	var (
 		id        string
@@ -416,14 +382,19 @@ func runShard(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pdaroles.EnsureDBDomain(s.ctx, s.js); err != nil {
-		return err
-	}
-	sh, err := pdaroles.NewShard(s.ctx, cfg, s.job, s.js, pdaroles.NewRedisShardStore(redis.NewClient(&redis.Options{Addr: redisAddr})), s.log, s.m)
-	if err != nil {
-		return err
-	}
-	return s.run("db-shard", sh.Run)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	s.AddCheck(redisPing(rdb))
+	return s.run("db-shard", func(ctx context.Context) (func(context.Context) error, error) {
+		if err := pdaroles.EnsureDBDomain(ctx, s.JS); err != nil {
+			return nil, err
+		}
+		sh, err := pdaroles.NewShard(ctx, cfg, s.job, s.JS, pdaroles.NewRedisShardStore(rdb), s.Log, s.m)
+		if err != nil {
+			return nil, err
+		}
+		return sh.Run, nil
+	})
 }
 
 func runKeygen(args []string) error {

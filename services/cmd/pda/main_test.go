@@ -26,10 +26,10 @@ func TestMalformedEnvIsConfigError(t *testing.T) {
 		env, val string
 		want     string
 	}{
-		{runDemo, "OBSCURA_PDA_PARTICIPANTS", "many", `OBSCURA_PDA_PARTICIPANTS="many" is not an integer`},
-		{runMixer, "OBSCURA_PDA_POLL", "soon", `OBSCURA_PDA_POLL="soon" is not a duration`},
-		{runProxy, "OBSCURA_PDA_THRESHOLD", "ten", `OBSCURA_PDA_THRESHOLD="ten" is not an integer`},
-		{runSubmit, "OBSCURA_PDA_BATCH", "", `OBSCURA_PDA_BATCH="" is not an integer`},
+		{runDemo, "OBSCURA_PARTICIPANTS", "many", `OBSCURA_PARTICIPANTS="many" is not an integer`},
+		{runMixer, "OBSCURA_POLL", "soon", `OBSCURA_POLL="soon" is not a duration`},
+		{runProxy, "OBSCURA_THRESHOLD", "ten", `OBSCURA_THRESHOLD="ten" is not an integer`},
+		{runSubmit, "OBSCURA_BATCH", "", `OBSCURA_BATCH="" is not an integer`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.env, func(t *testing.T) {

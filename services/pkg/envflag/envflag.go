@@ -37,8 +37,8 @@ type Set struct {
 
 // New returns an empty Set named name. A flag bound without explicit
 // environment variables falls back to prefix + its name in upper case with
-// dashes as underscores (prefix "OBSCURA_PDA_", flag -max-batch:
-// OBSCURA_PDA_MAX_BATCH); with prefix "" such a flag has no fallback.
+// dashes as underscores (prefix "OBSCURA_", flag -max-batch:
+// OBSCURA_MAX_BATCH); with prefix "" such a flag has no fallback.
 func New(name, prefix string) *Set {
 	return &Set{fs: flag.NewFlagSet(name, flag.ContinueOnError), prefix: prefix}
 }

@@ -6,7 +6,7 @@ import (
 	"io"
 )
 
-// This file holds the small additions the services (services/pkg/pdasvc) need to run the
+// This file holds the small additions the services (services/pkg/pda/roles) need to run the
 // stages outside the in-memory Table: a shard whose rows live in Redis builds its reveal
 // requests from stored entries, and benchmarks count scalar multiplications per key.
 

@@ -1,4 +1,4 @@
-// Package loadgen drives a simulated Mohito deployment (pkg/sim) with N
+// Package loadgen drives a simulated Mohito deployment (pkg/mohito/sim) with N
 // users, devices and vendors (device counts skewed across vendors), a
 // command rate and size, and reports per round: real and fake counts, round
 // duration, latency percentiles and commands/s — live as a table with a
@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
@@ -374,3 +375,50 @@ func write(o Options, s *Summary) error {
 }
 
 func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+// Defaults are a run's default size: the demo's is small, the load generator's larger.
+type Defaults struct{ Rounds, Users, Devices, Vendors int }
+
+var (
+	DemoDefaults    = Defaults{Rounds: 20, Users: 24, Devices: 60, Vendors: 3}
+	LoadgenDefaults = Defaults{Rounds: 200, Users: 200, Devices: 600, Vendors: 5}
+)
+
+// Bind registers the flags of a run (`obscura demo`, `mohito loadgen`) on f.
+func (o *Options) Bind(f *envflag.Set, d Defaults) {
+	f.Int(&o.Vendors, "vendors", d.Vendors, "number of vendors")
+	f.Int(&o.Devices, "devices", d.Devices, "total devices")
+	f.Float64(&o.Skew, "skew", 1.0, "power-law skew of device counts over vendors (0 = uniform)")
+	f.Int(&o.Users, "users", d.Users, "number of users")
+	f.Int(&o.Rounds, "rounds", d.Rounds, "rounds to run before the summary")
+	f.Duration(&o.Round, "round", 500*time.Millisecond, "round period T")
+	f.Int(&o.CommandSize, "command-size", 1024, "padded command size L_c (bytes)")
+	f.Int(&o.PayloadSize, "payload", 64, "command payload bytes")
+	f.Duration(&o.Think, "think", 0, "pause between a user's commands (sets the rate)")
+	f.Int(&o.DecryptWorkers, "decrypt-workers", 2, "decrypt workers")
+	f.Int(&o.Encoders, "encoders", 2, "OKVS encoder partitions")
+	f.Int(&o.Gateways, "gateways", 2, "gateway replicas")
+	f.Int(&o.Capacity, "headroom", 2, "C_v headroom over the expected per-round load")
+	f.String(&o.NATSURL, "nats-url", "", "external NATS with the Obscura accounts (empty: embedded)")
+	f.String(&o.JSONPath, "json", "", "write the summary as JSON here")
+	f.String(&o.CSVPath, "csv", "", "write the per-round table as CSV here")
+	f.Bool(&o.Baseline, "jetstream-baseline", false, "after the run, measure raw JetStream publish+consume at -command-size on the same server")
+}
+
+// Validate lists what is wrong with the run's size, one phrase each.
+func (o *Options) Validate() []string {
+	var bad []string
+	if o.Vendors < 1 || o.Vendors > 64 {
+		bad = append(bad, "-vendors must be in [1, 64]")
+	}
+	if o.Devices < o.Vendors {
+		bad = append(bad, "-devices must be ≥ -vendors")
+	}
+	if o.Users < 1 || o.Rounds < 1 || o.Round < 50*time.Millisecond {
+		bad = append(bad, "-users ≥ 1, -rounds ≥ 1 and -round ≥ 50ms are required")
+	}
+	if o.CommandSize < 128 || o.CommandSize > 4000 || o.PayloadSize > o.CommandSize-90 {
+		bad = append(bad, "-command-size must be in [128, 4000] and -payload ≤ command-size − 90")
+	}
+	return bad
+}

@@ -1,7 +1,7 @@
-// Package rounds turns the Mohito protocol library (pkg/mohito) into the
+// Package roles turns the Mohito protocol library (pkg/mohito) into the
 // running system of spec §3.5, §4.5 and §10: every role as a long-running
 // component over NATS JetStream, with the integrator's per-round state in
-// its own Redis (pkg/roundstate).
+// its own Redis (pkg/mohito/roundstate).
 //
 // Integrator roles: Gateway (user API over gRPC with fixed-size binary
 // envelopes, token authentication, q per user per round, index assignment),

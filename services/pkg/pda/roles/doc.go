@@ -1,4 +1,4 @@
-// Package pdasvc runs privacy-preserving data aggregation (shared/specs/pda.md) as services:
+// Package roles runs privacy-preserving data aggregation (shared/specs/pda.md) as services:
 // the proxy domain's participant ingress (mTLS identities, quotas, rate limits and the
 // session replay cache in the proxy's Redis), the window-mode mixer and the decryption
 // oracle, and the DB domain's front-ends and shards (a consistent-hash ring in NATS KV,

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
-// TestProbe: pda probe reads the address file a role writes for its port-0
+// TestProbe: probe reads the address file a role writes for its port-0
 // observability server: success on 200, an error (exit 1) otherwise, a
 // usage error (exit 2) without a path.
 func TestProbe(t *testing.T) {
@@ -30,19 +30,19 @@ func TestProbe(t *testing.T) {
 			telemetry.Publish(af, telemetry.AddrHealth, telemetry.AddrMetrics))
 	}()
 	defer func() { cancel(); <-done }()
-	testenv.Eventually(t, 5*time.Second, "pda probe /healthz succeeds", func() error { return runProbe([]string{"/healthz"}) })
-	if err := runProbe([]string{"/readyz"}); err == nil || !strings.Contains(err.Error(), "503") || errors.Is(err, errConfig) {
+	testenv.Eventually(t, 5*time.Second, "probe /healthz succeeds", func() error { return RunProbe([]string{"/healthz"}) })
+	if err := RunProbe([]string{"/readyz"}); err == nil || !strings.Contains(err.Error(), "503") || errors.Is(err, ErrConfig) {
 		t.Errorf("probe /readyz of an unready role: %v", err)
 	}
 	h.SetReady(true, "")
-	if err := runProbe([]string{"--timeout", "1s", "/readyz"}); err != nil {
+	if err := RunProbe([]string{"--timeout", "1s", "/readyz"}); err != nil {
 		t.Errorf("probe /readyz of a ready role: %v", err)
 	}
-	if err := runProbe(nil); !errors.Is(err, errConfig) {
+	if err := RunProbe(nil); !errors.Is(err, ErrConfig) {
 		t.Errorf("probe without a path: %v", err)
 	}
 	t.Setenv("OBSCURA_ADDR_FILE", filepath.Join(t.TempDir(), "missing"))
-	if err := runProbe([]string{"/healthz"}); err == nil || errors.Is(err, errConfig) {
+	if err := RunProbe([]string{"/healthz"}); err == nil || errors.Is(err, ErrConfig) {
 		t.Errorf("probe without an address file: %v", err)
 	}
 }

@@ -18,8 +18,8 @@ func TestDemoWithAggregation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the embedded demo")
 	}
-	c, err := parseRun([]string{"-rounds", "3", "-round", "200ms", "-vendors", "2", "-devices", "8", "-users", "6",
-		"-aggregation-participants", "4", "-aggregation-threshold", "2", "-aggregation-benign", "5", "-aggregation-shards", "2"}, true)
+	c, err := parseDemo([]string{"-rounds", "3", "-round", "200ms", "-vendors", "2", "-devices", "8", "-users", "6",
+		"-aggregation-participants", "4", "-aggregation-threshold", "2", "-aggregation-benign", "5", "-aggregation-shards", "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,23 +63,20 @@ func TestDemoWithAggregation(t *testing.T) {
 
 func TestAggregationFlag(t *testing.T) {
 	quiet(t)
-	c, err := parseRun(nil, true)
+	c, err := parseDemo(nil)
 	if err != nil || !c.Aggregation || c.PDA.Participants != 8 || c.PDA.Threshold != 3 {
 		t.Fatalf("demo defaults: %+v, %v; want the aggregation on with 8 participants, τ = 3", c, err)
 	}
-	t.Setenv("MOHITO_AGGREGATION", "false")
-	if c, err := parseRun(nil, true); err != nil || c.Aggregation {
-		t.Fatalf("MOHITO_AGGREGATION=false: aggregation %v, %v", c != nil && c.Aggregation, err)
+	t.Setenv("OBSCURA_AGGREGATION", "false")
+	if c, err := parseDemo(nil); err != nil || c.Aggregation {
+		t.Fatalf("OBSCURA_AGGREGATION=false: aggregation %v, %v", c != nil && c.Aggregation, err)
 	}
-	if _, err := parseRun([]string{"-aggregation-threshold", "0"}, true); err != nil {
+	if _, err := parseDemo([]string{"-aggregation-threshold", "0"}); err != nil {
 		t.Errorf("an invalid aggregation setting with the aggregation off: %v", err)
 	}
-	t.Setenv("MOHITO_AGGREGATION", "true")
-	if _, err := parseRun([]string{"-aggregation-participants", "1"}, true); !errors.Is(err, errConfig) {
+	t.Setenv("OBSCURA_AGGREGATION", "true")
+	if _, err := parseDemo([]string{"-aggregation-participants", "1"}); !errors.Is(err, errConfig) {
 		t.Errorf("-aggregation-participants 1: %v, want a configuration error", err)
-	}
-	if _, err := parseRun([]string{"-aggregation=false"}, false); !errors.Is(err, errConfig) {
-		t.Errorf("loadgen -aggregation=false: %v, want a configuration error (demo only)", err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -31,14 +32,14 @@ type NATSReloaderConfig struct {
 }
 
 func parseNATSReloader(args []string) (*NATSReloaderConfig, error) {
-	f := newFlags("nats-reloader")
+	f := daemon.NewFlags("nats-reloader")
 	var c NATSReloaderConfig
 	f.String(&c.Watch, "watch", "", "configuration file to watch (the rendered accounts, accounts.conf)", "OBSCURA_NATS_RELOADER_WATCH")
 	f.String(&c.PIDFile, "pid-file", "", "nats-server's pid file (nats-server --pid); the pid gets SIGHUP", "OBSCURA_NATS_RELOADER_PID_FILE")
 	f.Duration(&c.Interval, "interval", 2*time.Second, "how often to hash the file", "OBSCURA_NATS_RELOADER_INTERVAL")
 	f.String(&c.Addr, "metrics-addr", ":9090", "/metrics, /healthz and /readyz listen address (empty: off)")
 	f.String(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	if err := parseFlags(f, args); err != nil {
+	if err := daemon.ParseFlags(f, args); err != nil {
 		return nil, err
 	}
 	var errs []error
