@@ -328,7 +328,7 @@ func TestDaemons(t *testing.T) {
 	}
 
 	// Users: each sends perUser commands in sequence to its devices.
-	conn, err := roles.DialGateway(fmt.Sprintf("127.0.0.1:%d", grpcPort))
+	conn, err := client.DialGateway(fmt.Sprintf("127.0.0.1:%d", grpcPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDaemons(t *testing.T) {
 				mine = append(mine, dv)
 			}
 		}
-		user := &client.User{Name: fmt.Sprintf("user%d", u), GW: roles.NewGatewayClient(conn, fmt.Sprintf("tok-%d", u))}
+		user := &client.User{Name: fmt.Sprintf("user%d", u), GW: client.NewGatewayClient(conn, fmt.Sprintf("tok-%d", u))}
 		for s := range perUser {
 			sent[fmt.Sprintf("u%d-%d", u, s)] = true
 		}

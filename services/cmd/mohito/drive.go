@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -47,13 +47,13 @@ func (e *edge) validate() []error {
 
 func (e *edge) dial() (*grpc.ClientConn, error) {
 	if e.plaintext {
-		return roles.DialGateway(e.gateway)
+		return client.DialGateway(e.gateway)
 	}
-	tc, err := roles.EdgeTLSConfig(e.caFile, e.serverName)
+	tc, err := client.EdgeTLSConfig(e.caFile, e.serverName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
-	return roles.DialGatewayTLS(e.gateway, tc)
+	return client.DialGatewayTLS(e.gateway, tc)
 }
 
 // readJSON decodes the JSON file path into v; errors name the file and the

@@ -25,9 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/loadgen"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -316,7 +316,7 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	// Two gateways on one port: with the first stopped, the second still
 	// serves the same address.
 	gws[0].Stop(t)
-	conn, err := roles.DialGateway(grpcAddr)
+	conn, err := client.DialGateway(grpcAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := roles.NewGatewayClient(conn, tok).RoundInfo(ctx); err != nil {
+	if _, err := client.NewGatewayClient(conn, tok).RoundInfo(ctx); err != nil {
 		t.Fatalf("gateway-1 on the shared port: %v", err)
 	}
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -84,14 +84,14 @@ func runSmoke(args []string, out io.Writer) error {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, c.Timeout)
 	defer cancelT()
-	res, err := smoke(ctx, roles.NewGatewayClient(conn, c.token), c.Rounds)
+	res, err := smoke(ctx, client.NewGatewayClient(conn, c.token), c.Rounds)
 	res.Gateway = c.gateway
 	b, _ := json.Marshal(res)
 	fmt.Fprintf(out, "%s\n", b)
 	return err
 }
 
-func smoke(ctx context.Context, gw *roles.GatewayClient, advance int) (SmokeResult, error) {
+func smoke(ctx context.Context, gw *client.GatewayClient, advance int) (SmokeResult, error) {
 	start := time.Now()
 	var res SmokeResult
 	var lastErr error

@@ -20,7 +20,6 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
 // ErrGaveUp means the command was not answered within the client's budget.
@@ -29,7 +28,7 @@ var ErrGaveUp = errors.New("client: no response within the deadline")
 // User is one user with an access token.
 type User struct {
 	Name string
-	GW   *roles.GatewayClient
+	GW   *GatewayClient
 	// Poll is the round and mailbox polling interval (default 25 ms, for in-process
 	// deployments; a client behind a rate-limited edge polls less often).
 	Poll time.Duration

@@ -154,3 +154,10 @@ func ParseSubject(s string) (Subject, error) {
 	}
 	return p, nil
 }
+
+// The user API (gRPC, services/proto/obscura/mohito/v1): the metadata key of a user's access
+// token and the largest message either side accepts.
+const (
+	AuthorizationMetadata = "authorization"
+	MaxMessageSize        = 1 << 20
+)

@@ -20,7 +20,6 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
-	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 )
 
 // ProvisionedDevice is one line of the devices file `mohito provision`
@@ -107,7 +106,7 @@ type roundWatch struct {
 	started bool
 }
 
-func (w *roundWatch) run(ctx context.Context, gw *roles.GatewayClient, every time.Duration) {
+func (w *roundWatch) run(ctx context.Context, gw *client.GatewayClient, every time.Duration) {
 	for {
 		if ri, err := gw.RoundInfo(ctx); err == nil {
 			w.mu.Lock()
@@ -189,7 +188,7 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	if users >= len(tokens) {
 		watchToken, watchEvery = tokens[0], time.Second
 	}
-	probe := roles.NewGatewayClient(o.Conn, watchToken)
+	probe := client.NewGatewayClient(o.Conn, watchToken)
 	ri, err := firstRound(ctx, probe)
 	if err != nil {
 		return nil, err
@@ -248,7 +247,7 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	var recs []driveRecord
 	var wg sync.WaitGroup
 	for u := range users {
-		gw := roles.NewGatewayClient(o.Conn, tokens[u])
+		gw := client.NewGatewayClient(o.Conn, tokens[u])
 		user := &client.User{Name: o.Tokens[tokens[u]], GW: gw, Poll: o.Poll}
 		wg.Add(1)
 		go func() {
@@ -393,7 +392,7 @@ loop:
 }
 
 // firstRound waits (up to a minute) for the gateway to show an open round.
-func firstRound(ctx context.Context, gw *roles.GatewayClient) (*mohito.RoundInfo, error) {
+func firstRound(ctx context.Context, gw *client.GatewayClient) (*mohito.RoundInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {

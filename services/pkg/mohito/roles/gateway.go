@@ -29,10 +29,6 @@ import (
 // fixed-width (t, index) ticket, so message sizes on the wire are constant per
 // kind: the gateway rejects a submission of any other size (a privacy
 // property, not only input validation).
-const (
-	authorizationKey = "authorization"
-	maxRecvMsgSize   = 1 << 20
-)
 
 // GatewayConfig configures a gateway replica.
 type GatewayConfig struct {
@@ -69,7 +65,7 @@ func (g *Gateway) Register(s *grpc.Server) {
 
 // NewGRPCServer returns a server for the user API.
 func NewGRPCServer() *grpc.Server {
-	return grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize))
+	return grpc.NewServer(grpc.MaxRecvMsgSize(contract.MaxMessageSize))
 }
 
 // gatewayServer adapts the generated service interface: authenticate, then
@@ -120,7 +116,7 @@ func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (
 
 func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(authorizationKey) {
+	for _, v := range md.Get(contract.AuthorizationMetadata) {
 		if u, ok := g.cfg.Tokens[v]; ok {
 			return u, nil
 		}
@@ -249,64 +245,4 @@ func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32) ([
 		return nil, status.Error(codes.Aborted, "round aborted: re-send the command")
 	}
 	return nil, status.Error(codes.NotFound, "no response yet")
-}
-
-// GatewayClient is the user's side of the API: the generated stub plus the
-// user's access token.
-type GatewayClient struct {
-	rpc   mohitov1.GatewayClient
-	token string
-}
-
-// NewGatewayClient wraps a connection with an access token.
-func NewGatewayClient(conn grpc.ClientConnInterface, token string) *GatewayClient {
-	return &GatewayClient{rpc: mohitov1.NewGatewayClient(conn), token: token}
-}
-
-// DialGateway connects to a gateway on addr (loopback, plaintext: TLS is
-// terminated by Envoy at the edge, DESIGN.md).
-func DialGateway(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecureCreds()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)))
-}
-
-func (c *GatewayClient) auth(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, authorizationKey, c.token)
-}
-
-// RoundInfo returns the current round's M0.
-func (c *GatewayClient) RoundInfo(ctx context.Context) (*mohito.RoundInfo, error) {
-	resp, err := c.rpc.RoundInfo(c.auth(ctx), &mohitov1.RoundInfoRequest{})
-	if err != nil {
-		return nil, err
-	}
-	return mohito.ParseRoundInfo(resp.GetRoundInfo())
-}
-
-// Submit sends M1 and returns (t, index).
-func (c *GatewayClient) Submit(ctx context.Context, m1 []byte) (uint64, uint32, error) {
-	resp, err := c.rpc.Submit(c.auth(ctx), &mohitov1.SubmitRequest{Submission: m1})
-	if err != nil {
-		return 0, 0, err
-	}
-	return submitTicket(resp)
-}
-
-// submitTicket validates a decoded SubmitResponse: both halves of the ticket
-// must be present.
-func submitTicket(resp *mohitov1.SubmitResponse) (uint64, uint32, error) {
-	if resp.T == nil || resp.Index == nil {
-		return 0, 0, errors.New("malformed submit response: incomplete ticket")
-	}
-	return *resp.T, *resp.Index, nil
-}
-
-// Fetch returns M11 for (t, index), or a gRPC status NotFound (not yet) or
-// Aborted (re-send). The caller checks M11's size when it opens it.
-func (c *GatewayClient) Fetch(ctx context.Context, t uint64, index uint32) ([]byte, error) {
-	resp, err := c.rpc.Fetch(c.auth(ctx), &mohitov1.FetchRequest{T: &t, Index: &index})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetResponse(), nil
 }

@@ -164,12 +164,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	for u := range cfg.Users {
-		conn, err := roles.DialGateway(c.GatewayAddrs[u%len(c.GatewayAddrs)])
+		conn, err := client.DialGateway(c.GatewayAddrs[u%len(c.GatewayAddrs)])
 		if err != nil {
 			return nil, err
 		}
 		c.conns = append(c.conns, conn)
-		c.Users = append(c.Users, &client.User{Name: userName(u), GW: roles.NewGatewayClient(conn, token(u))})
+		c.Users = append(c.Users, &client.User{Name: userName(u), GW: client.NewGatewayClient(conn, token(u))})
 	}
 	if err := c.StartRole(ctx, "coordinator", 0); err != nil {
 		return nil, err

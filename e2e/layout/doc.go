@@ -1,0 +1,2 @@
+// Package layout holds the test of the repository's import rules (docs/architecture.md).
+package layout
