@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -243,4 +244,30 @@ func settle(ctx context.Context, m jetstream.Msg, o Outcome) {
 		_ = m.Term()
 	case Hold:
 	}
+}
+
+// Consumer is one consumer of a role that runs several (ConsumeAll).
+type Consumer struct {
+	Spec    ConsumerSpec
+	Handler Handler
+}
+
+// ConsumeAll runs every consumer (Consume) until ctx ends or one of them fails, which stops
+// the others; it returns every consumer's error, none dropped.
+func ConsumeAll(ctx context.Context, js jetstream.JetStream, log *slog.Logger, cs ...Consumer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = Consume(ctx, js, c.Spec, log, c.Handler); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
