@@ -35,17 +35,11 @@ type Config struct {
 	LeaderElect   bool
 	LeaderElectNS string
 	VaultAddress  string
-	// Platform for Mohito workloads; without an image and a NATS URL resources are only
-	// validated.
-	MohitoImage     string
+	// What every system's workloads share; without a NATS URL resources are only validated.
 	ImagePullPolicy string
 	NATSURL         string
-	IntegratorRedis string
-	// PDA workloads (AggregationJob): the image running every PDA role, and the operator's
-	// NATS users in the proxy and database accounts (ring, window progress, results).
-	PDAImage                                   string
-	PDAProxyNATSUser, PDAProxyNATSPasswordFile string
-	PDADBNATSUser, PDADBNATSPasswordFile       string
+	Mohito          MohitoConfig
+	PDA             PDAConfig
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -64,6 +58,21 @@ type Config struct {
 	// KeyActivationDelay is every key-holding role's --key-activation-delay (0: the services'
 	// default).
 	KeyActivationDelay string
+}
+
+// MohitoConfig is where the Mohito workloads run; without an image resources are only validated.
+type MohitoConfig struct {
+	Image           string
+	IntegratorRedis string
+}
+
+// PDAConfig is where the PDA workloads (AggregationJob) run: the image running every PDA role,
+// and the operator's NATS users in the proxy and database accounts (ring, window progress,
+// results).
+type PDAConfig struct {
+	Image                                string
+	ProxyNATSUser, ProxyNATSPasswordFile string
+	DBNATSUser, DBNATSPasswordFile       string
 }
 
 // keyActivationDelay parses --key-activation-delay ("" or "0": the services' default).
@@ -102,7 +111,7 @@ func (c Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", c.ImagePullPolicy))
 	}
-	if (c.MohitoImage == "") != (c.NATSURL == "") {
+	if (c.Mohito.Image == "") != (c.NATSURL == "") {
 		errs = append(errs, errors.New("--mohito-image and --nats-url go together: set both to run Mohito workloads, or neither to only validate resources"))
 	}
 	if (c.NATSUser == "") != (c.NATSPasswordFile == "") {
@@ -111,7 +120,7 @@ func (c Config) validate() error {
 	if c.NATSAccountsSecret != "" && c.NATSAccountsNamespace == "" {
 		errs = append(errs, errors.New("--nats-accounts-secret needs --nats-accounts-namespace (or POD_NAMESPACE): the operator writes the accounts into its own namespace"))
 	}
-	if c.MohitoImage != "" && c.IntegratorRedis == "" {
+	if c.Mohito.Image != "" && c.Mohito.IntegratorRedis == "" {
 		errs = append(errs, errors.New("--integrator-redis is required with --mohito-image: the integrator keeps round state in its own Redis"))
 	}
 	return errors.Join(errs...)
@@ -126,8 +135,8 @@ func (c Config) natsOperatorUsers() ([]specs.NATSUser, error) {
 	var users []specs.NATSUser
 	for _, u := range []struct{ account, user, file, flag string }{
 		{contract.IntegratorAccount, c.NATSUser, c.NATSPasswordFile, "--nats-user"},
-		{pdacontract.ProxyAccount, c.PDAProxyNATSUser, c.PDAProxyNATSPasswordFile, "--pda-proxy-nats-user"},
-		{pdacontract.DBAccount, c.PDADBNATSUser, c.PDADBNATSPasswordFile, "--pda-db-nats-user"},
+		{pdacontract.ProxyAccount, c.PDA.ProxyNATSUser, c.PDA.ProxyNATSPasswordFile, "--pda-proxy-nats-user"},
+		{pdacontract.DBAccount, c.PDA.DBNATSUser, c.PDA.DBNATSPasswordFile, "--pda-db-nats-user"},
 	} {
 		if u.user == "" || u.file == "" {
 			continue
@@ -155,15 +164,15 @@ func main() {
 	flag.BoolVar(&cfg.LeaderElect, "leader-elect", envOr("OBSCURA_LEADER_ELECT", "false") == "true", "elect a leader so that only one manager reconciles (env OBSCURA_LEADER_ELECT)")
 	flag.StringVar(&cfg.LeaderElectNS, "leader-election-namespace", envOr("OBSCURA_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader-election Lease; empty uses the pod's namespace")
 	flag.StringVar(&cfg.VaultAddress, "vault-address", envOr("VAULT_ADDR", ""), "default Vault address for key references without their own (env VAULT_ADDR)")
-	flag.StringVar(&cfg.MohitoImage, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
+	flag.StringVar(&cfg.Mohito.Image, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
-	flag.StringVar(&cfg.PDAImage, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
-	flag.StringVar(&cfg.PDAProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
-	flag.StringVar(&cfg.PDAProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
-	flag.StringVar(&cfg.PDADBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
-	flag.StringVar(&cfg.PDADBNATSPasswordFile, "pda-db-nats-password-file", envOr("OBSCURA_PDA_DB_NATS_PASSWORD_FILE", ""), "file holding that user's password")
+	flag.StringVar(&cfg.PDA.Image, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
+	flag.StringVar(&cfg.PDA.ProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
+	flag.StringVar(&cfg.PDA.ProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
+	flag.StringVar(&cfg.PDA.DBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
+	flag.StringVar(&cfg.PDA.DBNATSPasswordFile, "pda-db-nats-password-file", envOr("OBSCURA_PDA_DB_NATS_PASSWORD_FILE", ""), "file holding that user's password")
 	flag.StringVar(&cfg.NATSURL, "nats-url", envOr("OBSCURA_NATS_URL", ""), "NATS URL the workloads connect to (env OBSCURA_NATS_URL)")
-	flag.StringVar(&cfg.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
+	flag.StringVar(&cfg.Mohito.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
 	flag.StringVar(&cfg.CPURequest, "workload-cpu-request", envOr("OBSCURA_WORKLOAD_CPU_REQUEST", ""), "CPU request of every workload the operator runs, replacing each role's default (e.g. 10m on a small cluster); empty keeps the defaults")
@@ -212,18 +221,18 @@ func run(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	var services *mohitostatus.Client
+	var mohitoServices *mohitostatus.Client
 	if cfg.NATSURL != "" {
-		if services, err = mohitostatus.Connect(mohitostatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
+		if mohitoServices, err = mohitostatus.Connect(mohitostatus.Config{URL: cfg.NATSURL, User: cfg.NATSUser, PasswordFile: cfg.NATSPasswordFile}); err != nil {
 			return err
 		}
-		defer services.Close()
+		defer mohitoServices.Close()
 	}
 	var pdaServices *pdastatus.Client
-	if cfg.NATSURL != "" && cfg.PDAImage != "" {
+	if cfg.NATSURL != "" && cfg.PDA.Image != "" {
 		if pdaServices, err = pdastatus.Connect(pdastatus.Config{URL: cfg.NATSURL,
-			Proxy: pdastatus.Credentials{User: cfg.PDAProxyNATSUser, PasswordFile: cfg.PDAProxyNATSPasswordFile},
-			DB:    pdastatus.Credentials{User: cfg.PDADBNATSUser, PasswordFile: cfg.PDADBNATSPasswordFile}}); err != nil {
+			Proxy: pdastatus.Credentials{User: cfg.PDA.ProxyNATSUser, PasswordFile: cfg.PDA.ProxyNATSPasswordFile},
+			DB:    pdastatus.Credentials{User: cfg.PDA.DBNATSUser, PasswordFile: cfg.PDA.DBNATSPasswordFile}}); err != nil {
 			return err
 		}
 		defer pdaServices.Close()
@@ -232,13 +241,11 @@ func run(cfg Config) error {
 	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL,
 		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation}
 	if err := controller.SetupAll(mgr, controller.Options{
-		PDAPlatform:        specs.PDAPlatform{Image: cfg.PDAImage, Runtime: rt},
-		PDAServices:        pdaServices,
-		NATSAccountsSecret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
-		NATSAccountsOwner:  cfg.NATSAccountsOwner,
-		NATSOperatorUsers:  operatorUsers,
-		Services:           services,
-		Platform:           specs.Platform{Image: cfg.MohitoImage, IntegratorRedis: cfg.IntegratorRedis, Runtime: rt},
+		Runtime: rt,
+		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},
+		PDA:     controller.PDAOptions{Image: cfg.PDA.Image, Services: pdaServices},
+		NATSAccounts: controller.NATSAccountsOptions{Secret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
+			OperatorUsers: operatorUsers, Owner: cfg.NATSAccountsOwner},
 	}); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 )
 
 // Reasons an AggregationJob reports.
@@ -50,7 +50,7 @@ type AggregationJobReconciler struct {
 	Recorder  events.EventRecorder
 	// Platform says where the PDA services run; without an image and a NATS URL the
 	// reconciler validates and follows the window clock only.
-	Platform specs.PDAPlatform
+	Platform pda.Platform
 	// Services reads the services' progress and writes the ring; nil without NATS, when
 	// phases past Collecting cannot be observed.
 	Services *pdastatus.Client
@@ -107,7 +107,8 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if o.ready {
 		o, next = r.advance(ctx, &job, start, end, o)
 	}
-	res, err := writeStatus(ctx, r.Client, r.Recorder, &job, before, &job.Status, &job.Status.Conditions, &job.Status.ObservedGeneration, o)
+	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &job, before: before, after: &job.Status,
+		conditions: &job.Status.Conditions, observed: &job.Status.ObservedGeneration, outcome: o})
 	if err == nil && next > 0 {
 		res.RequeueAfter = next
 	}

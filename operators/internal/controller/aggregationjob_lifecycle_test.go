@@ -22,7 +22,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 
 	// The services' own ring decoder: a contract test that what the operator writes is what
 	// the front-ends read (the operator code itself never imports it).
@@ -214,7 +214,7 @@ func TestAggregationJobResharding(t *testing.T) {
 	waitShardReplicas(t, job, 2)
 	eventually(t, "ring of the job's 2 shards", func() error {
 		r, _ := currentRing(t)
-		if fmt.Sprint(r.Shards()) != fmt.Sprint(specs.PDAShardIDs(job, 2)) {
+		if fmt.Sprint(r.Shards()) != fmt.Sprint(pda.ShardIDs(job, 2)) {
 			return fmt.Errorf("ring shards %v", r.Shards())
 		}
 		return nil
@@ -234,7 +234,7 @@ func TestAggregationJobResharding(t *testing.T) {
 	})
 	waitEvent(t, job, corev1.EventTypeNormal, ReasonRingUpdated)
 	moved, n := 0, 30000
-	newShard := specs.PDAShardIDs(job, 3)[2]
+	newShard := pda.ShardIDs(job, 3)[2]
 	for i := range n {
 		h := sha256.Sum256([]byte("PDA-key" + strconv.Itoa(i)))
 		pos := binary.BigEndian.Uint64(h[:8])
@@ -294,7 +294,7 @@ func TestAggregationJobResharding(t *testing.T) {
 	deleteJob(t, job)
 	for _, ns := range []string{proxyNS, dbNS} {
 		for _, l := range pdaKinds() {
-			if err := k8s.List(context.Background(), l, client.InNamespace(ns), client.MatchingLabels{specs.LabelPDAJob: job.Name}); err != nil {
+			if err := k8s.List(context.Background(), l, client.InNamespace(ns), client.MatchingLabels{pda.LabelJob: job.Name}); err != nil {
 				t.Fatal(err)
 			}
 			items, _ := metaItems(l)

@@ -15,7 +15,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
@@ -56,7 +56,7 @@ func later(a, b pdav1.Phase) pdav1.Phase {
 // It returns the outcome to report and when to look again.
 func (r *AggregationJobReconciler) advance(ctx context.Context, job *pdav1.AggregationJob, start, end metav1.Time, o outcome) (outcome, time.Duration) {
 	now := time.Now()
-	length, w := specs.PDAWindow(start, end)
+	length, w := pda.Window(start, end)
 	id := int64(w)
 	job.Status.Window = &id
 	prev := job.Status.Phase
@@ -194,12 +194,12 @@ func (r *AggregationJobReconciler) publishResults(ctx context.Context, job *pdav
 	sink := job.Spec.ResultSink
 	switch {
 	case sink.ConfigMap != nil:
-		if err := applyOwned(ctx, r.Client, job, specs.PDAResultConfigMap(job, sink.ConfigMap.Name, raw, keys)); err != nil {
+		if err := applyOwned(ctx, r.Client, job, pda.ResultConfigMap(job, sink.ConfigMap.Name, raw, keys)); err != nil {
 			logf.FromContext(ctx).Error(err, "write result ConfigMap")
 			return ""
 		}
 	case sink.Secret != nil:
-		if err := applyOwned(ctx, r.Client, job, specs.PDAResultSecret(job, sink.Secret.Name, raw, keys)); err != nil {
+		if err := applyOwned(ctx, r.Client, job, pda.ResultSecret(job, sink.Secret.Name, raw, keys)); err != nil {
 			logf.FromContext(ctx).Error(err, "write result Secret")
 			return ""
 		}

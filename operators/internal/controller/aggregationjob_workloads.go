@@ -22,6 +22,7 @@ import (
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
@@ -58,12 +59,12 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 				map[string]string{"proxy": "proxy", "database": "database"}[d.role], map[string]string{"proxy": "proxy", "database": "db"}[d.role]), nil
 		}
 	}
-	proxyCM, dbCM, err := specs.PDAParams(job, start, end)
+	proxyCM, dbCM, err := pda.Params(job, start, end)
 	if err != nil {
 		return *degraded(ReasonUnsupportedByServices, "%v", err), nil
 	}
-	for _, d := range []specs.PDADomain{specs.PDAProxyDomain, specs.PDADBDomain} {
-		if err := ensureSecret(ctx, r.Client, nil, specs.PDANATSSecret(job, d, newPassword())); err != nil {
+	for _, d := range []pda.Domain{pda.ProxyDomain, pda.DBDomain} {
+		if err := ensureSecret(ctx, r.Client, nil, pda.NATSSecret(job, d, newPassword())); err != nil {
 			return outcome{}, err
 		}
 	}
@@ -71,12 +72,12 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 	if err != nil {
 		return outcome{}, err
 	}
-	ph, dh := specs.PDAParamsHash(proxyCM), specs.PDAParamsHash(dbCM)
-	proxy, mixer, oracle := specs.PDAProxy(job, r.Platform, ph), specs.PDAMixer(job, r.Platform, ph), specs.PDAOracle(job, r.Platform, ph)
-	frontend, shardSet := specs.PDAFrontend(job, r.Platform, dh), specs.PDAShards(job, r.Platform, dh, shards)
+	ph, dh := pda.ParamsHash(proxyCM), pda.ParamsHash(dbCM)
+	proxy, mixer, oracle := pda.Proxy(job, r.Platform, ph), pda.Mixer(job, r.Platform, ph), pda.Oracle(job, r.Platform, ph)
+	frontend, shardSet := pda.Frontend(job, r.Platform, dh), pda.Shards(job, r.Platform, dh, shards)
 	objs := []client.Object{
-		proxyCM, specs.PDAServiceAccount(job, specs.PDAProxyDomain), proxy, specs.PDAProxyService(job), mixer, oracle,
-		dbCM, specs.PDAServiceAccount(job, specs.PDADBDomain), frontend, shardSet, specs.PDAShardService(job),
+		proxyCM, pda.ServiceAccount(job, pda.ProxyDomain), proxy, pda.ProxyService(job), mixer, oracle,
+		dbCM, pda.ServiceAccount(job, pda.DBDomain), frontend, shardSet, pda.ShardService(job),
 	}
 	for _, o := range objs {
 		if err := applyOwned(ctx, r.Client, nil, o); err != nil {
@@ -112,7 +113,7 @@ func (r *AggregationJobReconciler) shardReplicas(ctx context.Context, job *pdav1
 	if r.Services == nil || job.Status.Phase == pdav1.PhaseComplete || job.Status.Phase == pdav1.PhaseFailed {
 		return n, nil
 	}
-	_, w := specs.PDAWindow(start, end)
+	_, w := pda.Window(start, end)
 	pinned, err := r.Services.PinnedRing(ctx, w)
 	switch {
 	case errors.Is(err, pdastatus.ErrNotReported):
@@ -120,12 +121,12 @@ func (r *AggregationJobReconciler) shardReplicas(ctx context.Context, job *pdav1
 	case err != nil:
 		// Unknown: keep what runs rather than remove a shard a window may need.
 		var cur appsv1.StatefulSet
-		if gerr := r.Get(ctx, client.ObjectKey{Namespace: job.Spec.Database.Namespace, Name: specs.PDAName(job, specs.PDARoleShard)}, &cur); gerr == nil && cur.Spec.Replicas != nil {
+		if gerr := r.Get(ctx, client.ObjectKey{Namespace: job.Spec.Database.Namespace, Name: pda.Name(job, pda.RoleShard)}, &cur); gerr == nil && cur.Spec.Replicas != nil {
 			return max(n, *cur.Spec.Replicas), nil
 		}
 		return n, nil
 	}
-	ids := specs.PDAShardIDs(job, 256)
+	ids := pda.ShardIDs(job, 256)
 	for _, s := range pinned.Shards {
 		if i := slices.Index(ids, s); i >= int(n) {
 			n = int32(i) + 1
@@ -141,7 +142,7 @@ func (r *AggregationJobReconciler) syncRing(ctx context.Context, job *pdav1.Aggr
 		return nil
 	}
 	prev := job.Status.RingShards
-	ring, wrote, err := r.Services.EnsureRing(ctx, specs.PDAShardIDs(job, max(job.Spec.Shards, 1)))
+	ring, wrote, err := r.Services.EnsureRing(ctx, pda.ShardIDs(job, max(job.Spec.Shards, 1)))
 	if err != nil {
 		return degraded(ReasonRingUnavailable, "write the shard ring to NATS KV %s: %v", pdacontract.RingBucket, err)
 	}
@@ -169,7 +170,7 @@ func (r *AggregationJobReconciler) jobObjects(ctx context.Context, job *pdav1.Ag
 	}
 	var out []client.Object
 	for _, l := range pdaKinds() {
-		if err := reader.List(ctx, l, client.MatchingLabels(specs.PDAJobSelector(job))); err != nil {
+		if err := reader.List(ctx, l, client.MatchingLabels(pda.JobSelector(job))); err != nil {
 			return nil, fmt.Errorf("list %T of aggregation job %s/%s: %w", l, job.Namespace, job.Name, err)
 		}
 		items, err := metaItems(l)
@@ -249,7 +250,7 @@ func deleteBackground(ctx context.Context, c client.Client, o client.Object) err
 // jobOfWorkload maps a workload in a trust domain back to its job.
 func jobOfWorkload(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	name, ns := l[specs.LabelPDAJob], l[specs.LabelPDAJobNamespace]
+	name, ns := l[pda.LabelJob], l[pda.LabelJobNamespace]
 	if name == "" || ns == "" || l[specs.LabelName] != "pda" {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 )
 
 // renderedHashes reads the accounts Secret: user → bcrypt hash, checking the hash annotation.
@@ -62,12 +63,12 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 	rd := round(ns, "home")
 	create(t, rd)
 
-	vs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: specs.NATSSecretName("acme")}}
-	rs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: specs.NATSSecretName("home")}}
+	vs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mohito.NATSSecretName("acme")}}
+	rs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mohito.NATSSecretName("home")}}
 	get(t, vs)
 	get(t, rs)
-	if string(rs.Data[specs.NATSUserKey]) != specs.RoundNATSUser(rd) {
-		t.Errorf("Round user %q, want %q", rs.Data[specs.NATSUserKey], specs.RoundNATSUser(rd))
+	if string(rs.Data[specs.NATSUserKey]) != mohito.RoundNATSUser(rd) {
+		t.Errorf("Round user %q, want %q", rs.Data[specs.NATSUserKey], mohito.RoundNATSUser(rd))
 	}
 	if string(vs.Data[specs.NATSDeviceUserKey]) != "device0" || len(vs.Data[specs.NATSDevicePasswordKey]) != 64 {
 		t.Errorf("vendor Secret has no device user: keys %v", keysOf(vs.Data))
@@ -81,7 +82,7 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 		before = users
 		return errors.Join(
 			hasUser(users, "operator", []byte("operator-password")),
-			hasUser(users, specs.RoundNATSUser(rd), rs.Data[specs.NATSPasswordKey]),
+			hasUser(users, mohito.RoundNATSUser(rd), rs.Data[specs.NATSPasswordKey]),
 			hasUser(users, "vendor0", vs.Data[specs.NATSPasswordKey]),
 			hasUser(users, "device0", vs.Data[specs.NATSDevicePasswordKey]))
 	})
@@ -105,7 +106,7 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := hasUser(users, specs.RoundNATSUser(rd), fresh.Data[specs.NATSPasswordKey]); err != nil {
+		if err := hasUser(users, mohito.RoundNATSUser(rd), fresh.Data[specs.NATSPasswordKey]); err != nil {
 			return err
 		}
 		for _, u := range []string{"operator", "vendor0", "device0"} {

@@ -83,16 +83,25 @@ func (o outcome) record(rec events.EventRecorder, obj runtime.Object) {
 	rec.Eventf(obj, nil, kind, o.reason, "Reconcile", "%s", o.message)
 }
 
+// statusWrite is what writeStatus persists for one object: obj itself, before (a copy of its
+// status taken before this reconcile), after (obj's live status) and the conditions and
+// observedGeneration inside it, and what the reconcile concluded.
+type statusWrite struct {
+	obj           client.Object
+	before, after any
+	conditions    *[]metav1.Condition
+	observed      *int64
+	outcome       outcome
+}
+
 // writeStatus persists what a reconcile concluded; every reconciler ends with it. The outcome
 // becomes conditions for the object's generation, the status is written only when it changed,
-// and a change of the Ready outcome is recorded as an Event. before is a copy of the status
-// taken before this reconcile, after points at obj's live status; conds and observed point
-// into it.
-func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, obj client.Object,
-	before, after any, conds *[]metav1.Condition, observed *int64, o outcome) (ctrl.Result, error) {
-	changed := o.apply(conds, obj.GetGeneration())
-	*observed = obj.GetGeneration()
-	if !equality.Semantic.DeepEqual(before, after) {
+// and a change of the Ready outcome is recorded as an Event.
+func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, w statusWrite) (ctrl.Result, error) {
+	obj, o := w.obj, w.outcome
+	changed := o.apply(w.conditions, obj.GetGeneration())
+	*w.observed = obj.GetGeneration()
+	if !equality.Semantic.DeepEqual(w.before, w.after) {
 		if err := c.Status().Update(ctx, obj); err != nil {
 			if apierrors.IsConflict(err) {
 				// Someone changed the object since it was read; the watch event for that

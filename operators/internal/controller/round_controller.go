@@ -23,7 +23,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 )
 
 // Reasons a Round reports.
@@ -55,7 +55,7 @@ type RoundReconciler struct {
 	Recorder events.EventRecorder
 	// Platform says where workloads run; without an image and a NATS URL the reconciler only
 	// validates.
-	Platform specs.Platform
+	Platform mohito.Platform
 	// Services reads the coordinator's figures and the workers' backlog; nil without NATS.
 	Services *mohitostatus.Client
 
@@ -92,7 +92,8 @@ func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			poll = pollInterval(&rd)
 		}
 	}
-	res, err := writeStatus(ctx, r.Client, r.Recorder, &rd, before, &rd.Status, &rd.Status.Conditions, &rd.Status.ObservedGeneration, o)
+	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &rd, before: before, after: &rd.Status,
+		conditions: &rd.Status.Conditions, observed: &rd.Status.ObservedGeneration, outcome: o})
 	if err == nil && poll > 0 {
 		res.RequeueAfter = poll
 	}
@@ -140,7 +141,7 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 		return deref(o), nil, err
 	}
 	setKeyEpochs(r.Recorder, rd, "integrator key", &rd.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
-	if o, err := r.Keys.checkSecretFile(ctx, rd.Namespace, "gateway tokens", rd.Spec.Gateway.Tokens, specs.TokensFile); err != nil || o != nil {
+	if o, err := r.Keys.checkSecretFile(ctx, rd.Namespace, "gateway tokens", rd.Spec.Gateway.Tokens, mohito.TokensFile); err != nil || o != nil {
 		return deref(o), nil, err
 	}
 	return ready(fmt.Sprintf("%d vendors (Σ K_v = %d), %d shufflers, period %s",

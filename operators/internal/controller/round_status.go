@@ -16,7 +16,7 @@ import (
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/autoscale"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -61,7 +61,7 @@ func (h *roundHistory) observe(uid types.UID, s contract.SeriesStatus) []time.Du
 // services may not have reported yet, and NATS may be briefly away.
 func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Round) {
 	log := logf.FromContext(ctx)
-	s, err := r.Services.Series(ctx, specs.SeriesName(rd))
+	s, err := r.Services.Series(ctx, mohito.SeriesName(rd))
 	switch {
 	case errors.Is(err, mohitostatus.ErrNotReported):
 	case err != nil:

@@ -9,21 +9,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 )
 
 // applyWorkloads creates or updates everything a Round series runs (specs describes it) and
 // reports whether the workloads have caught up.
 func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) (outcome, error) {
-	doc, err := specs.Deployment(rd, vendors)
+	doc, err := mohito.Deployment(rd, vendors)
 	if err != nil {
 		return *degraded(ReasonVendorIndicesNotContiguous, "%v", err), nil
 	}
-	cm, hash, err := specs.DeploymentConfigMap(rd, doc)
+	cm, hash, err := mohito.DeploymentConfigMap(rd, doc)
 	if err != nil {
 		return outcome{}, err
 	}
-	if err := ensureSecret(ctx, r.Client, rd, specs.RoundNATSSecret(rd, newPassword())); err != nil {
+	if err := ensureSecret(ctx, r.Client, rd, mohito.RoundNATSSecret(rd, newPassword())); err != nil {
 		return outcome{}, err
 	}
 	workers := workerReplicas(rd)
@@ -33,12 +33,12 @@ func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round
 			return outcome{}, err
 		}
 	}
-	coordinator, gateway := specs.Coordinator(rd, r.Platform, hash), specs.Gateway(rd, r.Platform, hash)
-	decrypt, responder := specs.DecryptWorkers(rd, r.Platform, hash, workers), specs.Responder(rd, r.Platform, hash)
-	encoders := specs.Encoders(rd, r.Platform, hash)
-	objs := []client.Object{cm, specs.IntegratorServiceAccount(rd), coordinator, gateway, specs.GatewayService(rd),
-		decrypt, responder, encoders, specs.EncoderService(rd)}
-	for _, pdb := range specs.DisruptionBudgets(rd) {
+	coordinator, gateway := mohito.Coordinator(rd, r.Platform, hash), mohito.Gateway(rd, r.Platform, hash)
+	decrypt, responder := mohito.DecryptWorkers(rd, r.Platform, hash, workers), mohito.Responder(rd, r.Platform, hash)
+	encoders := mohito.Encoders(rd, r.Platform, hash)
+	objs := []client.Object{cm, mohito.IntegratorServiceAccount(rd), coordinator, gateway, mohito.GatewayService(rd),
+		decrypt, responder, encoders, mohito.EncoderService(rd)}
+	for _, pdb := range mohito.DisruptionBudgets(rd) {
 		objs = append(objs, pdb)
 	}
 	for _, o := range objs {
@@ -47,7 +47,7 @@ func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round
 		}
 	}
 	rd.Status.WorkerReplicas = workers
-	rd.Status.WorkerSelector = specs.WorkerSelector(rd)
+	rd.Status.WorkerSelector = mohito.WorkerSelector(rd)
 
 	var ro rollout
 	for _, w := range []client.Object{coordinator, gateway, decrypt, responder, encoders} {

@@ -16,6 +16,7 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -58,7 +59,7 @@ func seriesOf(ctx context.Context, c client.Client, v *mohitov1.Vendor) (*series
 	}
 	rd := matched[0]
 	var cm corev1.ConfigMap
-	err := c.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: specs.DeploymentConfigName(rd)}, &cm)
+	err := c.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm)
 	if apierrors.IsNotFound(err) {
 		o := rollingOut("waiting for Round %s to publish its deployment", rd.Name)
 		return nil, &o, nil
@@ -66,7 +67,7 @@ func seriesOf(ctx context.Context, c client.Client, v *mohitov1.Vendor) (*series
 	if err != nil {
 		return nil, nil, fmt.Errorf("get deployment of round %s: %w", rd.Name, err)
 	}
-	return &series{round: rd, configHash: specs.ConfigHash(cm.Data[contract.DeploymentKey])}, nil, nil
+	return &series{round: rd, configHash: mohito.ConfigHash(cm.Data[contract.DeploymentKey])}, nil, nil
 }
 
 // vendorsOfRoundChange maps a Round or its deployment ConfigMap to every object of the

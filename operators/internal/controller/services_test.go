@@ -18,7 +18,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -58,7 +58,7 @@ func TestStatusFromTheServicesKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	putJSON(t, kv, contract.StatusSeriesKey(specs.SeriesName(rd)), contract.SeriesStatus{CurrentRound: 42, CompletedRounds: 40, AbortedRounds: 1,
+	putJSON(t, kv, contract.StatusSeriesKey(mohito.SeriesName(rd)), contract.SeriesStatus{CurrentRound: 42, CompletedRounds: 40, AbortedRounds: 1,
 		LastRoundSeconds: 1.934, CommandsPerSecond: 5100, FakeRatio: 0.41, Bursts: 2, Updated: time.Now().UTC().Format(time.RFC3339)})
 	putJSON(t, kv, contract.StatusVendorKey(1), contract.VendorStatus{RoundsServed: 40, ShufflerDuty: 27, ActiveDevices: ptr.To[int64](180)})
 	putJSON(t, kv, contract.StatusShufflerKey(1), contract.ShufflerStatus{RoundsShuffled: 26, LastRound: 41, LastResult: "Completed"})

@@ -9,48 +9,83 @@ import (
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 )
 
-// Options configures the reconcilers.
+// Options configures the reconcilers: what every system's workloads share, then one struct
+// per system.
 type Options struct {
-	// Platform says where Mohito workloads run; the zero value only validates resources. Its
-	// Runtime's VaultAddress is also the default address the key checks accept.
-	Platform specs.Platform
+	// Runtime is where and how every system's workloads run; its VaultAddress is also the
+	// default address the key checks accept.
+	Runtime specs.Runtime
+	Mohito  MohitoOptions
+	PDA     PDAOptions
+	// NATSAccounts renders the NATS server's accounts; its zero value renders none.
+	NATSAccounts NATSAccountsOptions
+}
+
+// MohitoOptions configures the Vendor, Shuffler and Round reconcilers.
+type MohitoOptions struct {
+	// Image runs every Mohito role; without it (or without Runtime.NATSURL) resources are
+	// only validated.
+	Image string
+	// IntegratorRedis is the integrator's Redis (round state, mailboxes).
+	IntegratorRedis string
 	// Services connects the reconcilers to the services' KV figures, the workers' backlog and
 	// the vendor registry; nil leaves status figures empty and scaling to the scale subresource.
 	Services *mohitostatus.Client
-	// PDAPlatform says where the PDA services run; the zero value only validates jobs.
-	PDAPlatform specs.PDAPlatform
-	// PDAServices reads the PDA services' progress and writes the shard ring; nil without NATS.
-	PDAServices *pdastatus.Client
-	// NATSAccountsSecret, when named, is where the NATS server's accounts are rendered, with
-	// NATSOperatorUsers (the operator's own users) besides every credentials Secret's.
-	NATSAccountsSecret client.ObjectKey
-	NATSOperatorUsers  []specs.NATSUser
-	// NATSAccountsOwner is the operator's Deployment, owner of the accounts Secret ("" for none).
-	NATSAccountsOwner string
+}
+
+// PDAOptions configures the AggregationJob reconciler.
+type PDAOptions struct {
+	// Image runs every PDA role; without it (or without Runtime.NATSURL) jobs are only
+	// validated and follow the clock.
+	Image string
+	// Services reads the PDA services' progress and writes the shard ring; nil without NATS.
+	Services *pdastatus.Client
+}
+
+// NATSAccountsOptions: when Secret is named, the server's accounts are rendered there, with
+// OperatorUsers (the operator's own users) besides every credentials Secret's.
+type NATSAccountsOptions struct {
+	Secret        client.ObjectKey
+	OperatorUsers []specs.NATSUser
+	// Owner is the operator's Deployment, owner of the accounts Secret ("" for none).
+	Owner string
+}
+
+// mohitoPlatform is where the Mohito workloads run.
+func (o Options) mohitoPlatform() mohito.Platform {
+	return mohito.Platform{Image: o.Mohito.Image, IntegratorRedis: o.Mohito.IntegratorRedis, Runtime: o.Runtime}
+}
+
+// pdaPlatform is where the PDA workloads run.
+func (o Options) pdaPlatform() pda.Platform {
+	return pda.Platform{Image: o.PDA.Image, Runtime: o.Runtime}
 }
 
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
 // tests both call it, so the tests run exactly the production wiring.
 func SetupAll(mgr ctrl.Manager, opts Options) error {
-	keys := KeyCheck{Client: mgr.GetClient(), VaultAddress: opts.Platform.VaultAddress}
+	keys := KeyCheck{Client: mgr.GetClient(), VaultAddress: opts.Runtime.VaultAddress}
+	mp, m := opts.mohitoPlatform(), opts.Mohito
 	reconcilers := []struct {
 		name  string
 		setup func(ctrl.Manager) error
 	}{
-		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
-		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
-		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: opts.Platform, Services: opts.Services}).SetupWithManager},
+		{"vendor", (&VendorReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("vendor-controller"), Platform: mp, Services: m.Services}).SetupWithManager},
+		{"shuffler", (&ShufflerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("shuffler-controller"), Platform: mp, Services: m.Services}).SetupWithManager},
+		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: mp, Services: m.Services}).SetupWithManager},
 		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller"),
-			Platform: opts.PDAPlatform, Services: opts.PDAServices}).SetupWithManager},
+			Platform: opts.pdaPlatform(), Services: opts.PDA.Services}).SetupWithManager},
 	}
-	if opts.NATSAccountsSecret.Name != "" {
+	if a := opts.NATSAccounts; a.Secret.Name != "" {
 		reconcilers = append(reconcilers, struct {
 			name  string
 			setup func(ctrl.Manager) error
 		}{"nats-accounts", (&NATSAccountsReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nats-accounts-controller"),
-			Secret: opts.NATSAccountsSecret, Operator: opts.NATSOperatorUsers, Owner: opts.NATSAccountsOwner}).SetupWithManager})
+			Secret: a.Secret, Operator: a.OperatorUsers, Owner: a.Owner}).SetupWithManager})
 	}
 	for _, r := range reconcilers {
 		if err := r.setup(mgr); err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 )
 
 // Reasons a Shuffler reports.
@@ -36,7 +36,7 @@ type ShufflerReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	// Platform says where workloads run; without it the reconciler only validates.
-	Platform specs.Platform
+	Platform mohito.Platform
 	// Services reads the coordinator's figures; nil without NATS.
 	Services *mohitostatus.Client
 }
@@ -67,7 +67,8 @@ func (r *ShufflerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			s.Status.RoundsShuffled, s.Status.LastRound, s.Status.LastResult = st.RoundsShuffled, &last, st.LastResult
 		}
 	}
-	res, err := writeStatus(ctx, r.Client, r.Recorder, &s, before, &s.Status, &s.Status.Conditions, &s.Status.ObservedGeneration, o)
+	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &s, before: before, after: &s.Status,
+		conditions: &s.Status.Conditions, observed: &s.Status.ObservedGeneration, outcome: o})
 	if err == nil && r.Services != nil {
 		res.RequeueAfter = servicesPoll // the coordinator's figures change every round
 	}
@@ -114,7 +115,7 @@ func (r *ShufflerReconciler) applyWorkloads(ctx context.Context, s *mohitov1.Shu
 	if sr == nil {
 		return ready(fmt.Sprintf("vendor %s is in no Round series yet, so the shuffler does not run", v.Name)), nil
 	}
-	d := specs.Shuffler(s, v, sr.round, r.Platform, sr.configHash)
+	d := mohito.Shuffler(s, v, sr.round, r.Platform, sr.configHash)
 	if err := applyOwned(ctx, r.Client, s, d); err != nil {
 		return outcome{}, err
 	}

@@ -35,17 +35,13 @@ var k8s client.Client
 // figures from its KV and the workers' backlog from its consumer, as in production.
 var natsServer *testenv.NATS
 
-// testPlatform makes the reconcilers run workloads. envtest runs no kube-controller-manager,
-// so no pod ever starts: tests play its part with markAvailable.
-var testPlatform = specs.Platform{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379",
-	Runtime: specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}}
+// testRuntime makes the reconcilers run workloads (with an image per system). envtest runs no
+// kube-controller-manager, so no pod ever starts: tests play its part with markAvailable.
+var testRuntime = specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}
 
-// testPDAPlatform makes the AggregationJob reconciler run the PDA workloads; pdaServices is its
-// connection to the PDA services' KV on natsServer (one account for both domains here).
-var (
-	testPDAPlatform = specs.PDAPlatform{Image: "obscura/pda:test", Runtime: testPlatform.Runtime}
-	pdaServices     *pdastatus.Client
-)
+// pdaServices is the AggregationJob reconciler's connection to the PDA services' KV on
+// natsServer (one account for both domains here).
+var pdaServices *pdastatus.Client
 
 // testAccountsSecret is where the suite's operator renders the NATS accounts, with its own
 // user testOperatorUsers.
@@ -109,9 +105,10 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "create the operator's namespace:", err)
 		return 1
 	}
-	if err := SetupAll(mgr, Options{Platform: testPlatform, Services: services,
-		PDAPlatform: testPDAPlatform, PDAServices: pdaServices,
-		NATSAccountsSecret: testAccountsSecret, NATSOperatorUsers: testOperatorUsers}); err != nil {
+	if err := SetupAll(mgr, Options{Runtime: testRuntime,
+		Mohito:       MohitoOptions{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379", Services: services},
+		PDA:          PDAOptions{Image: "obscura/pda:test", Services: pdaServices},
+		NATSAccounts: NATSAccountsOptions{Secret: testAccountsSecret, OperatorUsers: testOperatorUsers}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -17,7 +17,7 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
-	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -36,7 +36,7 @@ type VendorReconciler struct {
 	Keys     KeyCheck
 	Recorder events.EventRecorder
 	// Platform says where workloads run; without it the reconciler only validates.
-	Platform specs.Platform
+	Platform mohito.Platform
 	// Services holds the vendor registry and the coordinator's figures; nil without NATS.
 	Services *mohitostatus.Client
 }
@@ -90,7 +90,8 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			}
 		}
 	}
-	res, err := writeStatus(ctx, r.Client, r.Recorder, &v, before, &v.Status, &v.Status.Conditions, &v.Status.ObservedGeneration, o)
+	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &v, before: before, after: &v.Status,
+		conditions: &v.Status.Conditions, observed: &v.Status.ObservedGeneration, outcome: o})
 	if err == nil && r.Services != nil {
 		res.RequeueAfter = servicesPoll // the coordinator's figures change every round
 	}
@@ -104,7 +105,7 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 	}
 	setKeyEpochs(r.Recorder, v, "vendor key", &v.Status.KeyEpochs, epochs, r.Platform.KeyActivation())
 	if v.Spec.Agent != nil {
-		if o, err := r.Keys.checkSecretFile(ctx, v.Namespace, "device registry", v.Spec.Agent.Devices, specs.DevicesFile); err != nil || o != nil {
+		if o, err := r.Keys.checkSecretFile(ctx, v.Namespace, "device registry", v.Spec.Agent.Devices, mohito.DevicesFile); err != nil || o != nil {
 			return deref(o), err
 		}
 	}
@@ -125,10 +126,10 @@ func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (ou
 // applyWorkloads gives the vendor its NATS credentials and service account and, when the
 // operator hosts its agent, the agent Deployment of the series that selects it.
 func (r *VendorReconciler) applyWorkloads(ctx context.Context, v *mohitov1.Vendor, validated outcome) (outcome, error) {
-	if err := ensureSecret(ctx, r.Client, v, specs.VendorNATSSecret(v, newPassword(), newPassword())); err != nil {
+	if err := ensureSecret(ctx, r.Client, v, mohito.VendorNATSSecret(v, newPassword(), newPassword())); err != nil {
 		return outcome{}, err
 	}
-	if err := applyOwned(ctx, r.Client, v, specs.VendorServiceAccount(v)); err != nil {
+	if err := applyOwned(ctx, r.Client, v, mohito.VendorServiceAccount(v)); err != nil {
 		return outcome{}, err
 	}
 	if v.Spec.Agent == nil {
@@ -141,7 +142,7 @@ func (r *VendorReconciler) applyWorkloads(ctx context.Context, v *mohitov1.Vendo
 	if sr == nil {
 		return ready(fmt.Sprintf("vendor index %d: no Round selects it yet, so its agent does not run", v.Spec.Index)), nil
 	}
-	agent := specs.VendorAgent(v, sr.round, r.Platform, sr.configHash)
+	agent := mohito.VendorAgent(v, sr.round, r.Platform, sr.configHash)
 	if err := applyOwned(ctx, r.Client, v, agent); err != nil {
 		return outcome{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -33,7 +34,7 @@ func newSeries(t *testing.T) (string, *mohitov1.Round, []*mohitov1.Vendor, []*mo
 		if i == 0 {
 			v.Spec.Agent = &mohitov1.VendorAgent{Replicas: 1, Devices: &common.SecretFileReference{Name: "acme-devices"}}
 			create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme-devices"},
-				Data: map[string][]byte{specs.DevicesFile: []byte("[]")}})
+				Data: map[string][]byte{mohito.DevicesFile: []byte("[]")}})
 		}
 		create(t, v)
 		s := shuffler(ns, name+"-shuffler", name)
@@ -151,7 +152,7 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 	// generated NATS password survives it.
 	coord := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-coordinator"}}
 	get(t, coord)
-	before := coord.Spec.Template.Annotations[specs.ConfigHashAnnotation]
+	before := coord.Spec.Template.Annotations[mohito.ConfigHashAnnotation]
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(rd), rd); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(coord), coord); err != nil {
 			return err
 		}
-		if coord.Spec.Template.Annotations[specs.ConfigHashAnnotation] == before {
+		if coord.Spec.Template.Annotations[mohito.ConfigHashAnnotation] == before {
 			return fmt.Errorf("config hash unchanged")
 		}
 		return nil
@@ -177,15 +178,15 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
 	get(t, coord)
-	hash := coord.Spec.Template.Annotations[specs.ConfigHashAnnotation]
+	hash := coord.Spec.Template.Annotations[mohito.ConfigHashAnnotation]
 	for _, name := range []string{"acme-vendor-agent", "acme-shuffler", "globex-shuffler"} {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		eventually(t, name+" on the new deployment", func() error {
 			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(d), d); err != nil {
 				return err
 			}
-			if d.Spec.Template.Annotations[specs.ConfigHashAnnotation] != hash {
-				return fmt.Errorf("hash %s, want %s", d.Spec.Template.Annotations[specs.ConfigHashAnnotation], hash)
+			if d.Spec.Template.Annotations[mohito.ConfigHashAnnotation] != hash {
+				return fmt.Errorf("hash %s, want %s", d.Spec.Template.Annotations[mohito.ConfigHashAnnotation], hash)
 			}
 			return nil
 		})
@@ -221,8 +222,8 @@ func TestVendorRolesRunInTheVendorsTrustDomain(t *testing.T) {
 	for _, e := range pod.Containers[0].Env {
 		env[e.Name] = e
 	}
-	if env[specs.EnvVendorIndex].Value != "1" {
-		t.Errorf("shuffler vendor index %q, want 1", env[specs.EnvVendorIndex].Value)
+	if env[mohito.EnvVendorIndex].Value != "1" {
+		t.Errorf("shuffler vendor index %q, want 1", env[mohito.EnvVendorIndex].Value)
 	}
 	if u := env[specs.EnvNATSUser].ValueFrom; u == nil || u.SecretKeyRef.Name != "globex-nats" {
 		t.Errorf("shuffler authenticates to NATS with %+v, want globex's own user", u)
@@ -270,7 +271,7 @@ func TestSecretFilesAreCheckedAndMounted(t *testing.T) {
 			vol = &gw.Spec.Template.Spec.Volumes[i]
 		}
 	}
-	if vol == nil || vol.Secret.SecretName != "home-tokens" || vol.Secret.Items[0].Key != "users" || vol.Secret.Items[0].Path != specs.TokensFile {
+	if vol == nil || vol.Secret.SecretName != "home-tokens" || vol.Secret.Items[0].Key != "users" || vol.Secret.Items[0].Path != mohito.TokensFile {
 		t.Fatalf("gateway tokens volume %+v", vol)
 	}
 

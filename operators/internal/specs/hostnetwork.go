@@ -25,14 +25,12 @@ const (
 	EnvReusePort = "OBSCURA_REUSE_PORT"
 	// RunDir is an emptyDir for files a role writes at run time (the root file system is read-only).
 	RunDir = "/run/obscura"
-	// MohitoBinary and PDABinary are the images' entrypoints (hack/images), used by exec probes.
-	MohitoBinary = "/usr/local/bin/mohito"
-	PDABinary    = "/usr/local/bin/pda"
 )
 
 // onHostNetwork adapts spec, built for a pod network, to host-network mode. binary is the
 // container's entrypoint, whose `probe` subcommand checks the role's health endpoint.
-func onHostNetwork(spec *corev1.PodSpec, binary string, dynamic, fixed []string) {
+func onHostNetwork(spec *corev1.PodSpec, binary string) {
+	dynamic, fixed := []string{EnvMetricsAddr, EnvHealthAddr}, []string{EnvListen}
 	spec.HostNetwork = true
 	spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})

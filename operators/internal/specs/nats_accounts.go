@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
@@ -41,19 +40,17 @@ const (
 	NATSSystemAccount = "SYS"
 )
 
-// RoundNATSUser is a Round's user in the integrator account. It is unique per Round (a
-// namespace name never contains a dot), so every series has its own password and a deleted
-// Round's user leaves the server.
-func RoundNATSUser(rd *mohitov1.Round) string { return "round-" + rd.Namespace + "." + rd.Name }
-
-// withNATSAccount marks s as credentials of a user in account.
-func withNATSAccount(s *corev1.Secret, account string) *corev1.Secret {
-	s.Labels[LabelNATSCredentials] = "true"
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
+// NATSSecret is a party's NATS credentials, user in account with password, marked for the
+// accounts reconciler; the operator creates it with a random password. labels are the
+// owner's and get LabelNATSCredentials added.
+func NATSSecret(namespace, name, account, user string, password []byte, labels map[string]string) *corev1.Secret {
+	labels[LabelNATSCredentials] = "true"
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels,
+			Annotations: map[string]string{AnnotationNATSAccount: account}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{NATSUserKey: []byte(user), NATSPasswordKey: password},
 	}
-	s.Annotations[AnnotationNATSAccount] = account
-	return s
 }
 
 // NATSUser is one user of the rendered accounts. Password is the plain password; only its

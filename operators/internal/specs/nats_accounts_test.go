@@ -1,11 +1,9 @@
-package specs
+package specs_test
 
 import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
+	"github.com/obscura-iot/obscura/operators/internal/specs/specstest"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
@@ -29,17 +32,19 @@ func credentialSecrets() []corev1.Secret {
 	v0 := &mohitov1.Vendor{ObjectMeta: metav1.ObjectMeta{Name: "acme", Namespace: "iot"}, Spec: mohitov1.VendorSpec{Index: 0}}
 	v1 := &mohitov1.Vendor{ObjectMeta: metav1.ObjectMeta{Name: "bolt", Namespace: "iot"}, Spec: mohitov1.VendorSpec{Index: 1}}
 	return []corev1.Secret{
-		*VendorNATSSecret(v1, []byte("pw-v1"), []byte("pw-d1")),
-		*RoundNATSSecret(rd, []byte("pw-round")),
-		*VendorNATSSecret(v0, []byte("pw-v0"), []byte("pw-d0")),
+		*mohito.VendorNATSSecret(v1, []byte("pw-v1"), []byte("pw-d1")),
+		*mohito.RoundNATSSecret(rd, []byte("pw-round")),
+		*mohito.VendorNATSSecret(v0, []byte("pw-v0"), []byte("pw-d0")),
 	}
 }
 
 func TestNATSAccountsGolden(t *testing.T) {
-	job, _, _ := pdaSample(t)
-	secrets := append(credentialSecrets(), *PDANATSSecret(job, PDAProxyDomain, []byte("pw-proxy")), *PDANATSSecret(job, PDADBDomain, []byte("pw-db")))
-	operator := []NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw-op", Source: "flag --nats-user"}}
-	res := NATSAccounts(operator, secrets, fakeHash)
+	job := &pdav1.AggregationJob{}
+	specstest.ReadSample(t, "pda_v1alpha1_aggregationjob.yaml", job)
+	job.Namespace, job.UID = "security", "3f1c2a4e-0000-4000-8000-000000000001"
+	secrets := append(credentialSecrets(), *pda.NATSSecret(job, pda.ProxyDomain, []byte("pw-proxy")), *pda.NATSSecret(job, pda.DBDomain, []byte("pw-db")))
+	operator := []specs.NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw-op", Source: "flag --nats-user"}}
+	res := specs.NATSAccounts(operator, secrets, fakeHash)
 	if len(res.Problems) > 0 {
 		t.Fatalf("problems: %q", res.Problems)
 	}
@@ -47,19 +52,7 @@ func TestNATSAccountsGolden(t *testing.T) {
 	if fmt.Sprint(res.Users) != fmt.Sprint(want) {
 		t.Errorf("users per account %v, want %v", res.Users, want)
 	}
-	path := filepath.Join("testdata", "nats_accounts.conf")
-	if *update {
-		if err := os.WriteFile(path, []byte(res.Config), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(b) != res.Config {
-		t.Errorf("%s differs; if intended run `go test ./internal/specs -update` and review the diff.\ngot:\n%s", path, res.Config)
-	}
+	specstest.GoldenText(t, "nats_accounts.conf", res.Config)
 	for _, pw := range []string{"pw-op", "pw-round", "pw-v0", "pw-d1", "pw-proxy"} {
 		if strings.Contains(res.Config, pw) {
 			t.Errorf("rendered accounts contain the password %q", pw)
@@ -70,19 +63,19 @@ func TestNATSAccountsGolden(t *testing.T) {
 // TestNATSAccountsDeterministic: any order of the same Secrets renders the same bytes.
 func TestNATSAccountsDeterministic(t *testing.T) {
 	secrets := credentialSecrets()
-	want := NATSAccounts(nil, secrets, fakeHash).Config
+	want := specs.NATSAccounts(nil, secrets, fakeHash).Config
 	for i := range 20 {
 		r := rand.New(rand.NewPCG(uint64(i), 1))
 		s := slices.Clone(secrets)
 		r.Shuffle(len(s), func(a, b int) { s[a], s[b] = s[b], s[a] })
-		if got := NATSAccounts(nil, s, fakeHash).Config; got != want {
+		if got := specs.NATSAccounts(nil, s, fakeHash).Config; got != want {
 			t.Fatalf("order %d renders differently:\n%s\nwant:\n%s", i, got, want)
 		}
 	}
 }
 
 func TestNATSAccountsLayout(t *testing.T) {
-	res := NATSAccounts(nil, credentialSecrets(), fakeHash)
+	res := specs.NATSAccounts(nil, credentialSecrets(), fakeHash)
 	cfg := res.Config
 	for _, want := range []string{
 		// each vendor exports its inbox to the integrator only, and imports its own slice of
@@ -118,22 +111,22 @@ func TestNATSAccountsRejects(t *testing.T) {
 	dup := secrets[2].DeepCopy()
 	dup.Namespace = "other"
 	bad := secrets[1].DeepCopy()
-	bad.Name, bad.Data[NATSUserKey] = "bad-nats", []byte(`x" } ] } evil { `)
+	bad.Name, bad.Data[specs.NATSUserKey] = "bad-nats", []byte(`x" } ] } evil { `)
 	unknown := secrets[1].DeepCopy()
-	unknown.Name, unknown.Annotations[AnnotationNATSAccount] = "unknown-nats", "$SYS"
+	unknown.Name, unknown.Annotations[specs.AnnotationNATSAccount] = "unknown-nats", "$SYS"
 	device := secrets[1].DeepCopy()
-	device.Name, device.Data[NATSDeviceUserKey] = "device-nats", []byte("sneaky")
+	device.Name, device.Data[specs.NATSDeviceUserKey] = "device-nats", []byte("sneaky")
 	empty := secrets[1].DeepCopy()
-	empty.Name, empty.Data[NATSUserKey], empty.Data[NATSPasswordKey] = "empty-nats", []byte("someone"), nil
+	empty.Name, empty.Data[specs.NATSUserKey], empty.Data[specs.NATSPasswordKey] = "empty-nats", []byte("someone"), nil
 	failing := func(user, password string) (string, error) {
 		if user == "operator" {
 			return "", errors.New("password too long")
 		}
 		return fakeHash(user, password)
 	}
-	operator := []NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw", Source: "flag --nats-user"},
+	operator := []specs.NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw", Source: "flag --nats-user"},
 		{Account: contract.IntegratorAccount, Name: "vendor0", Password: "pw", Source: "flag --nats-user"}}
-	res := NATSAccounts(operator, append(secrets, *dup, *bad, *unknown, *device, *empty), failing)
+	res := specs.NATSAccounts(operator, append(secrets, *dup, *bad, *unknown, *device, *empty), failing)
 	for _, want := range []string{"password too long", "other/acme-nats: user vendor0 is already defined by flag --nats-user",
 		"iot/acme-nats: user vendor0 is already defined", "other/acme-nats: user device0 is already defined by iot/acme-nats",
 		"iot/bad-nats: user name", "iot/unknown-nats: annotation", "iot/device-nats: only a vendor", "iot/empty-nats: user someone has an empty password"} {
@@ -157,7 +150,7 @@ func TestNATSAccountsBcrypt(t *testing.T) {
 		return string(h), err
 	}
 	secrets := credentialSecrets()[:1] // vendor 1: service and device user
-	res := NATSAccounts(nil, secrets, hash)
+	res := specs.NATSAccounts(nil, secrets, hash)
 	for user, pw := range map[string]string{"vendor1": "pw-v1", "device1": "pw-d1"} {
 		i := strings.Index(res.Config, fmt.Sprintf(`{user: %q, password: "`, user))
 		if i < 0 {
@@ -173,19 +166,19 @@ func TestNATSAccountsBcrypt(t *testing.T) {
 
 func TestNATSCredentialSecretsContract(t *testing.T) {
 	for _, s := range credentialSecrets() {
-		if s.Labels[LabelNATSCredentials] != "true" || s.Annotations[AnnotationNATSAccount] == "" {
+		if s.Labels[specs.LabelNATSCredentials] != "true" || s.Annotations[specs.AnnotationNATSAccount] == "" {
 			t.Errorf("%s: labels %v annotations %v", s.Name, s.Labels, s.Annotations)
 		}
 	}
 	v := credentialSecrets()[0]
-	if string(v.Data[NATSDeviceUserKey]) != "device1" || string(v.Data[NATSDevicePasswordKey]) != "pw-d1" || v.Annotations[AnnotationNATSAccount] != "VENDOR1" {
+	if string(v.Data[specs.NATSDeviceUserKey]) != "device1" || string(v.Data[specs.NATSDevicePasswordKey]) != "pw-d1" || v.Annotations[specs.AnnotationNATSAccount] != "VENDOR1" {
 		t.Errorf("vendor Secret %v", v)
 	}
-	s := NATSAccountsSecret("obscura-system", "nats-accounts", "accounts {}\n")
-	if s.Annotations[AnnotationNATSAccountsHash] != NATSAccountsHash("accounts {}\n") || string(s.Data[NATSAccountsKey]) != "accounts {}\n" {
+	s := specs.NATSAccountsSecret("obscura-system", "nats-accounts", "accounts {}\n")
+	if s.Annotations[specs.AnnotationNATSAccountsHash] != specs.NATSAccountsHash("accounts {}\n") || string(s.Data[specs.NATSAccountsKey]) != "accounts {}\n" {
 		t.Errorf("accounts Secret %v", s)
 	}
-	if _, ok := s.Labels[LabelNATSCredentials]; ok {
+	if _, ok := s.Labels[specs.LabelNATSCredentials]; ok {
 		t.Error("the accounts Secret must not be rendered as credentials")
 	}
 }

@@ -1,4 +1,4 @@
-package specs
+package mohito
 
 import (
 	"crypto/sha256"

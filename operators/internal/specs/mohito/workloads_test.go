@@ -1,47 +1,31 @@
-package specs
+package mohito
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/yaml"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/specstest"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
 var platform = Platform{Image: "obscura/mohito:dev", IntegratorRedis: "redis-integrator.obscura-system.svc:6379",
-	Runtime: Runtime{ImagePullPolicy: corev1.PullIfNotPresent, NATSURL: "nats://nats.obscura-system.svc:4222"}}
+	Runtime: specs.Runtime{ImagePullPolicy: corev1.PullIfNotPresent, NATSURL: "nats://nats.obscura-system.svc:4222"}}
 
 // samples reads the CRs of config/samples as the API server would default them for the
 // fields the builders read.
 func samples(t *testing.T) (*mohitov1.Round, *mohitov1.Vendor, *mohitov1.Shuffler) {
 	t.Helper()
-	read := func(name string, into runtime.Object) {
-		b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "samples", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.UnmarshalStrict(b, into); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
 	rd, v, s := &mohitov1.Round{}, &mohitov1.Vendor{}, &mohitov1.Shuffler{}
-	read("mohito_v1alpha1_round.yaml", rd)
-	read("mohito_v1alpha1_vendor.yaml", v)
-	read("mohito_v1alpha1_shuffler.yaml", s)
+	specstest.ReadSample(t, "mohito_v1alpha1_round.yaml", rd)
+	specstest.ReadSample(t, "mohito_v1alpha1_vendor.yaml", v)
+	specstest.ReadSample(t, "mohito_v1alpha1_shuffler.yaml", s)
 	for _, o := range []interface{ SetNamespace(string) }{rd, v, s} {
 		o.SetNamespace("home")
 	}
@@ -49,53 +33,6 @@ func samples(t *testing.T) (*mohitov1.Round, *mohitov1.Vendor, *mohitov1.Shuffle
 	rd.Spec.Mode, rd.Spec.Suite, rd.Spec.AsyncWindow = mohitov1.ProtocolHardened, "X25519", 0
 	rd.Spec.Gateway.Replicas = 2
 	return rd, v, s
-}
-
-func golden(t *testing.T, name string, objs ...any) {
-	t.Helper()
-	var b strings.Builder
-	for _, o := range objs {
-		// Name each object's kind, as kubectl would show it.
-		ro := o.(runtime.Object)
-		gvk, err := apiutil.GVKForObject(ro, clientgoscheme.Scheme)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ro.GetObjectKind().SetGroupVersionKind(gvk)
-		y, err := yaml.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString("---\n")
-		b.Write(y)
-	}
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("%s differs from the golden file; if the change is intended run `go test ./internal/specs -update` and review the diff.\n%s",
-			path, firstDiff(got, string(want)))
-	}
-}
-
-func firstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := range min(len(al), len(bl)) {
-		if al[i] != bl[i] {
-			return "line " + strconv.Itoa(i+1) + ":\n  got:  " + al[i] + "\n  want: " + bl[i]
-		}
-	}
-	return "lengths differ"
 }
 
 func TestRoundObjectsGolden(t *testing.T) {
@@ -114,12 +51,12 @@ func TestRoundObjectsGolden(t *testing.T) {
 	for _, pdb := range DisruptionBudgets(rd) {
 		objs = append(objs, pdb)
 	}
-	golden(t, "round.yaml", objs...)
+	specstest.Golden(t, "round.yaml", objs...)
 }
 
 func TestVendorObjectsGolden(t *testing.T) {
 	rd, v, s := samples(t)
-	golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password"), []byte("not-a-real-device-password")),
+	specstest.Golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password"), []byte("not-a-real-device-password")),
 		VendorAgent(v, rd, platform, "0123456789abcdef"), Shuffler(s, v, rd, platform, "0123456789abcdef"))
 }
 
@@ -230,8 +167,8 @@ func TestVaultKeysReachTheRoles(t *testing.T) {
 	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	want := map[string]string{EnvVaultAddr: pl.VaultAddress, EnvVaultRole: "integrator", EnvVaultMount: "secret",
-		EnvVaultPath: "mohito/integrator", EnvVaultField: "private_key"}
+	want := map[string]string{specs.EnvVaultAddr: pl.VaultAddress, specs.EnvVaultRole: "integrator", specs.EnvVaultMount: "secret",
+		specs.EnvVaultPath: "mohito/integrator", specs.EnvVaultField: "private_key"}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
@@ -250,7 +187,7 @@ func TestVaultKeysReachTheRoles(t *testing.T) {
 	v.Spec.Keys = common.KeyReference{Vault: &common.VaultKeyReference{Address: "https://vendor-vault:8200", Role: "acme", Path: "acme/sk"}}
 	sh := Shuffler(s, v, rd, pl, "h")
 	for _, e := range sh.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == EnvVaultAddr && e.Value != "https://vendor-vault:8200" {
+		if e.Name == specs.EnvVaultAddr && e.Value != "https://vendor-vault:8200" {
 			t.Errorf("the vendor's own Vault address was replaced by %s", e.Value)
 		}
 	}
@@ -265,7 +202,7 @@ func TestHostNetworkMode(t *testing.T) {
 	pl := platform
 	pl.HostNetwork = true
 	gw := Gateway(rd, pl, "h")
-	golden(t, "hostnetwork_gateway.yaml", gw)
+	specstest.Golden(t, "hostnetwork_gateway.yaml", gw)
 	templates := map[string]corev1.PodTemplateSpec{
 		"gateway": gw.Spec.Template, "coordinator": Coordinator(rd, pl, "h").Spec.Template,
 		"decrypt-worker": DecryptWorkers(rd, pl, "h", 2).Spec.Template, "responder": Responder(rd, pl, "h").Spec.Template,
@@ -285,25 +222,25 @@ func TestHostNetworkMode(t *testing.T) {
 		for _, e := range c.Env {
 			env[e.Name] = e.Value
 		}
-		for _, k := range []string{EnvMetricsAddr, EnvHealthAddr} {
+		for _, k := range []string{specs.EnvMetricsAddr, specs.EnvHealthAddr} {
 			if env[k] != "127.0.0.1:0" {
 				t.Errorf("%s: %s=%q, want 127.0.0.1:0", name, k, env[k])
 			}
 		}
-		if env[EnvAddrFile] != RunDir+"/addr" {
-			t.Errorf("%s: %s=%q", name, EnvAddrFile, env[EnvAddrFile])
+		if env[specs.EnvAddrFile] != specs.RunDir+"/addr" {
+			t.Errorf("%s: %s=%q", name, specs.EnvAddrFile, env[specs.EnvAddrFile])
 		}
 		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-			if p == nil || p.Exec == nil || p.HTTPGet != nil || p.Exec.Command[0] != MohitoBinary || p.Exec.Command[1] != "probe" {
-				t.Errorf("%s: probe %+v, want an exec probe of %s", name, p, MohitoBinary)
+			if p == nil || p.Exec == nil || p.HTTPGet != nil || p.Exec.Command[0] != Binary || p.Exec.Command[1] != "probe" {
+				t.Errorf("%s: probe %+v, want an exec probe of %s", name, p, Binary)
 			}
 		}
 		if name == "gateway" {
-			if env[EnvListen] != "127.0.0.1:"+strconv.Itoa(GatewayPort) || env[EnvReusePort] != "true" {
-				t.Errorf("gateway listens on %q reuse %q", env[EnvListen], env[EnvReusePort])
+			if env[specs.EnvListen] != "127.0.0.1:"+strconv.Itoa(GatewayPort) || env[specs.EnvReusePort] != "true" {
+				t.Errorf("gateway listens on %q reuse %q", env[specs.EnvListen], env[specs.EnvReusePort])
 			}
-		} else if _, ok := env[EnvReusePort]; ok {
-			t.Errorf("%s sets %s without a fixed listener", name, EnvReusePort)
+		} else if _, ok := env[specs.EnvReusePort]; ok {
+			t.Errorf("%s sets %s without a fixed listener", name, specs.EnvReusePort)
 		}
 	}
 }
@@ -313,18 +250,18 @@ func TestHostNetworkMode(t *testing.T) {
 // file is the directory; the activation delay reaches exactly the roles that hold a key.
 func TestKeyEpochsMountTheSecretWhole(t *testing.T) {
 	rd, v, s := samples(t)
-	v.Spec.Keys = common.KeyReference{SecretRef: &common.SecretKeyReference{Name: "acme-keys", Key: KeyFile, Epochs: true}}
+	v.Spec.Keys = common.KeyReference{SecretRef: &common.SecretKeyReference{Name: "acme-keys", Key: specs.KeyFile, Epochs: true}}
 	pl := platform
 	pl.KeyActivationDelay = 45 * time.Second
 	sh := Shuffler(s, v, rd, pl, "0123456789abcdef")
-	golden(t, "shuffler_key_epochs.yaml", sh)
+	specstest.Golden(t, "shuffler_key_epochs.yaml", sh)
 	spec := sh.Spec.Template.Spec
 	env := map[string]string{}
 	for _, e := range spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	if env[EnvKeyFile] != KeysDir || env[EnvKeyActivationDelay] != "45s" {
-		t.Errorf("key file %q, activation delay %q", env[EnvKeyFile], env[EnvKeyActivationDelay])
+	if env[EnvKeyFile] != KeysDir || env[specs.EnvKeyActivationDelay] != "45s" {
+		t.Errorf("key file %q, activation delay %q", env[EnvKeyFile], env[specs.EnvKeyActivationDelay])
 	}
 	for _, vol := range spec.Volumes {
 		if vol.Name == "keys" && (vol.Secret == nil || vol.Secret.SecretName != "acme-keys" || len(vol.Secret.Items) > 0) {
@@ -343,12 +280,12 @@ func TestKeyEpochsMountTheSecretWhole(t *testing.T) {
 		}
 	}
 	for _, e := range Responder(rd, pl, "h").Spec.Template.Spec.Containers[0].Env {
-		if e.Name == EnvKeyActivationDelay {
+		if e.Name == specs.EnvKeyActivationDelay {
 			t.Error("the responder holds no key but got an activation delay")
 		}
 	}
 	for _, e := range Coordinator(rd, pl, "h").Spec.Template.Spec.Containers[0].Env {
-		if e.Name == EnvKeyFile && e.Value != KeysDir+"/"+KeyFile {
+		if e.Name == EnvKeyFile && e.Value != KeysDir+"/"+specs.KeyFile {
 			t.Errorf("the coordinator's single key file is %q", e.Value)
 		}
 	}
