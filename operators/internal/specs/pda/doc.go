@@ -6,5 +6,5 @@
 // of package specs, so the PDA roles run under the conventions every system shares.
 //
 // The services' side (subcommands, flags, NATS and KV names) is docs/pda.md and
-// services/pkg/pda/contract; e2e/pda runs the roles as the operator configures them.
+// services/pkg/pda/contract; the golden files under testdata show what each role is given.
 package pda
