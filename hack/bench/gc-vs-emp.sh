@@ -236,11 +236,14 @@ CPU_MODEL=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 SIMD=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'aes|vaes|avx2|avx512f|sha_ni' | paste -sd, -)
 GO_VER=$( (command -v go >/dev/null && go version | cut -d' ' -f3) || echo "n/a")
 GXX_VER=$(g++ -dumpfullversion)
+# Which Go engine was measured: the last commit touching services/pkg/gc, "+dirty" with local edits.
+GC_REV=$(git -C "$ROOT" log -1 --format=%h -- services/pkg/gc 2>/dev/null || true)
+[ -n "$(git -C "$ROOT" status --porcelain -- services/pkg/gc 2>/dev/null)" ] && GC_REV="${GC_REV:-uncommitted}+dirty"
 
 awk -v commit="$EMP_COMMIT" -v cpu="$CPU_MODEL" -v simd="$SIMD" -v gover="$GO_VER" -v gxx="$GXX_VER" \
     -v pin="$CPU" -v l0="$LOAD_BEFORE" -v l1="$LOAD_AFTER" -v date="$(date -u +%Y-%m-%d)" \
     -v rounds="$ROUNDS" -v empruns="$EMP_RUNS" -v empgates="$EMP_GATES" -v gostatus="$GO_STATUS" \
-    -v emponly="$EMP_ONLY" -v ncpu="$(nproc)" '
+    -v emponly="$EMP_ONLY" -v ncpu="$(nproc)" -v gcrev="${GC_REV:-n/a}" '
 function jnum(line, key,   s) {  # value of "key":number in a flat JSON line
   s = line; if (!match(s, "\"" key "\":[-0-9.eE+]+")) return "";
   s = substr(s, RSTART, RLENGTH); sub(/^[^:]*:/, "", s); return s + 0;
@@ -289,7 +292,7 @@ END {
   gA = "go:" pick["BenchmarkGarbleAND"] "|ands"; eA = "go:" pick["BenchmarkEvaluateAND"] "|ands";
   print "";
   printf "### Half-gates garbling, same run: Obscura `services/pkg/gc` (Go) vs EMP-toolkit emp-tool (C++)\n\n";
-  printf "%s, one core (`taskset -c %s`), %s; %s. %d interleaved rounds, each: EMP (emp-tool `%s`, g++ %s, Release, `-O3 -march=native`; our `hack/bench/emp/bench_halfgates.cpp`, median of %d samples), then Go %s `go test -cpu 1 -count 1`; figures are medians over the rounds, garbled tables to memory. ", cpu, pin, simd, date, rounds, substr(commit, 1, 7), gxx, empruns, gover;
+  printf "%s, one core (`taskset -c %s`), %s; %s. %d interleaved rounds, each: EMP (emp-tool `%s`, g++ %s, Release, `-O3 -march=native`; our `hack/bench/emp/bench_halfgates.cpp`, median of %d samples), then Go %s `go test -cpu 1 -count 1` (services/pkg/gc at `%s`); figures are medians over the rounds, garbled tables to memory. ", cpu, pin, simd, date, rounds, substr(commit, 1, 7), gxx, empruns, gover, gcrev;
   printf "Load average %s before, %s after: a shared %d-core machine, figures are noisy (±10–20 %%)", l0, l1, ncpu;
   split(l0, la, " "); split(l1, lb, " ");
   if (la[1] + 0 > ncpu || lb[1] + 0 > ncpu) printf "; **the machine was busy (load average above %d): rerun on a quiet machine before quoting**", ncpu;
