@@ -45,7 +45,7 @@ generate: ## regenerate deepcopy, CRDs, RBAC and the user API's protobuf code
 	@rm -f charts/obscura/crds/*.yaml && cp crds/*.obscura.dev_*.yaml charts/obscura/crds/
 	@cp config/rbac/role.yaml charts/obscura/files/manager-role.yaml
 	@# User API: buf compiles services/proto with the pinned local plugins from ./bin (no network).
-	cd services/proto && rm -f obscura/mohito/v1/*.pb.go && export PATH="$(BIN):$$PATH" && \
+	cd services/proto && rm -f obscura/*/v1/*.pb.go && export PATH="$(BIN):$$PATH" && \
 		$(BUF) lint && $(BUF) generate
 
 .PHONY: generate-check
