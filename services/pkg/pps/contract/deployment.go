@@ -72,7 +72,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Validate checks the pipeline's shape (the program itself is compiled by the roles).
 func (p *Pipeline) Validate() error {
 	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("pipeline %q: "+format, append([]any{p.Name}, a...)...)) }
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("pipeline %q: "+format, append([]any{p.Name}, a...)...))
+	}
 	if p.Name == "" {
 		bad("no name")
 	}
