@@ -10,6 +10,7 @@ const (
 	labelSeed       = "pps/v1/seed"
 	labelNext       = "pps/v1/next"
 	labelPubRatchet = "pps/v1/pub-ratchet"
+	labelH1Mask     = "pps/v1/h1-mask" // H1's input masks m (D21, hardened.go)
 )
 
 // PRF is keyed BLAKE2b-256 of label under key: libsodium crypto_generichash(out, 32, label,
