@@ -45,8 +45,12 @@ type Pod struct {
 	Annotations   map[string]string
 	// ServiceAccount runs the pod; its token is mounted only for a Vault key.
 	ServiceAccount string
-	// NATSSecret is the party's credentials Secret (NATSSecret).
+	// NATSSecret is the party's credentials Secret (NATSSecret); "" for a role that must hold
+	// no NATS credentials at all (the PPS garbler, spec §10 #10): no NATS variable or volume.
 	NATSSecret string
+	// ServiceAccountToken mounts the service account's token for a role that logs in to
+	// Vault by itself (Kubernetes auth) without a Key: the PPS garbler's Transit keys.
+	ServiceAccountToken bool
 	// Config, when set, is a ConfigMap entry the role reads as a file.
 	Config *ConfigFile
 	// EnvFrom, when set, names a ConfigMap whose entries are variables of the role.
@@ -63,6 +67,9 @@ type Pod struct {
 	// Ports are the role's own listeners besides metrics and health.
 	Ports       []corev1.ContainerPort
 	CPU, Memory string
+	// Resources, when set, replace the requests and limits made of CPU and Memory (a
+	// resource's own spec.…resources).
+	Resources *corev1.ResourceRequirements
 }
 
 // ConfigFile is a ConfigMap entry mounted as Dir/Key and named by the variable Env.
@@ -100,25 +107,32 @@ type SecretDir struct {
 
 // Template is the pod template of p under runtime rt.
 func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
-	env := []corev1.EnvVar{
-		{Name: EnvNATSURL, Value: rt.NATSURL},
-		{Name: EnvNATSUser, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: p.NATSSecret}, Key: NATSUserKey}}},
-		{Name: EnvNATSPasswordFile, Value: NATSDir + "/" + NATSPasswordKey},
-		{Name: EnvMetricsAddr, Value: ":" + strconv.Itoa(MetricsPort)},
-		{Name: EnvHealthAddr, Value: ":" + strconv.Itoa(HealthPort)},
-		{Name: EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+	var env []corev1.EnvVar
+	var mounts []corev1.VolumeMount
+	var volumes []corev1.Volume
+	if p.NATSSecret != "" {
+		env = []corev1.EnvVar{
+			{Name: EnvNATSURL, Value: rt.NATSURL},
+			{Name: EnvNATSUser, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: p.NATSSecret}, Key: NATSUserKey}}},
+			{Name: EnvNATSPasswordFile, Value: NATSDir + "/" + NATSPasswordKey},
+		}
+		mounts = []corev1.VolumeMount{{Name: "nats", MountPath: NATSDir, ReadOnly: true}}
+		volumes = []corev1.Volume{{Name: "nats", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: p.NATSSecret, Items: []corev1.KeyToPath{{Key: NATSPasswordKey, Path: NATSPasswordKey}}, DefaultMode: ptr.To[int32](0o400)}}}}
 	}
-	mounts := []corev1.VolumeMount{{Name: "nats", MountPath: NATSDir, ReadOnly: true}}
-	volumes := []corev1.Volume{{Name: "nats", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: p.NATSSecret, Items: []corev1.KeyToPath{{Key: NATSPasswordKey, Path: NATSPasswordKey}}, DefaultMode: ptr.To[int32](0o400)}}}}
+	env = append(env,
+		corev1.EnvVar{Name: EnvMetricsAddr, Value: ":" + strconv.Itoa(MetricsPort)},
+		corev1.EnvVar{Name: EnvHealthAddr, Value: ":" + strconv.Itoa(HealthPort)},
+		corev1.EnvVar{Name: EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+	)
 	if c := p.Config; c != nil {
 		env = append(env, corev1.EnvVar{Name: c.Env, Value: c.Dir + "/" + c.Key})
 		mounts = append(mounts, corev1.VolumeMount{Name: c.Volume, MountPath: c.Dir + "/" + c.Key, SubPath: c.Key, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: c.Volume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: c.ConfigMap}}}})
 	}
-	automount := false
+	automount := p.ServiceAccountToken
 	if k := p.Key; k != nil {
 		switch ref := k.Ref; {
 		case ref.SecretRef != nil && ref.SecretRef.Epochs:
@@ -187,7 +201,7 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 				VolumeMounts:    mounts,
 				LivenessProbe:   httpProbe("/healthz", "health"),
 				ReadinessProbe:  httpProbe("/readyz", "health"),
-				Resources:       resources(orDefault(rt.CPURequest, p.CPU), p.Memory),
+				Resources:       p.resources(rt),
 				SecurityContext: restrictedContainer(),
 			}},
 			Volumes:                       volumes,
@@ -198,6 +212,15 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 		onHostNetwork(&t.Spec, p.Binary)
 	}
 	return t
+}
+
+// resources are the container's requests and limits: the resource's own when it sets them,
+// else the role's defaults (with the runtime's CPU request for small clusters).
+func (p Pod) resources(rt Runtime) corev1.ResourceRequirements {
+	if p.Resources != nil {
+		return *p.Resources.DeepCopy()
+	}
+	return resources(orDefault(rt.CPURequest, p.CPU), p.Memory)
 }
 
 // vaultKeyEnv is how a role learns where its key is in Vault (services/pkg/keys reads these
