@@ -16,4 +16,13 @@
 // declared identity and every slot a validity bit, with minInputs giving ⊥ (D12); revoking
 // a subscriber starts a new function key epoch granted only to the others (D14); function
 // rounds are allocated once and never reused (D22, §10 #7).
+//
+// Mode Hardened is the input mode H1 of D21 (hardened.go), which closes the publisher–Broker
+// collusion of §2.6.1: a publisher sends y = x ⊕ m, m the 32-bit word of
+// PRG(PRF(s_k, "pps/v1/h1-mask")), and the Broker gets the label of each bit of y from the
+// Garbler by correlated OT extension (package ot, Broker = receiver), the Garbler swapping
+// each pair by the bit of m so that the Broker's label is the label of x. No publisher knows
+// a label, so there is no consistency check; gc hides its Δ (D22), so the OT pairs still
+// enter through identity gates. collusion_test.go shows the leak in faithful mode and its
+// absence in H1.
 package pps
