@@ -1,0 +1,419 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
+	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
+	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
+)
+
+// schedSlot is one input slot of an execution as the broker resolved it (D9).
+type schedSlot struct {
+	pub    string
+	round  uint64
+	value  int
+	labels []pps.Label // the 32 labels received for the slot's value, bit 0 first
+	reason pps.NullReason
+}
+
+func (s *schedSlot) input(slot int) *ppsv1.SlotInput {
+	return &ppsv1.SlotInput{Slot: uint32(slot), PubId: s.pub, Round: s.round, Value: uint32(s.value)}
+}
+
+// resolve resolves a function's slots for the tick at `at` (D9): `val` is the latest round
+// received within the window before the tick, `window N` the N rounds ending there (slot
+// with lag k reads latest−k), `static` the latest round the broker retains. A publisher
+// whose policy does not allow the function is nullified as not allowed (P_C, D13) and its
+// labels are not read; a slot whose round did not arrive is missing.
+func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction, at time.Time) ([]schedSlot, error) {
+	since := at.Add(-f.p.Window.Duration)
+	type latest struct {
+		round uint64
+		ok    bool
+	}
+	windowed, retained := map[string]latest{}, map[string]latest{}
+	allowed := map[string]pps.NullReason{}
+	slots := make([]schedSlot, len(f.f.Layout.Slots))
+	for s, spec := range f.f.Layout.Slots {
+		dev := f.slotPub[s]
+		sl := &slots[s]
+		sl.pub, sl.value = dev, f.slotValue[s]
+		why, seen := allowed[dev]
+		if !seen {
+			pol, err := b.store.Policy(ctx, dev)
+			switch {
+			case errors.Is(err, ErrUnknownPublisher):
+				why = pps.Missing
+			case err != nil:
+				return nil, err
+			case !pol.Allows(f.f.ID, f.f.Layout.MinInputs):
+				why = pps.NotAllowed
+			default:
+				why = pps.Valid
+			}
+			allowed[dev] = why
+		}
+		if why != pps.Valid {
+			sl.reason = why
+			continue
+		}
+		cache, from := windowed, since
+		if spec.Source == pps.Static {
+			cache, from = retained, time.Time{}
+		}
+		l, seen := cache[dev]
+		if !seen {
+			r, ok, err := b.store.LatestRound(ctx, dev, from, at)
+			if err != nil {
+				return nil, err
+			}
+			l = latest{r, ok}
+			cache[dev] = l
+		}
+		sl.round = l.round
+		if spec.Source == pps.Window {
+			if uint64(spec.Lag) > l.round {
+				l.ok = false
+			} else {
+				sl.round = l.round - uint64(spec.Lag)
+			}
+		}
+		if !l.ok {
+			sl.reason = pps.Missing
+			continue
+		}
+		payload, err := b.store.Labels(ctx, dev, sl.round)
+		if err != nil {
+			return nil, err
+		}
+		if payload == nil {
+			sl.reason = pps.Missing
+			continue
+		}
+		if sl.labels, err = splitLabels(payload, len(set.topics[dev]), sl.value); err != nil {
+			sl.reason = pps.Missing
+		}
+	}
+	return slots, nil
+}
+
+// execute runs one execution of f for tick (spec §8.8) and records it.
+func (b *Broker) execute(ctx context.Context, f *brokerFunction, tick uint64, at time.Time) {
+	start := time.Now()
+	e := &Execution{Tick: tick, At: at}
+	err := b.run(ctx, f, tick, at, e)
+	e.Total = time.Since(start)
+	if err != nil {
+		e.Status, e.Error = "failed", err.Error()
+		b.log.Warn("execution failed", "pipeline", f.p.Name, "tick", tick, "err", err)
+	}
+	b.m.Executions.WithLabelValues(f.p.Name, e.Status).Inc()
+	b.m.Latency.WithLabelValues(f.p.Name, "total").Observe(e.Total.Seconds())
+	b.m.LastLatency.WithLabelValues(f.p.Name).Set(e.Total.Seconds())
+	b.m.Valid.WithLabelValues(f.p.Name).Set(float64(e.Valid))
+	for r, n := range e.Nullified {
+		b.m.Nullified.WithLabelValues(f.p.Name, r).Add(float64(n))
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := b.store.RecordExecution(rctx, f.f.ID, e); err != nil {
+		b.log.Warn("record execution", "pipeline", f.p.Name, "err", err)
+	}
+	if err == nil {
+		b.log.Info("execution", "pipeline", f.p.Name, "tick", tick, "status", e.Status, "valid", e.Valid,
+			"and_gates", e.ANDGates, "bytes", e.Bytes, "check", e.Check, "garble", e.Garble, "evaluate", e.Evaluate)
+	}
+}
+
+func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at time.Time, e *Execution) error {
+	set := b.current()
+	slots, err := b.resolve(ctx, set, f, at)
+	if err != nil {
+		return fmt.Errorf("resolve slots: %w", err)
+	}
+	var exec pps.ExecID
+	if _, err := io.ReadFull(b.rand, exec[:]); err != nil {
+		return err
+	}
+	e.Exec = hex.EncodeToString(exec[:])
+
+	// Consistency check (spec §3.4) over the labels of every slot still valid.
+	var recv []pps.ReceivedLabel
+	var checked []*ppsv1.SlotInput
+	for s := range slots {
+		if slots[s].reason != pps.Valid {
+			continue
+		}
+		checked = append(checked, slots[s].input(s))
+		for j, l := range slots[s].labels {
+			recv = append(recv, pps.ReceivedLabel{Pos: pps.PositionOf(s, j), Label: l})
+		}
+	}
+	t0 := time.Now()
+	psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
+	bad, err := (&pps.OPRFChecker{Garbler: psi, Rand: b.rand}).Check(ctx, exec, recv)
+	if err != nil {
+		return fmt.Errorf("consistency check: %w", err)
+	}
+	e.Check = time.Since(t0)
+	b.m.Latency.WithLabelValues(f.p.Name, "check").Observe(e.Check.Seconds())
+	for _, s := range psi.erased {
+		slots[s].reason = pps.Erased
+	}
+	for _, s := range pps.BadSlots(bad) {
+		if slots[s].reason == pps.Valid {
+			slots[s].reason = pps.Inconsistent
+		}
+	}
+	nulls := map[int]pps.NullReason{}
+	e.Nullified = map[string]int{}
+	for s := range slots {
+		if r := slots[s].reason; r != pps.Valid {
+			nulls[s] = r
+			e.Nullified[r.String()]++
+		}
+	}
+	a, err := pps.Nullify(&f.f.Layout, nulls)
+	if errors.Is(err, pps.ErrInsufficient) {
+		e.Status, e.Valid = contract.StatusInsufficient, a.ValidCount()
+		f.mu.Lock()
+		epoch := f.epoch
+		f.mu.Unlock()
+		return b.publishOutput(ctx, f, tick, &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: e.Exec,
+			Epoch: epoch, Valid: a.ValidCount(), Status: contract.StatusInsufficient})
+	}
+	if err != nil {
+		return fmt.Errorf("nullify: %w", err)
+	}
+
+	// Garble, and evaluate while the stream arrives.
+	req := &ppsv1.GarbleRequest{FnId: f.f.ID, ChunkBytes: uint32(b.opt.ChunkBytes)}
+	hash := f.f.Circuit.Hash()
+	req.CircuitHash = hash[:]
+	for s := range slots {
+		if slots[s].reason == pps.Valid {
+			req.Slots = append(req.Slots, slots[s].input(s))
+		} else {
+			req.Nullified = append(req.Nullified, &ppsv1.Nullified{Slot: uint32(s), Reason: uint32(slots[s].reason)})
+		}
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t0 = time.Now()
+	stream, err := b.opt.Garbler.Garble(gctx, req)
+	if err != nil {
+		return fmt.Errorf("garble: %w", err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("garble: %w", err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return errors.New("garble: stream does not start with a header")
+	}
+	e.Garble = time.Since(t0)
+	b.m.Latency.WithLabelValues(f.p.Name, "garble").Observe(e.Garble.Seconds())
+	if int(hdr.OutputBits) != f.f.OutputBits() {
+		return fmt.Errorf("garble: %d output bits, function has %d", hdr.OutputBits, f.f.OutputBits())
+	}
+	for _, s := range hdr.ErasedSlots {
+		if int(s) >= len(slots) || slots[s].reason != pps.Valid {
+			return fmt.Errorf("garble: garbler erased slot %d, which was not valid", s)
+		}
+		slots[s].reason = pps.Erased
+		e.Nullified[pps.Erased.String()]++
+	}
+	t0 = time.Now()
+	rd := &brokerGarbleReader{s: stream, left: hdr.StreamBytes}
+	gh, err := gc.ReadHeader(rd)
+	if err != nil {
+		return fmt.Errorf("garbled stream: %w", err)
+	}
+	if !bytes.Equal(gh.ExecID[:], hdr.ExecId) {
+		return errors.New("garbled stream: execution id differs from the header's")
+	}
+	labels, err := pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
+	if err != nil {
+		return err
+	}
+	res, err := gc.EvaluateAfterHeader(gctx, f.plan, gh, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
+	clear(labels)
+	if err != nil {
+		return fmt.Errorf("evaluate: %w", err)
+	}
+	if err := rd.finish(); err != nil {
+		return fmt.Errorf("garbled stream: %w", err)
+	}
+	e.Evaluate = time.Since(t0)
+	b.m.Latency.WithLabelValues(f.p.Name, "evaluate").Observe(e.Evaluate.Seconds())
+	e.Exec = hex.EncodeToString(hdr.ExecId)
+	e.Status, e.Round, e.Epoch, e.Valid = contract.StatusOK, hdr.Round, hdr.Epoch, int(hdr.Valid)
+	e.ANDGates, e.Bytes = uint64(f.plan.ANDCount()), hdr.StreamBytes
+	b.m.ANDGates.WithLabelValues(f.p.Name).Set(float64(e.ANDGates))
+	b.m.StreamBytes.WithLabelValues(f.p.Name).Set(float64(e.Bytes))
+	b.m.BytesTotal.WithLabelValues(f.p.Name).Add(float64(e.Bytes))
+	if err := b.publishOutput(ctx, f, tick, &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: e.Exec,
+		Round: hdr.Round, Epoch: hdr.Epoch, Masked: res.Masked, Bits: f.f.OutputBits(), Valid: int(hdr.Valid),
+		Status: contract.StatusOK}); err != nil {
+		return err
+	}
+	b.release(ctx, set, f, slots)
+	return nil
+}
+
+// publishOutput publishes an execution's output on pps.fn.<fnid>.out with the message id of
+// (function, tick): a retried publish of the same execution is stored once.
+func (b *Broker) publishOutput(ctx context.Context, f *brokerFunction, tick uint64, o *contract.Output) error {
+	msg, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	id := fmt.Sprintf("pps-out-%s-%d", f.f.ID, tick)
+	if err := natsx.Publish(ctx, b.opt.JS, contract.OutSubject(f.f.ID), id, msg, nil); err != nil {
+		return fmt.Errorf("publish output: %w", err)
+	}
+	return nil
+}
+
+// release tells the garbler which publisher rounds no execution will ask for again (D8):
+// below the latest round this execution used minus the largest window lag any pipeline
+// reads the publisher at (a static slot's round stays until a newer value replaces it).
+func (b *Broker) release(ctx context.Context, set *brokerSet, f *brokerFunction, slots []schedSlot) {
+	keep := map[string]uint64{}
+	for s, sl := range slots {
+		if sl.reason == pps.NotAllowed || sl.reason == pps.Missing {
+			continue
+		}
+		latest := sl.round
+		if f.f.Layout.Slots[s].Source == pps.Window {
+			latest += uint64(f.f.Layout.Slots[s].Lag)
+		}
+		lag := uint64(set.maxLag[sl.pub])
+		k := uint64(0)
+		if latest > lag {
+			k = latest - lag
+		}
+		if cur, ok := keep[sl.pub]; !ok || k > cur {
+			keep[sl.pub] = k
+		}
+	}
+	req := &ppsv1.ReleaseRequest{}
+	for pub, k := range keep {
+		if k > 0 {
+			req.Releases = append(req.Releases, &ppsv1.ReleaseRequest_Release{PubId: pub, BeforeRound: k - 1})
+		}
+	}
+	if len(req.Releases) == 0 {
+		return
+	}
+	slices.SortFunc(req.Releases, func(x, y *ppsv1.ReleaseRequest_Release) int { return cmpString(x.PubId, y.PubId) })
+	if _, err := b.opt.Garbler.Release(ctx, req); err != nil {
+		// The garbler's seed TTL erases them anyway (D8); the next execution releases again.
+		b.log.Warn("release rounds", "pipeline", f.p.Name, "err", err)
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// brokerPSI carries the consistency check to the garbler (D16a): pps.PSIRequest in,
+// pps.PSIResponse out, with the slots' publisher rounds so the garbler can derive the labels.
+type brokerPSI struct {
+	g      ppsv1.GarblerClient
+	fn     string
+	slots  []*ppsv1.SlotInput
+	erased []uint32
+}
+
+func (t *brokerPSI) EvaluatePSI(ctx context.Context, req *pps.PSIRequest) (*pps.PSIResponse, error) {
+	b, err := req.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.g.CheckConsistency(ctx, &ppsv1.CheckConsistencyRequest{FnId: t.fn, Slots: t.slots, PsiRequest: b})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range resp.ErasedSlots {
+		if !slices.ContainsFunc(t.slots, func(in *ppsv1.SlotInput) bool { return in.Slot == s }) {
+			return nil, fmt.Errorf("garbler reports slot %d erased, which was not checked: %w", s, pps.ErrMalformed)
+		}
+	}
+	t.erased = resp.ErasedSlots
+	var out pps.PSIResponse
+	if err := out.UnmarshalBinary(resp.PsiResponse); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// brokerGarbleReader is the garbled stream as an io.Reader over the gRPC stream's data
+// chunks: the evaluator reads it as it arrives, holding one chunk at a time, and it refuses
+// more bytes than the header announced.
+type brokerGarbleReader struct {
+	s    grpc.ServerStreamingClient[ppsv1.GarbleResponse]
+	buf  []byte
+	left uint64
+}
+
+func (r *brokerGarbleReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.left == 0 {
+			return 0, io.EOF
+		}
+		msg, err := r.s.Recv()
+		if err == io.EOF {
+			return 0, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return 0, err
+		}
+		d := msg.GetData()
+		if msg.GetHeader() != nil {
+			return 0, errors.New("a second header in the garbled stream")
+		}
+		if uint64(len(d)) > r.left {
+			return 0, fmt.Errorf("garbled stream longer than the %d bytes announced", r.left)
+		}
+		r.left -= uint64(len(d))
+		r.buf = d
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// finish checks that the evaluator consumed the whole stream and that nothing follows it.
+func (r *brokerGarbleReader) finish() error {
+	if len(r.buf) != 0 || r.left != 0 {
+		return fmt.Errorf("%d bytes left after evaluation", uint64(len(r.buf))+r.left)
+	}
+	if _, err := r.s.Recv(); err != io.EOF {
+		if err == nil {
+			return errors.New("data after the announced end of the garbled stream")
+		}
+		return err
+	}
+	return nil
+}
