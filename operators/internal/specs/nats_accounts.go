@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
+	ppscontract "github.com/obscura-iot/obscura/services/pkg/pps/contract"
 )
 
 // The NATS credentials contract. Every credentials Secret the operator generates carries the
@@ -38,6 +40,18 @@ const (
 
 	// NATSSystemAccount is the server's system account; no party has a user in it.
 	NATSSystemAccount = "SYS"
+
+	// A SecurePipeline's credentials Secret names its own account, PPSAccountPrefix and the
+	// pipeline's namespace and name; besides the broker's user it holds one user per device,
+	// entries <id>PPSDeviceUserSuffix and <id>PPSDevicePasswordSuffix, each rendered with
+	// pps/contract.DevicePermissions. AnnotationPPSSubscribers lists (JSON) the devices that
+	// may read the function's output, and AnnotationPPSFn names the function once the broker
+	// has compiled it: until then a subscriber may not subscribe to any output.
+	PPSAccountPrefix         = "PPS_"
+	PPSDeviceUserSuffix      = ".user"
+	PPSDevicePasswordSuffix  = ".password"
+	AnnotationPPSSubscribers = "pps.obscura.dev/subscribers"
+	AnnotationPPSFn          = "pps.obscura.dev/fn"
 )
 
 // NATSSecret is a party's NATS credentials, user in account with password, marked for the
@@ -59,6 +73,8 @@ type NATSUser struct {
 	Account, Name, Password string
 	// Device users get contract.DevicePermissions.
 	Device bool
+	// Permissions, when set, are the user's own (a PPS device's, by its device id).
+	Permissions *natsx.Permissions
 	// Source says where the user comes from in problems: a Secret's namespace/name or a flag.
 	Source string
 }
@@ -74,8 +90,9 @@ type NATSAccountsResult struct {
 
 var natsUserName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
 
-// natsAccountRank orders the accounts: INTEGRATOR, VENDOR<v> by index, PDA_PROXY, PDA_DB;
-// ok is false for an account the operator does not render.
+// natsAccountRank orders the accounts: INTEGRATOR, VENDOR<v> by index, PDA_PROXY, PDA_DB,
+// then every pipeline's PPS_<namespace>_<name> (by name); ok is false for an account the
+// operator does not render.
 func natsAccountRank(account string) (rank int, ok bool) {
 	switch account {
 	case contract.IntegratorAccount:
@@ -84,6 +101,9 @@ func natsAccountRank(account string) (rank int, ok bool) {
 		return 1 << 17, true
 	case pdacontract.DBAccount:
 		return 1<<17 + 1, true
+	}
+	if rest, found := strings.CutPrefix(account, PPSAccountPrefix); found {
+		return 1<<17 + 2, natsUserName.MatchString(rest)
 	}
 	s, found := strings.CutPrefix(account, "VENDOR")
 	v, err := strconv.Atoi(s)
@@ -101,11 +121,53 @@ func NATSSecretUsers(s *corev1.Secret) ([]NATSUser, error) {
 		return nil, fmt.Errorf("Secret %s: annotation %s %q names no account the operator renders", src, AnnotationNATSAccount, account)
 	}
 	users := []NATSUser{{Account: account, Name: string(s.Data[NATSUserKey]), Password: string(s.Data[NATSPasswordKey]), Source: src}}
+	if strings.HasPrefix(account, PPSAccountPrefix) {
+		devices, err := ppsDeviceUsers(s, account, src)
+		return append(users, devices...), err
+	}
 	if d, ok := s.Data[NATSDeviceUserKey]; ok {
 		if !strings.HasPrefix(account, "VENDOR") {
 			return nil, fmt.Errorf("Secret %s: only a vendor's credentials hold a device user", src)
 		}
 		users = append(users, NATSUser{Account: account, Name: string(d), Password: string(s.Data[NATSDevicePasswordKey]), Device: true, Source: src})
+	}
+	return users, nil
+}
+
+// ppsDeviceUsers are a pipeline's device users: each may publish only to its own setup inbox
+// and publishing subject and, if it subscribes, read only the function's output.
+func ppsDeviceUsers(s *corev1.Secret, account, src string) ([]NATSUser, error) {
+	var subs []string
+	if a := s.Annotations[AnnotationPPSSubscribers]; a != "" {
+		if err := json.Unmarshal([]byte(a), &subs); err != nil {
+			return nil, fmt.Errorf("Secret %s: annotation %s: %v", src, AnnotationPPSSubscribers, err)
+		}
+	}
+	var fns []string
+	if fn := s.Annotations[AnnotationPPSFn]; fn != "" {
+		if err := ppscontract.ValidFnID(fn); err != nil {
+			return nil, fmt.Errorf("Secret %s: annotation %s: %v", src, AnnotationPPSFn, err)
+		}
+		fns = []string{fn}
+	}
+	ids := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		if id, ok := strings.CutSuffix(k, PPSDevicePasswordSuffix); ok && ppscontract.ValidDeviceID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	users := make([]NATSUser, 0, len(ids))
+	for _, id := range ids {
+		var pub, sub []string
+		if slices.Contains(subs, id) {
+			pub, sub = ppscontract.DevicePermissions(id, fns)
+		} else {
+			pub, sub = ppscontract.DevicePermissions(id, nil)
+		}
+		users = append(users, NATSUser{Account: account, Name: string(s.Data[id+PPSDeviceUserSuffix]),
+			Password: string(s.Data[id+PPSDevicePasswordSuffix]), Source: src,
+			Permissions: &natsx.Permissions{PublishAllow: pub, SubscribeAllow: sub}})
 	}
 	return users, nil
 }
@@ -166,7 +228,7 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 			a = &account{}
 			accounts[u.Account] = a
 		}
-		nu := natsx.User{Name: u.Name, Password: h}
+		nu := natsx.User{Name: u.Name, Password: h, Permissions: u.Permissions}
 		if u.Device {
 			a.devices = append(a.devices, nu)
 		} else {
@@ -195,7 +257,7 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 	slices.SortFunc(names, func(x, y string) int {
 		rx, _ := natsAccountRank(x)
 		ry, _ := natsAccountRank(y)
-		return cmp.Compare(rx, ry)
+		return cmp.Or(cmp.Compare(rx, ry), cmp.Compare(x, y))
 	})
 	slices.Sort(vendors)
 
@@ -208,6 +270,11 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 		case n == pdacontract.ProxyAccount:
 			layout.Accounts = append(layout.Accounts, pdacontract.AccountsFor(a.users, accounts[pdacontract.DBAccount].users)...)
 		case n == pdacontract.DBAccount:
+		case strings.HasPrefix(n, PPSAccountPrefix):
+			// A pipeline's account stands alone: no export or import, so nothing of it
+			// crosses to another party's account. JetStream carries the streams and the MQTT
+			// sessions of its devices.
+			layout.Accounts = append(layout.Accounts, natsx.Account{Name: n, JetStream: true, Users: append(a.users, a.devices...)})
 		default:
 			v, _ := natsAccountRank(n)
 			layout.Accounts = append(layout.Accounts, contract.VendorAccountFor(v, a.users, a.devices))
