@@ -1,0 +1,361 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
+	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
+)
+
+// execFunction returns the registered faithful-mode function fn or a gRPC error.
+func (g *Garbler) execFunction(ctx context.Context, fn, what string) (*compiledFn, error) {
+	cf, err := g.function(ctx, fn)
+	if errors.Is(err, errNotFound) {
+		return nil, g.reject(codes.NotFound, "unknown_function", fmt.Errorf("%s: function %.40q is not registered", what, fn))
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	}
+	if cf.mode != ppsv1.Mode_MODE_FAITHFUL {
+		return nil, g.reject(codes.FailedPrecondition, "hardened_unavailable", fmt.Errorf("%s: function %s is not in faithful mode", what, fn))
+	}
+	return cf, nil
+}
+
+// slotSeeds are the round seeds of an execution's valid slots.
+type slotSeeds struct {
+	seeds      map[int]pps.Seed
+	values     map[int]int
+	erased     []uint32 // round seed erased, publisher unknown or round too far (§10 #8)
+	notAllowed []uint32 // the publisher's signed policy does not allow the function (D13)
+}
+
+func (s *slotSeeds) zero() {
+	for k := range s.seeds {
+		s.seeds[k] = pps.Seed{}
+		delete(s.seeds, k)
+	}
+}
+
+// labels derives both labels of every bit of slot s's value (spec §8.2).
+func (s *slotSeeds) labels(slot int) (*[pps.ValueBits]pps.LabelPair, error) {
+	seed, ok := s.seeds[slot]
+	if !ok {
+		return nil, fmt.Errorf("slot %d: %w", slot, pps.ErrRoundErased)
+	}
+	l := pps.ValueLabels(&seed, s.values[slot])
+	seed.Zero()
+	return &l, nil
+}
+
+// slotSeeds checks the broker's slot inputs and fetches their round seeds, advancing the
+// publishers' ratchets (spec §8.1, D8).
+func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1.SlotInput) (*slotSeeds, error) {
+	n := len(cf.f.Layout.Slots)
+	byPub := map[string][]*ppsv1.SlotInput{}
+	seen := make([]bool, n)
+	for _, in := range inputs {
+		s := int(in.GetSlot())
+		if in.GetSlot() >= uint32(n) || seen[s] {
+			return nil, g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("slot %d: out of range of %d slots or repeated", in.GetSlot(), n))
+		}
+		seen[s] = true
+		if err := contract.ValidDeviceID(in.GetPubId()); err != nil {
+			return nil, g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("slot %d: %w", s, err))
+		}
+		if in.GetValue() >= contract.MaxPublishValues {
+			return nil, g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("slot %d: value index %d, at most %d values per message", s, in.GetValue(), contract.MaxPublishValues))
+		}
+		byPub[in.GetPubId()] = append(byPub[in.GetPubId()], in)
+	}
+	out := &slotSeeds{seeds: map[int]pps.Seed{}, values: map[int]int{}}
+	ttl := g.retention(cf)
+	pubs := make([]string, 0, len(byPub))
+	for p := range byPub {
+		pubs = append(pubs, p)
+	}
+	slices.Sort(pubs)
+	minInputs := cf.f.Layout.MinInputs
+	for _, pub := range pubs {
+		ins := byPub[pub]
+		rounds := make([]uint64, len(ins))
+		for i, in := range ins {
+			rounds[i] = in.GetRound()
+		}
+		allow := func(p *contract.Policy) bool { return p.Allows(cf.f.ID, minInputs) }
+		rs, err := g.publisherSeeds(ctx, pub, rounds, ttl, allow)
+		if err != nil {
+			out.zero()
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
+		for _, in := range ins {
+			s := int(in.GetSlot())
+			switch seed, ok := rs.seeds[in.GetRound()]; {
+			case rs.refused:
+				out.notAllowed = append(out.notAllowed, in.GetSlot())
+			case !ok:
+				out.erased = append(out.erased, in.GetSlot())
+			default:
+				out.seeds[s], out.values[s] = seed, int(in.GetValue())
+			}
+		}
+		rs.zero()
+	}
+	slices.Sort(out.erased)
+	slices.Sort(out.notAllowed)
+	g.m.erased.Add(float64(len(out.erased) + len(out.notAllowed)))
+	return out, nil
+}
+
+// CheckConsistency is the garbler's side of the consistency check (spec §3.4, §8.4, D16a):
+// it regenerates both labels of every requested position from the publishers' round seeds
+// and answers the broker's OPRF-PSI request (pps.RespondPSI). A slot whose seed it no
+// longer holds is reported erased and gets no labels, so the broker also finds it
+// inconsistent; only the broker learns which labels matched.
+func (g *Garbler) CheckConsistency(ctx context.Context, req *ppsv1.CheckConsistencyRequest) (*ppsv1.CheckConsistencyResponse, error) {
+	cf, err := g.execFunction(ctx, req.GetFnId(), "consistency check")
+	if err != nil {
+		return nil, err
+	}
+	var psi pps.PSIRequest
+	if err := psi.UnmarshalBinary(req.GetPsiRequest()); err != nil {
+		return nil, g.reject(codes.InvalidArgument, "malformed_psi", fmt.Errorf("consistency check: %w", err))
+	}
+	for _, p := range psi.Positions {
+		if p.Slot() >= len(cf.f.Layout.Slots) {
+			return nil, g.reject(codes.InvalidArgument, "malformed_psi", fmt.Errorf("consistency check: position %d beyond the function's %d slots", p, len(cf.f.Layout.Slots)))
+		}
+	}
+	ss, err := g.slotSeeds(ctx, cf, req.GetSlots())
+	if err != nil {
+		return nil, err
+	}
+	defer ss.zero()
+	var (
+		curSlot = -1
+		cur     *[pps.ValueBits]pps.LabelPair
+	)
+	defer func() {
+		if cur != nil {
+			clear(cur[:])
+		}
+	}()
+	source := func(p pps.Position) (pps.LabelPair, error) {
+		if p.Slot() != curSlot {
+			if cur != nil {
+				clear(cur[:])
+				cur = nil
+			}
+			curSlot = p.Slot()
+			l, err := ss.labels(curSlot)
+			if err != nil {
+				return pps.LabelPair{}, err
+			}
+			cur = l
+		}
+		if cur == nil {
+			return pps.LabelPair{}, pps.ErrRoundErased
+		}
+		return cur[p.Bit()], nil
+	}
+	resp, err := pps.RespondPSI(&psi, source)
+	if err != nil {
+		return nil, g.reject(codes.InvalidArgument, "malformed_psi", fmt.Errorf("consistency check: %w", err))
+	}
+	b, err := resp.MarshalBinary()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "consistency check: %v", err)
+	}
+	g.m.checks.Inc()
+	g.m.psiElems.Add(float64(len(psi.Positions)))
+	erased := slices.Concat(ss.erased, ss.notAllowed)
+	slices.Sort(erased)
+	g.log.Debug("consistency check answered", "fn", cf.f.ID, "positions", len(psi.Positions), "erased_slots", len(erased))
+	return &ppsv1.CheckConsistencyResponse{PsiResponse: b, ErasedSlots: erased}, nil
+}
+
+// garbleContext is what the gc stream header's context carries for PPS: the function id
+// (32 ASCII hex characters), then the function round ρ and the key epoch, LE64 each.
+func garbleContext(fn string, round, epoch uint64) []byte {
+	b := append([]byte(nil), fn...)
+	b = binary.LittleEndian.AppendUint64(b, round)
+	return binary.LittleEndian.AppendUint64(b, epoch)
+}
+
+// Garble garbles one execution (spec §8.5) and streams it: the GarbleHeader, then the gc
+// stream in data messages of at most the chunk size, written by gc.Garble through
+// streamSender as it garbles, so memory is one chunk whatever the circuit's size (§10 #14).
+// The broker's nullified slots, the slots whose seed is erased and the slots whose policy
+// refuses the function are hard-wired to their identities (D12); the output is masked with
+// r = PRG(s'_ρ) of a freshly allocated function round ρ, persisted before use (§10 #7).
+func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleServer) (err error) {
+	ctx := stream.Context()
+	start := time.Now()
+	outcome := "error"
+	defer func() {
+		if status.Code(err) == codes.Canceled {
+			outcome = "cancelled"
+		}
+		g.m.executions.WithLabelValues(outcome).Inc()
+	}()
+	cf, err := g.execFunction(ctx, req.GetFnId(), "garble")
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(req.GetCircuitHash(), cf.hash[:]) {
+		return g.reject(codes.FailedPrecondition, "circuit_mismatch", fmt.Errorf("garble: circuit hash %x is not function %s's %x", req.GetCircuitHash(), cf.f.ID, cf.hash))
+	}
+	if len(req.GetOtRequest()) > 0 {
+		return g.reject(codes.InvalidArgument, "bad_request", errors.New("garble: an OT request for a faithful-mode function"))
+	}
+	chunk := g.opts.ChunkBytes
+	if c := int(req.GetChunkBytes()); c != 0 {
+		chunk = min(max(c, MinChunkBytes), MaxChunkBytes)
+	}
+	n := len(cf.f.Layout.Slots)
+	nulls := map[int]pps.NullReason{}
+	for _, x := range req.GetNullified() {
+		if x.GetSlot() >= uint32(n) || x.GetReason() == uint32(pps.Valid) || x.GetReason() > uint32(pps.Erased) {
+			return g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("garble: nullified slot %d with reason %d", x.GetSlot(), x.GetReason()))
+		}
+		if _, dup := nulls[int(x.GetSlot())]; dup {
+			return g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("garble: slot %d nullified twice", x.GetSlot()))
+		}
+		nulls[int(x.GetSlot())] = pps.NullReason(x.GetReason())
+	}
+	for _, in := range req.GetSlots() {
+		if _, both := nulls[int(in.GetSlot())]; both {
+			return g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("garble: slot %d is both valid and nullified", in.GetSlot()))
+		}
+	}
+	if len(req.GetSlots())+len(nulls) != n {
+		return g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("garble: %d valid and %d nullified slots for a function of %d", len(req.GetSlots()), len(nulls), n))
+	}
+	ss, err := g.slotSeeds(ctx, cf, req.GetSlots())
+	if err != nil {
+		return err
+	}
+	defer ss.zero()
+	for _, s := range ss.erased {
+		nulls[int(s)] = pps.Erased
+	}
+	for _, s := range ss.notAllowed {
+		nulls[int(s)] = pps.NotAllowed
+	}
+	a, err := pps.Nullify(&cf.f.Layout, nulls)
+	if errors.Is(err, pps.ErrInsufficient) {
+		return g.reject(codes.FailedPrecondition, "insufficient", fmt.Errorf("garble: %w", err))
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	inputs, err := pps.GarblerInputs(a, ss.labels)
+	ss.zero()
+	if err != nil {
+		return status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	defer clear(inputs)
+	nConst := 0
+	for i := range inputs {
+		if inputs[i].Const {
+			nConst++
+		}
+	}
+	epoch, round, seed, err := g.allocateRound(ctx, cf.f.ID)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "garble: %v", err)
+	}
+	mask := pps.OutputMask(&seed, cf.f.OutputBits())
+	seed.Zero()
+	defer clear(mask)
+	gctx := garbleContext(cf.f.ID, round, epoch)
+	size := gc.StreamSize(cf.plan, nConst, len(gctx))
+	garblerNulls := slices.Concat(ss.erased, ss.notAllowed)
+	slices.Sort(garblerNulls)
+	w := &streamSender{send: stream.Send, chunk: chunk, header: &ppsv1.GarbleHeader{
+		Round: round, Epoch: epoch, OutputBits: uint32(cf.f.OutputBits()), ErasedSlots: garblerNulls,
+		StreamBytes: uint64(size), Valid: uint32(a.ValidCount())}}
+	h, err := gc.Garble(ctx, cf.plan, w, inputs, mask, &gc.Options{Context: gctx, ChunkSize: chunk})
+	if err != nil {
+		if ctx.Err() != nil {
+			return status.Errorf(codes.Canceled, "garble: %v", ctx.Err())
+		}
+		return status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	if w.header != nil || w.sent != size {
+		return status.Errorf(codes.Internal, "garble: streamed %d bytes, the stream is %d", w.sent, size)
+	}
+	outcome = "ok"
+	secs := time.Since(start).Seconds()
+	g.m.ands.Add(float64(cf.plan.ANDCount()))
+	g.m.bytes.Add(float64(size))
+	g.m.garbleSecs.Observe(secs)
+	g.log.Info("garbled", "fn", cf.f.ID, "exec", fmt.Sprintf("%x", h.ExecID), "round", round, "epoch", epoch,
+		"valid", a.ValidCount(), "and_gates", cf.plan.ANDCount(), "bytes", size, "chunks", w.msgs, "seconds", secs)
+	return nil
+}
+
+// streamSender is the io.Writer gc.Garble writes the stream to: it sends the GarbleHeader
+// once the stream's execution id (bytes 8–24 of the gc header) has gone by, then every write
+// as data messages of at most chunk bytes. It holds nothing but those first 24 bytes: gc
+// buffers one chunk and hands it over, and Send encodes it before returning.
+type streamSender struct {
+	send   func(*ppsv1.GarbleResponse) error
+	chunk  int
+	header *ppsv1.GarbleHeader // nil once sent
+	pre    [24]byte
+	npre   int
+	sent   int64
+	msgs   int
+}
+
+func (w *streamSender) Write(p []byte) (int, error) {
+	n := len(p)
+	if w.header != nil {
+		held := w.npre
+		take := min(len(p), len(w.pre)-w.npre)
+		copy(w.pre[w.npre:], p[:take])
+		w.npre += take
+		if w.npre < len(w.pre) {
+			return n, nil // all of p is held in pre
+		}
+		w.header.ExecId = append([]byte(nil), w.pre[8:24]...)
+		if err := w.send(&ppsv1.GarbleResponse{Chunk: &ppsv1.GarbleResponse_Header{Header: w.header}}); err != nil {
+			return 0, err
+		}
+		w.header = nil
+		if held > 0 {
+			if err := w.data(w.pre[:held]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for len(p) > 0 {
+		c := min(len(p), w.chunk)
+		if err := w.data(p[:c]); err != nil {
+			return 0, err
+		}
+		p = p[c:]
+	}
+	return n, nil
+}
+
+func (w *streamSender) data(b []byte) error {
+	if err := w.send(&ppsv1.GarbleResponse{Chunk: &ppsv1.GarbleResponse_Data{Data: b}}); err != nil {
+		return err
+	}
+	w.sent += int64(len(b))
+	w.msgs++
+	return nil
+}

@@ -1,0 +1,402 @@
+package roles
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	vault "github.com/hashicorp/vault/api"
+	k8sauth "github.com/hashicorp/vault/api/auth/kubernetes"
+
+	"github.com/obscura-iot/obscura/services/pkg/keys"
+)
+
+// VaultConfig is how the garbler reaches its domain's Vault (spec §5.3–§5.4: its own Vault,
+// Transit for sealing and signing). It logs in the way package keys does: Kubernetes auth
+// with Role (the pod's service account token from JWTFile), else the token in TokenFile —
+// never a token from a flag or a variable.
+type VaultConfig struct {
+	Addr      string
+	TokenFile string
+	Role      string
+	AuthPath  string // Kubernetes auth mount (default "kubernetes")
+	JWTFile   string // service account token (default keys.DefaultJWTFile)
+	// TransitMount is the Transit engine's mount (default "transit").
+	TransitMount string
+	Timeout      time.Duration // per call (default 30 s)
+}
+
+// DefaultTransitMount is where the Transit engine is mounted unless configured.
+const DefaultTransitMount = "transit"
+
+func (c VaultConfig) withDefaults() VaultConfig {
+	if c.AuthPath == "" {
+		c.AuthPath = keys.DefaultAuthPath
+	}
+	if c.JWTFile == "" {
+		c.JWTFile = keys.DefaultJWTFile
+	}
+	if c.TransitMount == "" {
+		c.TransitMount = DefaultTransitMount
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = keys.DefaultTimeout
+	}
+	c.TransitMount = strings.Trim(c.TransitMount, "/")
+	c.AuthPath = strings.Trim(c.AuthPath, "/")
+	return c
+}
+
+// Validate checks the settings without any I/O.
+func (c VaultConfig) Validate() error {
+	var errs []error
+	if !strings.HasPrefix(c.Addr, "http://") && !strings.HasPrefix(c.Addr, "https://") {
+		errs = append(errs, errors.New("--vault-addr must be an http:// or https:// URL"))
+	}
+	if (c.Role == "") == (c.TokenFile == "") {
+		errs = append(errs, errors.New("Vault needs exactly one of --vault-role (Kubernetes auth) and --vault-token-file (token auth)"))
+	}
+	return errors.Join(errs...)
+}
+
+// VaultTransit is a logged-in client of the Transit engine, shared by VaultSealer and
+// VaultSigner. A call refused with 403 (the token expired or was rotated) logs in again once.
+type VaultTransit struct {
+	cfg    VaultConfig
+	mu     sync.Mutex
+	client *vault.Client
+}
+
+// NewVaultTransit logs in to Vault.
+func NewVaultTransit(ctx context.Context, cfg VaultConfig) (*VaultTransit, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	v := &VaultTransit{cfg: cfg}
+	if err := v.login(ctx); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *VaultTransit) String() string {
+	return fmt.Sprintf("vault %s %s/", v.cfg.Addr, v.cfg.TransitMount)
+}
+
+func (v *VaultTransit) login(ctx context.Context) error {
+	cfg := vault.DefaultConfig() // honours VAULT_CACERT and friends for TLS
+	if cfg.Error != nil {
+		return fmt.Errorf("%s: client config: %w", v, cfg.Error)
+	}
+	cfg.Address = v.cfg.Addr
+	cfg.Timeout = v.cfg.Timeout
+	client, err := vault.NewClient(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", v, err)
+	}
+	client.ClearToken() // never an ambient VAULT_TOKEN
+	if v.cfg.Role == "" {
+		b, err := os.ReadFile(v.cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("%s: --vault-token-file: %w", v, err)
+		}
+		tok := strings.TrimSpace(string(b))
+		clear(b)
+		if tok == "" {
+			return fmt.Errorf("%s: token file %s is empty", v, v.cfg.TokenFile)
+		}
+		client.SetToken(tok)
+	} else {
+		jwt, err := os.ReadFile(v.cfg.JWTFile)
+		if err != nil {
+			return fmt.Errorf("%s: service account token for kubernetes auth: %w", v, err)
+		}
+		auth, err := k8sauth.NewKubernetesAuth(v.cfg.Role, k8sauth.WithMountPath(v.cfg.AuthPath),
+			k8sauth.WithServiceAccountToken(strings.TrimSpace(string(jwt))))
+		if err != nil {
+			return fmt.Errorf("%s: kubernetes auth: %w", v, err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
+		secret, err := auth.Login(lctx, client)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: kubernetes auth login (role %q, auth/%s): %w", v, v.cfg.Role, v.cfg.AuthPath, err)
+		}
+		if secret == nil || secret.Auth == nil || secret.Auth.ClientToken == "" {
+			return fmt.Errorf("%s: kubernetes auth login (role %q) returned no token", v, v.cfg.Role)
+		}
+		client.SetToken(secret.Auth.ClientToken)
+	}
+	v.mu.Lock()
+	v.client = client
+	v.mu.Unlock()
+	return nil
+}
+
+// call runs f with the client, logging in again once if Vault answers 403.
+func (v *VaultTransit) call(ctx context.Context, f func(ctx context.Context, c *vault.Client) (*vault.Secret, error)) (*vault.Secret, error) {
+	for attempt := 0; ; attempt++ {
+		v.mu.Lock()
+		c := v.client
+		v.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
+		s, err := f(cctx, c)
+		cancel()
+		var re *vault.ResponseError
+		if err != nil && attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+			if lerr := v.login(ctx); lerr != nil {
+				return nil, errors.Join(err, lerr)
+			}
+			continue
+		}
+		return s, err
+	}
+}
+
+func (v *VaultTransit) write(ctx context.Context, path string, data map[string]any) (*vault.Secret, error) {
+	full := v.cfg.TransitMount + "/" + path
+	s, err := v.call(ctx, func(ctx context.Context, c *vault.Client) (*vault.Secret, error) {
+		return c.Logical().WriteWithContext(ctx, full, data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vault %s %s: %w", v.cfg.Addr, full, err)
+	}
+	if s == nil || s.Data == nil {
+		return nil, fmt.Errorf("vault %s %s: empty answer", v.cfg.Addr, full)
+	}
+	return s, nil
+}
+
+func (v *VaultTransit) read(ctx context.Context, path string) (*vault.Secret, error) {
+	full := v.cfg.TransitMount + "/" + path
+	s, err := v.call(ctx, func(ctx context.Context, c *vault.Client) (*vault.Secret, error) {
+		return c.Logical().ReadWithContext(ctx, full)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vault %s %s: %w", v.cfg.Addr, full, err)
+	}
+	if s == nil || s.Data == nil {
+		return nil, fmt.Errorf("vault %s %s: not found", v.cfg.Addr, full)
+	}
+	return s, nil
+}
+
+// Ping is a readiness check: Vault answers, is initialised and unsealed.
+func (v *VaultTransit) Ping(ctx context.Context) error {
+	v.mu.Lock()
+	c := v.client
+	v.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
+	defer cancel()
+	h, err := c.Sys().HealthWithContext(cctx)
+	if err != nil {
+		return fmt.Errorf("vault %s: %w", v.cfg.Addr, err)
+	}
+	if !h.Initialized || h.Sealed {
+		return fmt.Errorf("vault %s: initialized=%v sealed=%v", v.cfg.Addr, h.Initialized, h.Sealed)
+	}
+	return nil
+}
+
+func stringField(s *vault.Secret, name string) (string, error) {
+	raw, ok := s.Data[name].(string)
+	if !ok || raw == "" {
+		return "", fmt.Errorf("vault answer has no %q", name)
+	}
+	return raw, nil
+}
+
+// VaultSealer is the production Sealer: envelope encryption with Vault Transit. A data key
+// comes from transit/datakey/plaintext/<key> (Vault returns it in plaintext and wrapped
+// under the Transit key); records are sealed locally with XChaCha20-Poly1305 under it and
+// carry the wrapped form, which Vault alone can unwrap (transit/decrypt/<key>).
+//
+// The choice: one data key seals up to DataKeyUses records or for DataKeyAge, then a fresh
+// one is drawn, and unwrapped data keys are cached (CacheSize). A data key per record would
+// put two Vault calls (datakey on write, decrypt on read) on every ratchet step of every
+// execution; DESIGN.md rules out a Vault call per message. DataKeyUses = 1 gives a data key
+// per record for deployments that want it. Forward secrecy does not rest on the data key:
+// it rests on the sealed K and seeds being overwritten or deleted in Redis (spec D8), and a
+// copy of an old record (an RDB or AOF file) stays as sensitive as the Transit key itself.
+type VaultSealer struct {
+	transit *VaultTransit
+	key     string
+	opt     VaultSealerOptions
+
+	mu      sync.Mutex
+	current *dataKey
+	uses    int
+	cache   map[string]*list.Element // wrapped → element of lru holding *dataKey
+	lru     *list.List
+}
+
+// VaultSealerOptions tune data key rotation and caching; zero values take the defaults.
+type VaultSealerOptions struct {
+	DataKeyUses int           // records sealed per data key (default 4096)
+	DataKeyAge  time.Duration // longest use of a data key (default 1 h)
+	CacheSize   int           // unwrapped data keys kept (default 256)
+	Rand        io.Reader     // nonces; nil means crypto/rand
+}
+
+type dataKey struct {
+	plain   [32]byte
+	wrapped string
+	born    time.Time
+}
+
+// NewVaultSealer seals with Transit key name (type aes256-gcm96 or chacha20-poly1305). It
+// checks that the key exists.
+func NewVaultSealer(ctx context.Context, t *VaultTransit, name string, opt VaultSealerOptions) (*VaultSealer, error) {
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		return nil, fmt.Errorf("transit seal key %q: want a key name", name)
+	}
+	if opt.DataKeyUses <= 0 {
+		opt.DataKeyUses = 4096
+	}
+	if opt.DataKeyAge <= 0 {
+		opt.DataKeyAge = time.Hour
+	}
+	if opt.CacheSize <= 0 {
+		opt.CacheSize = 256
+	}
+	if opt.Rand == nil {
+		opt.Rand = rand.Reader
+	}
+	if _, err := t.read(ctx, "keys/"+name); err != nil {
+		return nil, fmt.Errorf("transit seal key: %w", err)
+	}
+	return &VaultSealer{transit: t, key: name, opt: opt, cache: map[string]*list.Element{}, lru: list.New()}, nil
+}
+
+// Seal implements Sealer.
+func (s *VaultSealer) Seal(ctx context.Context, plaintext, ad []byte) ([]byte, error) {
+	dk, err := s.sealingKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sealWith(dk.plain[:], schemeVault, []byte(dk.wrapped), plaintext, ad, s.opt.Rand)
+}
+
+// Open implements Sealer.
+func (s *VaultSealer) Open(ctx context.Context, sealed, ad []byte) ([]byte, error) {
+	r, err := parseSealed(sealed)
+	if err != nil {
+		return nil, err
+	}
+	if r.scheme != schemeVault {
+		return nil, fmt.Errorf("%w: sealed with a local key, this garbler seals with Vault Transit", ErrSealed)
+	}
+	dk, err := s.unwrap(ctx, string(r.wrapped))
+	if err != nil {
+		return nil, err
+	}
+	return openWith(dk.plain[:], r, ad)
+}
+
+func (s *VaultSealer) sealingKey(ctx context.Context) (*dataKey, error) {
+	s.mu.Lock()
+	if s.current != nil && s.uses < s.opt.DataKeyUses && time.Since(s.current.born) < s.opt.DataKeyAge {
+		s.uses++
+		dk := s.current
+		s.mu.Unlock()
+		return dk, nil
+	}
+	s.mu.Unlock()
+	sec, err := s.transit.write(ctx, "datakey/plaintext/"+s.key, map[string]any{"bits": 256})
+	if err != nil {
+		return nil, fmt.Errorf("new data key: %w", err)
+	}
+	wrapped, err := stringField(sec, "ciphertext")
+	if err != nil {
+		return nil, fmt.Errorf("new data key: %w", err)
+	}
+	plainB64, err := stringField(sec, "plaintext")
+	if err != nil {
+		return nil, fmt.Errorf("new data key: %w", err)
+	}
+	dk, err := newDataKey(plainB64, wrapped)
+	if err != nil {
+		return nil, fmt.Errorf("new data key: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.current, s.uses = dk, 1
+	s.remember(dk)
+	return dk, nil
+}
+
+func (s *VaultSealer) unwrap(ctx context.Context, wrapped string) (*dataKey, error) {
+	s.mu.Lock()
+	if e, ok := s.cache[wrapped]; ok {
+		s.lru.MoveToFront(e)
+		dk := e.Value.(*dataKey)
+		s.mu.Unlock()
+		return dk, nil
+	}
+	s.mu.Unlock()
+	if !strings.HasPrefix(wrapped, "vault:v") {
+		return nil, fmt.Errorf("%w: wrapped data key is not a Transit ciphertext", ErrSealed)
+	}
+	sec, err := s.transit.write(ctx, "decrypt/"+s.key, map[string]any{"ciphertext": wrapped})
+	if err != nil {
+		return nil, fmt.Errorf("unwrap data key: %w", err)
+	}
+	plainB64, err := stringField(sec, "plaintext")
+	if err != nil {
+		return nil, fmt.Errorf("unwrap data key: %w", err)
+	}
+	dk, err := newDataKey(plainB64, wrapped)
+	if err != nil {
+		return nil, fmt.Errorf("unwrap data key: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.remember(dk)
+	return dk, nil
+}
+
+// remember caches dk, evicting (and erasing) the least recently used key. The current
+// sealing key is never evicted while in use: it is re-inserted on every rotation.
+func (s *VaultSealer) remember(dk *dataKey) {
+	if e, ok := s.cache[dk.wrapped]; ok {
+		s.lru.MoveToFront(e)
+		return
+	}
+	s.cache[dk.wrapped] = s.lru.PushFront(dk)
+	for s.lru.Len() > s.opt.CacheSize {
+		e := s.lru.Back()
+		old := e.Value.(*dataKey)
+		if old == s.current {
+			s.lru.MoveToFront(e)
+			continue
+		}
+		s.lru.Remove(e)
+		delete(s.cache, old.wrapped)
+		clear(old.plain[:])
+	}
+}
+
+func newDataKey(plainB64, wrapped string) (*dataKey, error) {
+	if len(wrapped) > maxWrapped {
+		return nil, fmt.Errorf("wrapped data key of %d bytes", len(wrapped))
+	}
+	b, err := base64.StdEncoding.DecodeString(plainB64)
+	if err != nil || len(b) != 32 {
+		clear(b)
+		return nil, fmt.Errorf("data key is not 32 bytes of base64")
+	}
+	dk := &dataKey{wrapped: wrapped, born: time.Now()}
+	copy(dk.plain[:], b)
+	clear(b)
+	return dk, nil
+}
