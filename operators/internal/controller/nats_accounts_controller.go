@@ -118,7 +118,8 @@ func (r *NATSAccountsReconciler) Reconcile(ctx context.Context, _ ctrl.Request) 
 	if p := strings.Join(res.Problems, "; "); r.setProblems(p) && p != "" {
 		log.Info("NATS credentials left out of the accounts", "problems", res.Problems)
 		if exists {
-			r.Recorder.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonCredentialsRejected, "Render", "%d left out: %s", len(res.Problems), p)
+			// An Event's message is at most 1,024 characters; the full list is in the log.
+			r.Recorder.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonCredentialsRejected, "Render", "%d left out: %s", len(res.Problems), truncate(p, 900))
 		}
 	}
 

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"unicode/utf8"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -33,4 +35,15 @@ func deref(o *outcome) outcome {
 		return outcome{}
 	}
 	return *o
+}
+
+// truncate shortens s to at most n bytes on a rune boundary, marking the cut with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
