@@ -1,5 +1,6 @@
 // Command manager is the Obscura operator: one controller manager that runs the Vendor, Shuffler
-// and Round (mohito.obscura.dev) and AggregationJob (pda.obscura.dev) reconcilers.
+// and Round (mohito.obscura.dev), AggregationJob (pda.obscura.dev) and SecurePipeline
+// (pps.obscura.dev) reconcilers.
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/internal/controller"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
+	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
@@ -40,6 +42,8 @@ type Config struct {
 	NATSURL         string
 	Mohito          MohitoConfig
 	PDA             PDAConfig
+	// PPSImage runs both PPS parties; with --nats-url the operator runs SecurePipelines.
+	PPSImage string
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -167,6 +171,7 @@ func main() {
 	flag.StringVar(&cfg.Mohito.Image, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
 	flag.StringVar(&cfg.PDA.Image, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
+	flag.StringVar(&cfg.PPSImage, "pps-image", envOr("OBSCURA_PPS_IMAGE", ""), "image running both PPS parties (pps broker, pps garbler); with --nats-url the operator runs SecurePipelines' workloads (env OBSCURA_PPS_IMAGE)")
 	flag.StringVar(&cfg.PDA.ProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
 	flag.StringVar(&cfg.PDA.ProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
 	flag.StringVar(&cfg.PDA.DBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
@@ -244,6 +249,8 @@ func run(cfg Config) error {
 		Runtime: rt,
 		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},
 		PDA:     controller.PDAOptions{Image: cfg.PDA.Image, Services: pdaServices},
+		// The broker's figures are scraped from its pods' metrics, which needs no credentials.
+		PPS: controller.PPSOptions{Image: cfg.PPSImage, Services: ppsstatus.Metrics{}},
 		NATSAccounts: controller.NATSAccountsOptions{Secret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
 			OperatorUsers: operatorUsers, Owner: cfg.NATSAccountsOwner},
 	}); err != nil {

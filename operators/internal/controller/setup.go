@@ -8,9 +8,11 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
+	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
+	"github.com/obscura-iot/obscura/operators/internal/specs/pps"
 )
 
 // Options configures the reconcilers: what every system's workloads share, then one struct
@@ -21,6 +23,7 @@ type Options struct {
 	Runtime specs.Runtime
 	Mohito  MohitoOptions
 	PDA     PDAOptions
+	PPS     PPSOptions
 	// NATSAccounts renders the NATS server's accounts; its zero value renders none.
 	NATSAccounts NATSAccountsOptions
 }
@@ -46,6 +49,17 @@ type PDAOptions struct {
 	Services *pdastatus.Client
 }
 
+// PPSOptions configures the SecurePipeline reconciler.
+type PPSOptions struct {
+	// Image runs both PPS parties (`pps broker`, `pps garbler`); without it (or without
+	// Runtime.NATSURL) pipelines are only validated.
+	Image string
+	// Services reads what the broker reports; nil leaves the execution figures empty.
+	Services ppsstatus.Source
+	// MetricsPort is where the broker pods serve /metrics (0: the shared MetricsPort).
+	MetricsPort int
+}
+
 // NATSAccountsOptions: when Secret is named, the server's accounts are rendered there, with
 // OperatorUsers (the operator's own users) besides every credentials Secret's.
 type NATSAccountsOptions struct {
@@ -65,6 +79,11 @@ func (o Options) pdaPlatform() pda.Platform {
 	return pda.Platform{Image: o.PDA.Image, Runtime: o.Runtime}
 }
 
+// ppsPlatform is where the PPS workloads run.
+func (o Options) ppsPlatform() pps.Platform {
+	return pps.Platform{Image: o.PPS.Image, Runtime: o.Runtime}
+}
+
 // SetupAll registers every reconciler of the operator with mgr. The manager binary and the
 // tests both call it, so the tests run exactly the production wiring.
 func SetupAll(mgr ctrl.Manager, opts Options) error {
@@ -79,6 +98,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		{"round", (&RoundReconciler{Client: mgr.GetClient(), Keys: keys, Recorder: mgr.GetEventRecorder("round-controller"), Platform: mp, Services: m.Services}).SetupWithManager},
 		{"aggregationjob", (&AggregationJobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("aggregationjob-controller"),
 			Platform: opts.pdaPlatform(), Services: opts.PDA.Services}).SetupWithManager},
+		{"securepipeline", (&SecurePipelineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("securepipeline-controller"),
+			Platform: opts.ppsPlatform(), Services: opts.PPS.Services, MetricsPort: opts.PPS.MetricsPort}).SetupWithManager},
 	}
 	if a := opts.NATSAccounts; a.Secret.Name != "" {
 		reconcilers = append(reconcilers, struct {

@@ -14,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -22,6 +23,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/api/common"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
+	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -42,6 +44,13 @@ var testRuntime = specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nat
 // pdaServices is the AggregationJob reconciler's connection to the PDA services' KV on
 // natsServer (one account for both domains here).
 var pdaServices *pdastatus.Client
+
+// apiConfig reaches the suite's API server (requests the typed client cannot make: tables).
+var apiConfig *rest.Config
+
+// brokerMetrics plays the PPS broker pods' metrics listener on 127.0.0.1: the SecurePipeline
+// reconciler scrapes it as it would a broker pod (tests create the pod objects with that IP).
+var brokerMetrics *fakeBroker
 
 // testAccountsSecret is where the suite's operator renders the NATS accounts, with its own
 // user testOperatorUsers.
@@ -87,6 +96,12 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer pdaServices.Close()
+	apiConfig = api.Config
+	if brokerMetrics, err = startFakeBroker(); err != nil {
+		fmt.Fprintln(os.Stderr, "start the fake broker metrics:", err)
+		return 1
+	}
+	defer brokerMetrics.Close()
 	if k8s, err = api.Client(scheme.New()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -108,6 +123,7 @@ func runSuite(m *testing.M) int {
 	if err := SetupAll(mgr, Options{Runtime: testRuntime,
 		Mohito:       MohitoOptions{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379", Services: services},
 		PDA:          PDAOptions{Image: "obscura/pda:test", Services: pdaServices},
+		PPS:          PPSOptions{Image: "obscura/pps:test", Services: ppsstatus.Metrics{}, MetricsPort: brokerMetrics.Port()},
 		NATSAccounts: NATSAccountsOptions{Secret: testAccountsSecret, OperatorUsers: testOperatorUsers}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

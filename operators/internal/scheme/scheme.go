@@ -8,13 +8,15 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	ppsv1 "github.com/obscura-iot/obscura/operators/api/pps/v1alpha1"
 )
 
-// New returns a scheme with the built-in kinds and the mohito and pda API groups.
+// New returns a scheme with the built-in kinds and the mohito, pda and pps API groups.
 func New() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(mohitov1.AddToScheme(s))
 	utilruntime.Must(pdav1.AddToScheme(s))
+	utilruntime.Must(ppsv1.AddToScheme(s))
 	return s
 }
