@@ -61,6 +61,21 @@ spec:
   resultSink: {natsSubject: pda.results}
 `
 
+const validPipeline = `
+apiVersion: pps.obscura.dev/v1alpha1
+kind: SecurePipeline
+metadata: {name: p}
+spec:
+  source: '(begin (define x (val "a")) (start-building) x)'
+  publishers:
+    - {topic: a, deviceID: e9afe937531d24d7b6f174d5a6d00fb2fe35e819eb07602f10ebc16c85937336}
+    - {topic: b, deviceID: 17e734a320bff2f886b163c2111248be744d90665b056e407540981b98559a9d}
+  subscribers: [e15bdae6490124691c7d978d9bc39b5b467327c378b60665f31b92ecfb937273]
+  window: 5s
+  schedule: 1m
+  garbler: {namespace: pps-garbler, keys: {secretRef: {name: k}}}
+`
+
 // mutate parses a valid manifest and applies edits given as dotted paths under spec
 // ("capacity.paddedEntries": 1); a nil value deletes the field.
 func mutate(t *testing.T, manifest string, edits map[string]any) *unstructured.Unstructured {
@@ -91,7 +106,7 @@ func mutate(t *testing.T, manifest string, edits map[string]any) *unstructured.U
 
 func TestValidResourcesAccepted(t *testing.T) {
 	ns := namespace(t)
-	for _, m := range []string{validVendor, validRound, validShuffler, validJob} {
+	for _, m := range []string{validVendor, validRound, validShuffler, validJob, validPipeline} {
 		u := mutate(t, m, nil)
 		u.SetNamespace(ns)
 		if err := k8s.Create(context.Background(), u); err != nil {
@@ -171,10 +186,84 @@ func TestInvalidResourcesRejected(t *testing.T) {
 		{"job unknown key type", validJob,
 			map[string]any{"key.type": "MAC"},
 			`spec.key.type: Unsupported value: "MAC"`},
+		{"pipeline publisher device id in upper case", validPipeline,
+			map[string]any{"publishers": []any{map[string]any{"topic": "a", "deviceID": "E9AFE937531D24D7B6F174D5A6D00FB2FE35E819EB07602F10EBC16C85937336"}}},
+			"deviceID must be 64 lowercase hex characters"},
+		{"pipeline publisher device id too short", validPipeline,
+			map[string]any{"publishers": []any{map[string]any{"topic": "a", "deviceID": "e9afe937"}}},
+			"deviceID must be 64 lowercase hex characters"},
+		{"pipeline publisher device id too long", validPipeline,
+			map[string]any{"publishers": []any{map[string]any{"topic": "a", "deviceID": strings.Repeat("a", 65)}}},
+			"spec.publishers[0].deviceID: Too long"},
+		{"pipeline subscriber not a device id", validPipeline,
+			map[string]any{"subscribers": []any{"dashboard"}},
+			"a subscriber is a device id: 64 lowercase hex characters"},
+		{"pipeline subscriber listed twice", validPipeline,
+			map[string]any{"subscribers": []any{strings.Repeat("ab", 32), strings.Repeat("ab", 32)}},
+			"spec.subscribers[1]: Duplicate value"},
+		{"pipeline topic listed twice", validPipeline,
+			map[string]any{"publishers": []any{
+				map[string]any{"topic": "a", "deviceID": strings.Repeat("ab", 32)},
+				map[string]any{"topic": "a", "deviceID": strings.Repeat("cd", 32)}}},
+			"spec.publishers[1]: Duplicate value"},
+		{"pipeline without publishers", validPipeline,
+			map[string]any{"publishers": []any{}},
+			"spec.publishers: Invalid value"},
+		{"pipeline zero window", validPipeline,
+			map[string]any{"window": "0s"},
+			"window must be positive"},
+		{"pipeline zero schedule", validPipeline,
+			map[string]any{"schedule": "0m"},
+			"schedule must be positive"},
+		{"pipeline negative schedule", validPipeline,
+			map[string]any{"schedule": "-1m"},
+			"spec.schedule: Invalid value"},
+		{"pipeline zero seedTTL", validPipeline,
+			map[string]any{"seedTTL": "0h"},
+			"seedTTL must be positive"},
+		{"pipeline unknown mode", validPipeline,
+			map[string]any{"mode": "paranoid"},
+			`spec.mode: Unsupported value: "paranoid"`},
+		{"pipeline empty source", validPipeline,
+			map[string]any{"source": ""},
+			"spec.source: Invalid value"},
+		{"pipeline garbler with two key sources", validPipeline,
+			map[string]any{"garbler.keys.vault": map[string]any{"role": "r", "identityKey": "i", "sealKey": "s"}},
+			"set exactly one of keys.vault or keys.secretRef"},
+		{"pipeline garbler without keys", validPipeline,
+			map[string]any{"garbler.keys.secretRef": nil},
+			"set exactly one of keys.vault or keys.secretRef"},
+		{"pipeline garbler identity and seal in one entry", validPipeline,
+			map[string]any{"garbler.keys.secretRef": map[string]any{"name": "k", "identityKey": "k", "sealKey": "k"}},
+			"identityKey and sealKey must be different entries"},
+		{"pipeline garbler vault address not a URL", validPipeline,
+			map[string]any{"garbler.keys.secretRef": nil, "garbler.keys.vault": map[string]any{"role": "r", "identityKey": "i", "sealKey": "s", "address": "vault:8200"}},
+			"vault.address must be an http:// or https:// URL"},
+		{"pipeline garbler namespace not a DNS label", validPipeline,
+			map[string]any{"garbler.namespace": "PPS_Garbler"},
+			"spec.garbler.namespace: Invalid value"},
+		{"pipeline broker workers zero", validPipeline,
+			map[string]any{"broker.workers": 0},
+			"spec.broker.workers: Invalid value"},
+		{"pipeline broker redis without a port", validPipeline,
+			map[string]any{"broker.redis.address": "redis"},
+			"spec.broker.redis.address: Invalid value"},
 	}
+	// The name is part of NATS account and user names: no dots.
+	dotted := mutate(t, validPipeline, nil)
+	dotted.SetName("parking.daily")
+	cases = append(cases, struct {
+		name     string
+		manifest string
+		edits    map[string]any
+		want     string
+	}{"pipeline name with a dot", "", nil, "a SecurePipeline name is at most 40 characters without dots"})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			u := mutate(t, tc.manifest, tc.edits)
+			u := dotted
+			if tc.manifest != "" {
+				u = mutate(t, tc.manifest, tc.edits)
+			}
 			u.SetNamespace(ns)
 			err := k8s.Create(context.Background(), u)
 			if err == nil {
