@@ -43,14 +43,14 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	// windowLength is long and the tests close their windows themselves, as Mixer.Close
-	// does, by writing the closed state to the proxy's window bucket; the mixer then seals
-	// after the grace. A window of a few seconds would make the proxy-domain roles retry
-	// their setup forever: the pool stream keeps 2×window+grace, and JetStream refuses a
-	// max age below the streams' 10-minute duplicate window (roles.Dedup).
-	windowLength = 5 * time.Minute
-	grace        = 500 * time.Millisecond
-	tau          = 3
+	// longWindow does not end during a test: the tests that check exact counts close their
+	// windows themselves, as Mixer.Close does, by writing the closed state to the proxy's
+	// window bucket (the mixer then seals after the grace), so that every submission of a
+	// test lands in one window however slow the machine. shortWindow ends on its own.
+	longWindow  = 5 * time.Minute
+	shortWindow = 2 * time.Second
+	grace       = 500 * time.Millisecond
+	tau         = 3
 	// keysFlag names the key bundle of the proxy-domain and DB roles.
 	keysFlag = "--keys"
 )
@@ -193,7 +193,7 @@ type cluster struct {
 // newCluster starts NATS with the PDA accounts, the proxy's and each shard's redis-server,
 // writes the keys and the PKI, publishes the shard ring (the operator's job) and starts
 // every role, waiting until each is ready.
-func newCluster(t *testing.T, mode string, people int) *cluster {
+func newCluster(t *testing.T, mode string, people int, window time.Duration) *cluster {
 	t.Helper()
 	c := &cluster{t: t, ctx: t.Context(), dir: t.TempDir(), mode: mode, roles: map[string]*role{},
 		shardRedis: map[string]*testenv.Redis{}, dbCap: &capture{}, ledger: &ledger{}}
@@ -228,10 +228,10 @@ func newCluster(t *testing.T, mode string, people int) *cluster {
 	}
 	c.jobArgs = []string{"--deployment", "e2e", "--group", "ristretto255", "--threshold", strconv.Itoa(tau),
 		"--count-mode", mode, "--chunks", "1", "--db-public-key", dbPub, "--proxy-public-key", proxyPub,
-		"--window", windowLength.String(), "--grace", grace.String()}
+		"--window", window.String(), "--grace", grace.String()}
 	// The same job in-process, for the suites the privacy check derives needles from.
 	c.job = &roles.Job{DeploymentID: "e2e", Group: pda.Ristretto255, Threshold: tau, CountMode: pda.CountDistinctParticipants,
-		Chunks: 1, WindowLength: windowLength, Grace: grace}
+		Chunks: 1, WindowLength: window, Grace: grace}
 	if mode == "tuples" {
 		c.job.CountMode = pda.CountTuples
 	}
@@ -268,7 +268,7 @@ func newCluster(t *testing.T, mode string, people int) *cluster {
 		c.shardRedis[s] = testenv.StartRedis(t)
 	}
 	pu, du := contract.ProxyUser, contract.DBUser
-	c.start("proxy", "proxy", pu, keysFlag, c.proxyKeys, "--listen", c.listen, "--tls-cert", crt, "--tls-key", key,
+	c.start("proxy", "proxy", pu, keysFlag, c.proxyKeys, "--listen", c.listen, "--reuse-port", "--tls-cert", crt, "--tls-key", key,
 		"--client-ca", c.caFile, "--participants", strings.Join(c.people, ","), "--redis-addr", c.proxyRedis.Addr(), "--max-batch", "1000")
 	c.start("mixer", "mixer", pu, keysFlag, c.proxyKeys, "--chunk-items", "16", "--poll", "200ms")
 	c.start("oracle", "oracle", pu, keysFlag, c.proxyKeys)
@@ -279,7 +279,7 @@ func newCluster(t *testing.T, mode string, people int) *cluster {
 	for _, r := range c.roles {
 		c.waitReady(r)
 	}
-	c.waitIngress()
+	c.waitIngress("proxy")
 	return c
 }
 
@@ -404,12 +404,17 @@ func (c *cluster) waitReady(r *role) {
 	r.d.Get(c.t, 60*time.Second, r.health, "/readyz")
 }
 
-// waitIngress waits until the proxy accepts mTLS connections.
-func (c *cluster) waitIngress() {
+// waitIngress waits until the proxy names its listener in its address file and accepts mTLS
+// connections there.
+func (c *cluster) waitIngress(name string) {
 	c.t.Helper()
+	r := c.roles[name]
+	if got, err := telemetry.ReadAddr(r.addrFile, telemetry.AddrHTTPS); err != nil || got != c.listen {
+		c.t.Fatalf("%s's address file names https=%q (%v), want %s", name, got, err, c.listen)
+	}
 	tc := c.clientTLS(c.people[0])
-	testenv.Eventually(c.t, 30*time.Second, "proxy ingress accepts TLS on "+c.listen, func() error {
-		if err := c.roles["proxy"].d.Exited(); err != nil {
+	testenv.Eventually(c.t, 30*time.Second, name+" accepts TLS on "+c.listen, func() error {
+		if err := r.d.Exited(); err != nil {
 			return err
 		}
 		conn, err := tls.Dial("tcp", c.listen, tc)
@@ -632,8 +637,13 @@ func canary(t testing.TB) pda.Observation {
 // identity, pseudonym or session id, nor any form of an unrevealed key; every role exports
 // metrics; SIGTERM stops each role with status 0.
 func TestRevealsExactlyTheKeysOfTauParticipantsAndTheDBSeesNoIdentity(t *testing.T) {
-	c := newCluster(t, "distinct_participants", 6)
+	c := newCluster(t, "distinct_participants", 6, longWindow)
 	p := c.people
+	// A second proxy replica on the same address (--reuse-port, as on the host network): the
+	// kernel spreads the participants' connections over both.
+	proxy := c.roles["proxy"]
+	c.waitReady(c.start("proxy-2", proxy.sub, proxy.user, proxy.args...))
+	c.waitIngress("proxy-2")
 	// 10.0.0.j is reported by participants 0..j (j+1 of them): j ≥ 2 reaches τ = 3.
 	// Participant 5 submits through the CLI.
 	perPerson := make([][]pda.Observation, len(p))
@@ -693,6 +703,7 @@ func TestRevealsExactlyTheKeysOfTauParticipantsAndTheDBSeesNoIdentity(t *testing
 	// Every role exports its series and stops cleanly.
 	series := map[string]string{
 		"proxy":       `pda_proxy_items_total{outcome="accepted"}`,
+		"proxy-2":     "pda_proxy_sessions_total",
 		"mixer":       "pda_mixer_windows_sealed_total",
 		"oracle":      `pda_oracle_requests_total{outcome="answered"}`,
 		"db-frontend": `pda_frontend_items_total{outcome="routed"}`,
@@ -715,6 +726,25 @@ func TestRevealsExactlyTheKeysOfTauParticipantsAndTheDBSeesNoIdentity(t *testing
 			t.Error(err)
 		}
 	}
+}
+
+// TestShortWindowsRevealOnTheirOwn runs the roles with 2-second windows (the CRD accepts 1 s),
+// for which the proxy domain's pool keeps less than the other streams' 10-minute duplicate
+// window: every role comes up, and the mixer closes and seals each window once it has ended,
+// with no help from the test, revealing exactly the keys of τ participants in it.
+func TestShortWindowsRevealOnTheirOwn(t *testing.T) {
+	c := newCluster(t, "distinct_participants", 3, shortWindow)
+	// One key per round, by all three participants: a round whose submissions straddle a
+	// window boundary reveals nothing, so there are three.
+	for r := range 3 {
+		for _, who := range c.people {
+			c.submit(who, ipObs(t, fmt.Sprintf("10.6.0.%d", r)))
+		}
+	}
+	if n := c.checkResults(); n == 0 {
+		t.Fatal("nothing was revealed")
+	}
+	c.refused(c.people[0])
 }
 
 // checkDBView requires the DB domain's view — every message of its NATS account, its roles'
@@ -849,7 +879,7 @@ func redisDump(t testing.TB, r *testenv.Redis) [][]byte {
 // while shard-a is still down (shard-b publishes its part, nothing is merged); then shard-a
 // comes back, catches up, and the merged result is exact.
 func TestKill9OfShardAndMixerMidWindowLosesNoSubmission(t *testing.T) {
-	c := newCluster(t, "tuples", 4)
+	c := newCluster(t, "tuples", 4, longWindow)
 	p := c.people
 	round := func(r int) {
 		for i, who := range p {

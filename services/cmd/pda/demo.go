@@ -24,7 +24,7 @@ func runDemo(args []string) error {
 		return err
 	}
 	if o.Validate() != nil {
-		return configErr(errors.New("-participants ≥ 2, -threshold ≥ 1, -shards ≥ 1 and -benign ≥ 0 are required"))
+		return configErr(errors.New("--participants ≥ 2, --threshold ≥ 1, --shards ≥ 1 and --benign ≥ 0 are required"))
 	}
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()

@@ -13,10 +13,10 @@ import (
 // keyLoadTimeout bounds loading the key bundle at start (a Vault login and one read).
 const keyLoadTimeout = time.Minute
 
-// bindKeys binds -keys (env OBSCURA_KEYS, the bundle file) and the -vault-* flags (env
+// bindKeys binds --keys (env OBSCURA_KEYS, the bundle file) and the --vault-* flags (env
 // OBSCURA_VAULT_*, as for the Mohito roles): the bundle comes from exactly one of them.
 func bindKeys(f *envflag.Set, src *keys.Source, defaultFile, what string) {
-	src.BindAs(f, "keys", defaultFile, what+", read once at start; or use -vault-* (the bundle is the Vault field's string)")
+	src.BindAs(f, "keys", defaultFile, what+", read once at start; or use --vault-* (the bundle is the Vault field's string)")
 }
 
 // loadBundle reads the bundle once; any failure is a configuration error (exit status 2).

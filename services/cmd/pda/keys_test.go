@@ -19,8 +19,9 @@ import (
 // roles. The proxy domain logs in with the Kubernetes auth method: Vault reviews a
 // ServiceAccount token against a real kube-apiserver (TokenReview) and the role's policy
 // allows only the proxy's path. The DB front-end uses token auth ($VAULT_TOKEN). A role that
-// loaded its bundle goes on to connect to NATS (which is not there: the error is then a
-// runtime one, not a configuration one); a role that cannot load it exits with a
+// loaded its bundle goes on to connect to NATS (at a URL with no port, which the client
+// refuses at once — an unreachable server the runtime would retry for ever: the error is
+// then a runtime one, not a configuration one); a role that cannot load it exits with a
 // configuration error naming the source and never the bundle.
 func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the environment
 	quiet(t)
@@ -57,7 +58,7 @@ func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the e
 		t.Setenv("OBSCURA_VAULT_FIELD", "private_key")
 		t.Setenv("OBSCURA_VAULT_JWT_FILE", jwt)
 	}
-	noNATS := []string{"-nats-url", "nats://127.0.0.1:1", "-metrics-addr", "",
+	noNATS := []string{"-nats-url", "nats://127.0.0.1:no-port", "-metrics-addr", "", "-health-addr", "127.0.0.1:0",
 		"-proxy-public-key", hex.EncodeToString(ps.Keys.Oracle.PublicKey()), "-db-public-key", hex.EncodeToString(ds.Key.PublicKey())}
 	loaded := func(what string, err error) {
 		t.Helper()

@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	pdaroles "github.com/obscura-iot/obscura/services/pkg/pda/roles"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 func main() {
@@ -52,7 +54,7 @@ var errConfig = daemon.ErrConfig
 // configErr marks err (if any) as a configuration error.
 func configErr(err error) error { return daemon.ConfigError(err) }
 
-// newFlags returns the flag set of a subcommand: every flag -x-y falls back to OBSCURA_X_Y.
+// newFlags returns the flag set of a subcommand: every flag --x-y falls back to OBSCURA_X_Y.
 func newFlags(cmd string) *envflag.Set { return daemon.NewFlags(cmd) }
 
 // parseFlags parses the command line of a subcommand that takes no positional arguments.
@@ -95,10 +97,20 @@ func groupID(s string) (pda.GroupID, error) {
 	case "p256":
 		return pda.P256, nil
 	}
-	return 0, fmt.Errorf("-group must be ristretto255 or p256, not %q", s)
+	return 0, fmt.Errorf("--group must be ristretto255 or p256, not %q", s)
 }
 
 func (j *jobFlags) build() (*pdaroles.Job, error) {
+	var bad []error
+	if j.tau < 1 || j.tau > math.MaxUint32 {
+		bad = append(bad, fmt.Errorf("--threshold must be in [1, %d], not %d", uint32(math.MaxUint32), j.tau))
+	}
+	if j.chunks < 1 || j.chunks > pda.MaxChunks {
+		bad = append(bad, fmt.Errorf("--chunks must be in [1, %d], not %d", pda.MaxChunks, j.chunks))
+	}
+	if len(bad) > 0 {
+		return nil, errors.Join(bad...)
+	}
 	g, err := groupID(j.group)
 	if err != nil {
 		return nil, err
@@ -111,25 +123,22 @@ func (j *jobFlags) build() (*pdaroles.Job, error) {
 	case "tuples":
 		job.CountMode = pda.CountTuples
 	default:
-		return nil, fmt.Errorf("-count-mode must be distinct_participants or tuples")
+		return nil, fmt.Errorf("--count-mode must be distinct_participants or tuples, not %q", j.countMode)
 	}
 	if j.values != "" {
 		for _, v := range strings.Split(j.values, ",") {
 			x, err := strconv.ParseUint(strings.TrimSpace(v), 10, 16)
 			if err != nil {
-				return nil, fmt.Errorf("-values: %w", err)
+				return nil, fmt.Errorf("--values: %w", err)
 			}
 			job.Values = append(job.Values, uint16(x))
 		}
 	}
 	if job.DBKey, err = hex.DecodeString(j.dbPub); err != nil {
-		return nil, fmt.Errorf("-db-public-key: %w", err)
+		return nil, fmt.Errorf("--db-public-key: %w", err)
 	}
 	if job.ProxyKey, err = hex.DecodeString(j.proxyPub); err != nil {
-		return nil, fmt.Errorf("-proxy-public-key: %w", err)
-	}
-	if j.tau < 1 || j.chunks < 1 || j.chunks > pda.MaxChunks {
-		return nil, fmt.Errorf("-threshold ≥ 1 and -chunks in [1, %d] are required", pda.MaxChunks)
+		return nil, fmt.Errorf("--proxy-public-key: %w", err)
 	}
 	return job, job.Validate()
 }
@@ -171,7 +180,7 @@ func (s *service) run(name string, setup func(ctx context.Context) (func(ctx con
 // ensureProxyDomain creates the proxy domain's streams and buckets, kept for two windows and
 // the grace.
 func (s *service) ensureProxyDomain(ctx context.Context) error {
-	return pdaroles.EnsureProxyDomain(ctx, s.JS, 2*s.job.WindowLength+s.job.Grace)
+	return pdaroles.EnsureProxyDomain(ctx, s.JS, s.job.PoolRetention())
 }
 
 // redisPing is ready when the role's Redis answers.
@@ -199,9 +208,11 @@ func runProxy(args []string) error {
 		quota     int
 		rate      int
 		maxBatch  int
+		reuse     bool
 	)
 	f.String(&listen, "listen", ":8443", "HTTPS listen address")
-	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle (pda keygen -role proxy)")
+	f.Bool(&reuse, "reuse-port", false, "set SO_REUSEPORT on the HTTPS listener, so several proxies (hostNetwork replicas) share one address")
+	bindKeys(f, &ks, "/var/run/secrets/pda/proxy.json", "proxy key bundle (pda keygen --role proxy)")
 	f.String(&cert, "tls-cert", "/var/run/secrets/pda/tls.crt", "server certificate")
 	f.String(&key, "tls-key", "/var/run/secrets/pda/tls.key", "server key")
 	f.String(&ca, "client-ca", "/var/run/secrets/pda/ca.crt", "CA of participant certificates")
@@ -253,11 +264,16 @@ func runProxy(args []string) error {
 		if err != nil {
 			return nil, err
 		}
+		ln, err := telemetry.Listen(ctx, cfg.Listen, reuse)
+		if err != nil {
+			return nil, fmt.Errorf("listen for HTTPS on %s: %w", cfg.Listen, err)
+		}
+		if err := s.Addrs.Record(ln.Addr().String(), telemetry.AddrHTTPS); err != nil {
+			ln.Close()
+			return nil, err
+		}
+		s.Log.Info("participant API listening", "addr", ln.Addr().String())
 		return func(ctx context.Context) error {
-			ln, err := (&netListen{}).listen(cfg.Listen)
-			if err != nil {
-				return err
-			}
 			return g.Serve(ctx, ln, &tls.Config{Certificates: []tls.Certificate{tc}, ClientCAs: pool})
 		}, nil
 	})
@@ -335,7 +351,7 @@ func runFrontend(args []string) error {
 		ks      keys.Source
 		workers int
 	)
-	bindKeys(f, &ks, "/var/run/secrets/pda/db.json", "DB key bundle (pda keygen -role db)")
+	bindKeys(f, &ks, "/var/run/secrets/pda/db.json", "DB key bundle (pda keygen --role db)")
 	f.Int(&workers, "workers", 2, "decrypting goroutines per chunk")
 	if err := parseFlags(f, args); err != nil {
 		return err
@@ -416,7 +432,7 @@ func runKeygen(args []string) error {
 	}
 	g, _ := pda.NewGroup(id)
 	if out == "" {
-		return configErr(errors.New("-out is required"))
+		return configErr(errors.New("--out is required"))
 	}
 	var b, pub []byte
 	switch role {
@@ -441,7 +457,7 @@ func runKeygen(args []string) error {
 		}
 		pub = s.Key.PublicKey()
 	default:
-		return configErr(errors.New("-role must be proxy or db"))
+		return configErr(errors.New("--role must be proxy or db"))
 	}
 	if err := os.WriteFile(out, b, 0o600); err != nil {
 		return err

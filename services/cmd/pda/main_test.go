@@ -60,3 +60,34 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("oracle -h: %v, want flag.ErrHelp", err)
 	}
 }
+
+// TestJobFlagErrors: an invalid job flag is reported by its name as typed (--flag) and, for a
+// number, with the range it must lie in.
+func TestJobFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--threshold", "0"}, "--threshold must be in [1, 4294967295], not 0"},
+		{[]string{"--threshold", "4294967296"}, "--threshold must be in [1, 4294967295], not 4294967296"},
+		{[]string{"--chunks", "0"}, "--chunks must be in [1, 16], not 0"},
+		{[]string{"--chunks", "17"}, "--chunks must be in [1, 16], not 17"},
+		{[]string{"--group", "p384"}, `--group must be ristretto255 or p256, not "p384"`},
+		{[]string{"--count-mode", "sometimes"}, `--count-mode must be distinct_participants or tuples, not "sometimes"`},
+		{[]string{"--values", "1,x"}, "--values:"},
+		{[]string{"--db-public-key", "zz"}, "--db-public-key:"},
+		{[]string{"--proxy-public-key", "zz"}, "--proxy-public-key:"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f := newFlags("job")
+			var j jobFlags
+			j.register(f)
+			if err := parseFlags(f, tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := j.build(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -7,17 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 
 	pdaclient "github.com/obscura-iot/obscura/services/pkg/pda/client"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
-
-type netListen struct{}
-
-func (netListen) listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 
 // progressBar draws "[#####.....]  50%  500/1000" on w.
 func progressBar(w io.Writer) pdaclient.Progress {
@@ -72,11 +67,11 @@ func runSubmit(args []string) error {
 	}
 	pem, err := os.ReadFile(ca)
 	if err != nil {
-		return configErr(fmt.Errorf("-ca: %w", err))
+		return configErr(fmt.Errorf("--ca: %w", err))
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return configErr(errors.New("-ca: no certificate"))
+		return configErr(errors.New("--ca: no certificate"))
 	}
 	c := pdaclient.NewClient(proxy, &tls.Config{Certificates: []tls.Certificate{tc}, RootCAs: pool, MinVersion: tls.VersionTLS13})
 	c.Batch = batch

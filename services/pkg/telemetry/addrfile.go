@@ -23,6 +23,7 @@ const (
 	AddrHealth  = "health"  // /healthz and /readyz
 	AddrMetrics = "metrics" // /metrics
 	AddrGRPC    = "grpc"    // the gateway's user API
+	AddrHTTPS   = "https"   // the PDA proxy's participant API
 )
 
 // AddrFile publishes the addresses a process has bound, so that a process

@@ -11,12 +11,19 @@ import (
 )
 
 // Dedup is the JetStream duplicate window of every PDA stream: it must cover the retry
-// horizon of the mixer, the front-ends and the shards (spec §4.5).
+// horizon of the mixer, the front-ends and the shards (spec §4.5). A stream that keeps its
+// messages for less (the pool of a job with short windows) de-duplicates for as long as it
+// keeps them: JetStream refuses a duplicate window longer than the max age (error 10052), and
+// every publish to the pool is retried within its window and grace, which the pool outlives
+// (Job.PoolRetention).
 const Dedup = 10 * time.Minute
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	cfg.Storage = jetstream.FileStorage
 	cfg.Duplicates = Dedup
+	if cfg.MaxAge > 0 {
+		cfg.Duplicates = min(Dedup, cfg.MaxAge)
+	}
 	if cfg.MaxMsgSize == 0 {
 		cfg.MaxMsgSize = 8 << 20
 	}
@@ -35,8 +42,8 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetst
 }
 
 // EnsureProxyDomain creates the proxy domain's streams and bucket (in the PDA_PROXY
-// account). retain must exceed a window plus its grace: the pool holds a window's items
-// until the mixer seals it.
+// account). retain must exceed a window plus its grace (Job.PoolRetention): the pool holds a
+// window's items until the mixer seals it.
 func EnsureProxyDomain(ctx context.Context, js jetstream.JetStream, retain time.Duration) error {
 	if err := ensureStream(ctx, js, jetstream.StreamConfig{Name: contract.PoolStream, Subjects: []string{"pda.v1.pool.*"},
 		MaxAge: retain}); err != nil {

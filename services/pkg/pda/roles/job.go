@@ -31,6 +31,10 @@ type Job struct {
 	suites map[uint64]*pda.Suite
 }
 
+// PoolRetention is how long the proxy domain's pool keeps an item: two windows and the
+// grace, so a window's items are there until the mixer has sealed it.
+func (j *Job) PoolRetention() time.Duration { return 2*j.WindowLength + j.Grace }
+
 // Validate checks the job by building the suite of window 0.
 func (j *Job) Validate() error {
 	var errs []error

@@ -90,6 +90,10 @@ type envOpts struct {
 	shards []string
 	quota  int
 	people int
+	// window is the job's window length. Zero: 24 h, a window that never ends during a
+	// test, which seals by hand (env.sealAndWait); otherwise the mixer seals each window
+	// itself once it has ended, and the proxy domain keeps the pool for PoolRetention.
+	window time.Duration
 }
 
 type env struct {
@@ -107,6 +111,7 @@ type env struct {
 	logs       *syncBuffer
 	url        string
 	mixer      *roles.Mixer
+	poll       time.Duration // the mixer's
 	ingressCfg roles.IngressConfig
 	people     []string
 }
@@ -152,13 +157,8 @@ func newEnvTB(t testing.TB, o envOpts) *env {
 			t.Fatal(err)
 		}
 	}
-	if err := roles.EnsureProxyDomain(ctx, proxyJS, 48*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := roles.EnsureDBDomain(ctx, dbJS); err != nil {
-		t.Fatal(err)
-	}
 	g, _ := pda.NewGroup(pda.Ristretto255)
+	var retain time.Duration
 	psec, err := roles.GenerateProxySecrets(g)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,18 @@ func newEnvTB(t testing.TB, o envOpts) *env {
 	}
 	e.job = &roles.Job{DeploymentID: "it", Group: pda.Ristretto255, Threshold: o.tau, CountMode: o.mode, Chunks: 1, Values: o.values,
 		DBKey: dsec.Key.PublicKey(), ProxyKey: psec.Keys.Oracle.PublicKey(), WindowLength: 24 * time.Hour, Grace: 300 * time.Millisecond}
+	retain, e.poll = 48*time.Hour, time.Hour
+	if o.window > 0 {
+		e.job.WindowLength, e.job.Grace = o.window, time.Second
+		retain, e.poll = e.job.PoolRetention(), 100*time.Millisecond
+	}
 	if err := e.job.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := roles.EnsureProxyDomain(ctx, proxyJS, retain); err != nil {
+		t.Fatal(err)
+	}
+	if err := roles.EnsureDBDomain(ctx, dbJS); err != nil {
 		t.Fatal(err)
 	}
 	e.setRing(1, o.shards)
@@ -235,8 +246,9 @@ func (e *env) startProxy() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	// Manual seals only: Poll is long, and the window (24 h) does not end during a test.
-	e.mixer, err = e.local.StartMixer(e.ctx, "mixer", roles.MixerConfig{ChunkItems: 16, Poll: time.Hour})
+	// With the 24 h window, manual seals only: Poll is long, and the window does not end
+	// during a test.
+	e.mixer, err = e.local.StartMixer(e.ctx, "mixer", roles.MixerConfig{ChunkItems: 16, Poll: e.poll})
 	if err != nil {
 		e.t.Fatal(err)
 	}

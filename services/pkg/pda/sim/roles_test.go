@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pda/client"
@@ -383,4 +384,39 @@ func TestRingChangeMidWindow(t *testing.T) {
 	if err != nil || r.Version() != 2 {
 		t.Fatalf("pinned ring %v %v", r, err)
 	}
+}
+
+// TestShortWindowsSealThemselves runs a job with 2-second windows (the CRD accepts 1 s) on the
+// proxy-domain streams the roles create for it: the pool keeps 2×window+grace, less than the
+// other streams' 10-minute duplicate window, and the proxy domain must still come up. τ
+// participants report a key in one window; the mixer closes and seals that window on its
+// own once it has ended, and the key is revealed.
+func TestShortWindowsSealThemselves(t *testing.T) {
+	e := newEnv(t, envOpts{tau: 3, window: 2 * time.Second})
+	const key = "10.7.0.1"
+	var w uint64
+	for attempt := 1; ; attempt++ {
+		w = e.window()
+		in := 0 // submissions that landed in w
+		for _, who := range e.people[:3] {
+			rep, err := e.client(who).Submit(e.ctx, []pda.Observation{ip(t, key)}, nil)
+			if errors.Is(err, client.ErrWindowClosed) {
+				break // the window ended mid-session; try the next one
+			}
+			if err != nil || rep.Accepted != 1 {
+				t.Fatalf("submit as %s: %v (%+v)", who, err, rep)
+			}
+			if rep.Window != w {
+				break
+			}
+			in++
+		}
+		if in == 3 {
+			break
+		}
+		if attempt == 5 {
+			t.Fatal("no 2-second window held three submissions in five attempts")
+		}
+	}
+	wantRevealed(t, e.waitResult(w), map[string]int{key: 3})
 }
