@@ -28,7 +28,7 @@ func kustomize(t *testing.T, dir string) string {
 
 func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
 	kinds := dryRunAll(t, kustomize(t, "config/default"))
-	for k, want := range map[string]int{"CustomResourceDefinition": 4, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
+	for k, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
 		if kinds[k] != want {
 			t.Errorf("config/default renders %d %s, want %d (all: %v)", kinds[k], k, want, kinds)
 		}
@@ -37,7 +37,7 @@ func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
 
 func TestKustomizeSamplesAcceptedByAPIServer(t *testing.T) {
 	kinds := dryRunAll(t, kustomize(t, "config/samples"), "default")
-	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob"} {
+	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob", "SecurePipeline"} {
 		if kinds[k] != 1 {
 			t.Errorf("config/samples renders %d %s, want 1", kinds[k], k)
 		}

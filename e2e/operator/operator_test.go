@@ -41,7 +41,7 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 	// What a user creates before applying the samples: the namespaces and key Secrets the
 	// samples reference (keys are 32 random bytes, as `head -c 32 /dev/urandom` would give).
 	const ns = "home"
-	for _, n := range []string{ns, "pda-proxy", "pda-db"} {
+	for _, n := range []string{ns, "pda-proxy", "pda-db", "pps-garbler"} {
 		mustCreate(t, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 	// The vendor's Secret is a key ring (keys.secretRef.epochs): its entries are epoch-<n>.key.
@@ -57,6 +57,18 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 			Data: map[string][]byte{s.entry: key}})
 	}
 
+	// The PPS garbler's identity and sealing keys, and the broker↔garbler link's TLS Secrets
+	// (cert-manager's layout; the manager here only validates, so the content is not parsed).
+	seal := make([]byte, 32)
+	if _, err := rand.Read(seal); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "pps-garbler", Name: "pps-garbler-keys"},
+		Data: map[string][]byte{"identity.key": seal[:16], "seal.key": seal}})
+	tls := map[string][]byte{corev1.TLSCertKey: []byte("cert"), corev1.TLSPrivateKeyKey: []byte("key"), "ca.crt": []byte("ca")}
+	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "pps-garbler", Name: "parking-daily-pps-garbler-tls"}, Data: tls})
+	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "parking-daily-pps-broker-tls"}, Data: tls})
+
 	// The gateway's user tokens and the vendor agent's device registry, as files in Secrets.
 	mustCreate(t, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-user-tokens"},
 		Data: map[string][]byte{"tokens.json": []byte(`{"token-of-alice": "alice"}`)}})
@@ -71,7 +83,7 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 		}
 		kinds[u.GetKind()] = true
 	}
-	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob"} {
+	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob", "SecurePipeline"} {
 		if !kinds[k] {
 			t.Errorf("config/samples has no %s", k)
 		}
@@ -81,7 +93,8 @@ func TestSamplesBecomeReadyUnderTheManagerBinary(t *testing.T) {
 	}
 
 	body := mgr.Get(t, 30*time.Second, mgr.metrics, "/metrics")
-	for _, want := range []string{`controller_runtime_reconcile_total{controller="round"`, `controller_runtime_reconcile_total{controller="aggregationjob"`} {
+	for _, want := range []string{`controller_runtime_reconcile_total{controller="round"`, `controller_runtime_reconcile_total{controller="aggregationjob"`,
+		`controller_runtime_reconcile_total{controller="securepipeline"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
