@@ -51,7 +51,7 @@ type Coordinator struct {
 	integ  *mohito.Integrator
 	sched  *Scheduler
 	ids    jetstream.KeyValue
-	info   jetstream.KeyValue
+	info   *roundInfos
 	lease  *natsx.Lease
 	mu     sync.Mutex
 	active map[uint64]*coordRound
@@ -103,7 +103,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if c.ids, err = natsx.EnsureKV(ctx, cfg.JS, contract.BucketRounds, 0); err != nil {
 		return nil, err
 	}
-	if c.info, err = natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute); err != nil {
+	if c.info, err = openRoundInfos(ctx, cfg.JS); err != nil {
 		return nil, err
 	}
 	if c.lease, err = natsx.NewLease(ctx, cfg.JS, contract.BucketLeader, "coordinator", cfg.ID, cfg.LeaseTTL, cfg.Log); err != nil {
@@ -285,10 +285,7 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 			return nil, err
 		}
 	}
-	if _, err := c.info.Put(ctx, "t."+strconv.FormatUint(t, 10), m0); err != nil {
-		return nil, err
-	}
-	if _, err := c.info.Put(ctx, "current", m0); err != nil {
+	if err := c.info.put(ctx, t, m0); err != nil {
 		return nil, err
 	}
 	c.status.opened(ctx, t, s)

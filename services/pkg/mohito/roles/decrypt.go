@@ -20,7 +20,7 @@ import (
 // partitioning by position is safe.
 type DecryptWorker struct {
 	cfg    WorkerConfig
-	rounds *roundCache
+	rounds *roundInfos // who V* is (M4 must come from it) and which key epoch the round names
 
 	mu    sync.Mutex
 	integ map[*mohito.PrivateKey]*mohito.Integrator
@@ -34,11 +34,11 @@ func NewDecryptWorker(ctx context.Context, cfg WorkerConfig) (*DecryptWorker, er
 	if cfg.Keys.Suite() != cfg.Deployment.Params.Suite {
 		return nil, fmt.Errorf("decrypt worker: %v keys for a %v deployment", cfg.Keys.Suite(), cfg.Deployment.Params.Suite)
 	}
-	kv, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute)
+	rounds, err := openRoundInfos(ctx, cfg.JS)
 	if err != nil {
 		return nil, err
 	}
-	return &DecryptWorker{cfg: cfg, rounds: &roundCache{kv: kv, m: map[uint64]*mohito.RoundInfo{}}, integ: map[*mohito.PrivateKey]*mohito.Integrator{}}, nil
+	return &DecryptWorker{cfg: cfg, rounds: rounds, integ: map[*mohito.PrivateKey]*mohito.Integrator{}}, nil
 }
 
 // integrator returns Stage A for the key of round ri's integrator epoch. A
@@ -78,7 +78,7 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 	if err != nil {
 		return natsx.Drop
 	}
-	ri, fresh, err := w.rounds.info(ctx, p.T)
+	ri, fresh, err := w.rounds.get(ctx, p.T)
 	if err != nil {
 		return natsx.Retry
 	}

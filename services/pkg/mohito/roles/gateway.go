@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,19 +41,17 @@ type GatewayConfig struct {
 // Gateway is one replica of the user API. Replicas share nothing but Redis
 // (index assignment, q, admitted M1s) and NATS.
 type Gateway struct {
-	cfg  GatewayConfig
-	info jetstream.KeyValue
-	mu   sync.Mutex
-	ri   map[uint64]*mohito.RoundInfo
+	cfg    GatewayConfig
+	rounds *roundInfos
 }
 
 // NewGateway opens the round-info bucket.
 func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
-	kv, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketRoundInfo, 10*time.Minute)
+	rounds, err := openRoundInfos(ctx, cfg.JS)
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, info: kv, ri: map[uint64]*mohito.RoundInfo{}}, nil
+	return &Gateway{cfg: cfg, rounds: rounds}, nil
 }
 
 // Register adds the service to a gRPC server.
@@ -124,40 +120,12 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 	return "", status.Error(codes.Unauthenticated, "unknown access token")
 }
 
-// RoundInfoFor returns round t's info from the bucket (cached).
-func (g *Gateway) roundInfoFor(ctx context.Context, t uint64) (*mohito.RoundInfo, error) {
-	g.mu.Lock()
-	ri := g.ri[t]
-	g.mu.Unlock()
-	if ri != nil {
-		return ri, nil
-	}
-	e, err := g.info.Get(ctx, "t."+strconv.FormatUint(t, 10))
-	if err != nil {
-		return nil, err
-	}
-	if ri, err = mohito.ParseRoundInfo(e.Value()); err != nil {
-		return nil, err
-	}
-	g.mu.Lock()
-	g.ri[t] = ri
-	if len(g.ri) > 64 {
-		for k := range g.ri {
-			if k+32 < t {
-				delete(g.ri, k)
-			}
-		}
-	}
-	g.mu.Unlock()
-	return ri, nil
-}
-
 func (g *Gateway) roundInfo(ctx context.Context) ([]byte, error) {
-	e, err := g.info.Get(ctx, "current")
+	m0, err := g.rounds.current(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, "no open round yet")
 	}
-	return e.Value(), nil
+	return m0, nil
 }
 
 // submissionFrom validates a decoded SubmitRequest against the round
@@ -196,7 +164,7 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		g.cfg.Metrics.Commands.WithLabelValues("rejected").Inc()
 		return 0, 0, err
 	}
-	ri, err := g.roundInfoFor(ctx, t)
+	ri, _, err := g.rounds.get(ctx, t)
 	if err != nil {
 		return 0, 0, status.Error(codes.FailedPrecondition, "round closed or unknown: retry in the current round")
 	}

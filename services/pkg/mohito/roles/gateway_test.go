@@ -64,8 +64,8 @@ func startGatewayConn(t *testing.T) (*Gateway, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	g := &Gateway{
-		cfg: GatewayConfig{Deployment: d, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)},
-		ri:  map[uint64]*mohito.RoundInfo{},
+		cfg:    GatewayConfig{Deployment: d, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)},
+		rounds: &roundInfos{m: map[uint64]*mohito.RoundInfo{}},
 	}
 	l := bufconn.Listen(1 << 20)
 	srv := NewGRPCServer()
