@@ -323,13 +323,62 @@ func TestRatchetRoundsStrictlyIncreaseAcrossPublishAndRestore(t *testing.T) {
 	}
 }
 
-func TestHardenedModeIsRefusedUntilH1Lands(t *testing.T) {
-	d := newDevice(t, nil)
-	_, g, _ := ed25519.GenerateKey(rand.Reader)
-	d.Garbler = g.Public().(ed25519.PublicKey)
-	_, err := DialPublisher(context.Background(), *d, PublisherOptions{Options: Options{Addr: "127.0.0.1:1"}, Modes: []string{contract.ModeHardened}})
-	if !errors.Is(err, ErrHardenedUnavailable) {
-		t.Fatalf("hardened publisher: %v, want ErrHardenedUnavailable", err)
+// TestHardenedPublishSendsMaskedValues is D21 on the device: a publisher feeding only
+// hardened functions sends y = x ⊕ m and no label; one feeding both modes sends both, for
+// the same round; the garbler's mask for that round opens y to x.
+func TestHardenedPublishSendsMaskedValues(t *testing.T) {
+	only, both := newDevice(t, nil), newDevice(t, nil)
+	e := startEnv(t, []*Device{only, both}, nil)
+	r := e.startResponder()
+	values := []pps.Fixed{pps.FixedFromFloat(-2.25), pps.FixedFromInt(1000)}
+	for _, tc := range []struct {
+		d     *Device
+		modes []string
+	}{{only, []string{contract.ModeHardened}}, {both, []string{contract.ModeHardened, contract.ModeFaithful}}} {
+		p, err := DialPublisher(e.ctx(), *tc.d, PublisherOptions{Options: e.options(tc.d), Modes: tc.modes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		if err := p.Setup(e.ctx(), policyFor(anyFn)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Publish(e.ctx(), values); err != nil {
+			t.Fatal(err)
+		}
+		var msgs []*jetstreamMsg
+		testenv.Eventually(t, 30*time.Second, "the publish in PPS_PUB", func() error {
+			if msgs = rawMessages(e, contract.PubStream, contract.PubSubject(tc.d.ID())); len(msgs) != 1 {
+				return fmt.Errorf("%d messages", len(msgs))
+			}
+			return nil
+		})
+		pm, err := contract.DecodePublish(msgs[0].data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantLabels := len(tc.modes) == 2; (len(pm.Labels) > 0) != wantLabels {
+			t.Fatalf("modes %v: labels sent = %v", tc.modes, len(pm.Labels) > 0)
+		}
+		if len(pm.Labels) > 0 && !bytes.Equal(pm.Labels, r.labels(t, tc.d.ID(), 0, values)) {
+			t.Fatal("labels differ from the garbler's")
+		}
+		ys, err := pps.SplitMasked(pm.Masked, len(values))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed := r.seed(t, tc.d.ID(), pm.Round)
+		for v, y := range ys {
+			if x := pps.Fixed(int32(y ^ pps.InputMask(&seed, v))); x != values[v] {
+				t.Fatalf("modes %v value %d: unmasked %v, published %v", tc.modes, v, x, values[v])
+			}
+			if pps.Fixed(int32(y)) == values[v] {
+				t.Fatalf("value %d travelled unmasked", v)
+			}
+		}
+	}
+	if _, err := DialPublisher(e.ctx(), *only, PublisherOptions{Options: e.options(only), Modes: []string{"paper"}}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("unknown mode: %v, want ErrConfig", err)
 	}
 }
 

@@ -264,6 +264,22 @@ func (r *responder) answer(subject string, b []byte) error {
 	return nil
 }
 
+// seed is the garbler's round seed s_k of device id.
+func (r *responder) seed(t testing.TB, id string, k uint64) pps.Seed {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt := r.publishers[id]
+	if rt == nil {
+		t.Fatalf("no ratchet for %s", id)
+	}
+	seed, err := rt.AdvanceTo(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed
+}
+
 // labels are the labels the garbler derives for device id's values at round k: what an
 // honest publisher must have sent.
 func (r *responder) labels(t testing.TB, id string, k uint64, values []pps.Fixed) []byte {

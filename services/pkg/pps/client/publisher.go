@@ -15,11 +15,6 @@ import (
 )
 
 var (
-	// ErrHardenedUnavailable: hardened mode H1 (D21) was asked for, and pps does not provide
-	// it yet. A publisher never silently falls back to faithful mode: labels sent to a
-	// function that runs H1 would expose the publisher to the collusion H1 exists to stop
-	// (spec §2.6.1).
-	ErrHardenedUnavailable = errors.New("pps client: hardened mode (H1) is not available in this build")
 	// ErrNotSetUp: Publish before Setup or Restore.
 	ErrNotSetUp = errors.New("pps client: publisher not set up")
 	// ErrState: a ratchet state that does not decode, or belongs to another device.
@@ -31,7 +26,8 @@ type PublisherOptions struct {
 	Options
 	// Modes are the input modes of the functions the publisher feeds (contract.ModeFaithful,
 	// contract.ModeHardened); empty means faithful only. A publisher whose functions use both
-	// sends both (contract.Publish).
+	// sends both (contract.Publish). A publisher feeding only hardened functions sends no
+	// label at all: a label it never derives cannot be handed to the broker (spec §2.6.1).
 	Modes []string
 	// Persist, when set, is called with the ratchet state (State) after every ratchet step and
 	// before the message of the new round leaves the device; if it fails, nothing is sent and
@@ -47,10 +43,12 @@ type PublisherOptions struct {
 // the garbler and publishes each value as one wire label per bit, one ratchet round per
 // message (D7). Safe for concurrent use; messages leave in round order.
 type Publisher struct {
-	dev     Device
-	cn      *conn
-	down    *downInbox
-	persist func([]byte) error
+	dev      Device
+	cn       *conn
+	down     *downInbox
+	persist  func([]byte) error
+	faithful bool
+	hardened bool
 
 	mu      sync.Mutex
 	ratchet *pps.Ratchet
@@ -58,20 +56,25 @@ type Publisher struct {
 
 // DialPublisher connects a publisher to the MQTT listener and subscribes to its down topic.
 func DialPublisher(ctx context.Context, d Device, o PublisherOptions) (*Publisher, error) {
+	var faithful, hardened bool
 	for _, m := range o.Modes {
 		switch m {
 		case contract.ModeFaithful:
+			faithful = true
 		case contract.ModeHardened:
-			return nil, ErrHardenedUnavailable
+			hardened = true
 		default:
 			return nil, fmt.Errorf("mode %q, want %q or %q: %w", m, contract.ModeFaithful, contract.ModeHardened, ErrConfig)
 		}
+	}
+	if !hardened {
+		faithful = true
 	}
 	cn, err := dial(ctx, &d, "pub", true, o.Options)
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{dev: d, cn: cn, down: newDownInbox(), persist: o.Persist}
+	p := &Publisher{dev: d, cn: cn, down: newDownInbox(), persist: o.Persist, faithful: faithful, hardened: hardened}
 	if err := cn.subscribe(ctx, contract.Topic(contract.DevDownSubject(d.ID())), p.down.put); err != nil {
 		cn.close()
 		return nil, fmt.Errorf("subscribe to the down topic: %w", err)
@@ -167,7 +170,8 @@ func (p *Publisher) Round() (uint64, error) {
 }
 
 // Publish sends values (at most contract.MaxPublishValues) in the next round k (spec §8.3):
-// the labels w_{x_v[j]} derived from s_k, on the publisher's topic. The ratchet advances
+// in faithful mode the labels w_{x_v[j]} derived from s_k, in hardened mode y_v = x_v ⊕ m_v
+// (pps.MaskValues, D21), on the publisher's topic. The ratchet advances
 // before anything is sent — K_k is erased and, with Persist, the new state stored — so a
 // failed send burns round k rather than reuse it: two messages in one round would hand the
 // broker both labels of every bit on which they differ. It returns k.
@@ -187,10 +191,17 @@ func (p *Publisher) Publish(ctx context.Context, values []pps.Fixed) (uint64, er
 		seed.Zero()
 		return 0, fmt.Errorf("round %d burnt: %w", k, err)
 	}
-	msg := contract.Publish{V: contract.Version, Round: k, Labels: pps.PublishLabels(&seed, values)}
+	msg := contract.Publish{V: contract.Version, Round: k}
+	if p.faithful {
+		msg.Labels = pps.PublishLabels(&seed, values)
+	}
+	if p.hardened {
+		msg.Masked = pps.MaskValues(&seed, values)
+	}
 	seed.Zero()
 	b, err := marshal(&msg)
 	clear(msg.Labels)
+	clear(msg.Masked)
 	if err != nil {
 		return 0, err
 	}
