@@ -105,3 +105,22 @@ func (a *BlobAssembler) Add(m jetstream.Msg) ([]byte, []jetstream.Msg, error) {
 	}
 	return out, p.msgs, nil
 }
+
+// Assemble is Add for a consumer's Handler: it returns the outcome for chunk message m. When m
+// completes its blob it returns the blob and every chunk message, which the caller settles once
+// the blob's effect is durable, and Hold for m. While chunks are missing it returns Hold. A
+// malformed chunk or a blob whose digest does not match returns Drop, and every chunk of that
+// blob received so far is terminated: no redelivery can repair it.
+func (a *BlobAssembler) Assemble(m jetstream.Msg) ([]byte, []jetstream.Msg, Outcome) {
+	blob, msgs, err := a.Add(m)
+	if err != nil {
+		for _, mm := range msgs {
+			_ = mm.Term()
+		}
+		return nil, nil, Drop
+	}
+	if blob == nil {
+		return nil, nil, Hold
+	}
+	return blob, msgs, Hold
+}

@@ -180,15 +180,9 @@ func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome
 		a.pump(ctx)
 		return natsx.Ack
 	case contract.KindTable:
-		blob, msgs, err := a.blobs.Add(m)
-		if err != nil {
-			for _, mm := range msgs {
-				_ = mm.Term()
-			}
-			return natsx.Hold
-		}
+		blob, msgs, o := a.blobs.Assemble(m)
 		if blob == nil {
-			return natsx.Hold
+			return o
 		}
 		a.mu.Lock()
 		r := a.rounds[p.T]

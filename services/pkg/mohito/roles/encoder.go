@@ -278,16 +278,12 @@ func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) nats
 	if err != nil {
 		return natsx.Drop
 	}
-	blob, msgs, err := e.blobs.Add(m)
-	if err != nil {
-		e.cfg.Metrics.Dropped.WithLabelValues("bad_blob").Inc()
-		for _, mm := range msgs {
-			_ = mm.Term()
-		}
-		return natsx.Drop
-	}
+	blob, msgs, o := e.blobs.Assemble(m)
 	if blob == nil {
-		return natsx.Hold
+		if o == natsx.Drop {
+			e.cfg.Metrics.Dropped.WithLabelValues("bad_blob").Inc()
+		}
+		return o
 	}
 	settle := func(o natsx.Outcome) natsx.Outcome {
 		for _, mm := range msgs {

@@ -83,15 +83,9 @@ func (r *Responder) collect(ctx context.Context, m jetstream.Msg) natsx.Outcome 
 		rr.plan = pl
 		rr.msgs = append(rr.msgs, m)
 	case contract.KindLayerShare:
-		blob, msgs, err := r.blobs.Add(m)
-		if err != nil {
-			for _, mm := range msgs {
-				_ = mm.Term()
-			}
-			return natsx.Hold
-		}
+		blob, msgs, o := r.blobs.Assemble(m)
 		if blob == nil {
-			return natsx.Hold
+			return o
 		}
 		rr.layers[p.Vendor] = blob
 		rr.msgs = append(rr.msgs, msgs...)
