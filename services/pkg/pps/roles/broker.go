@@ -140,7 +140,7 @@ func (f *brokerFunction) state() (status, reason string) {
 
 // ErrHardenedUnsupported: a pipeline asks for the hardened mode H1 (D21), which this broker
 // does not implement yet; it is refused, never run in faithful mode instead.
-var ErrHardenedUnsupported = errors.New("pps broker: mode \"hardened\" (H1, D21) is not supported yet: the OT-extension input path is not implemented; use mode \"faithful\"")
+var ErrHardenedUnsupported = errors.New(`pps broker: mode "hardened" (H1, D21) is not supported yet: the broker–garbler link has no base-OT setup for the OT extension (and the garbler refuses MODE_HARDENED); use mode "faithful"`)
 
 // DefaultBrokerRetention is the shortest retention of labels and of PPS_PUB: 26 h covers a
 // daily statistic's window and its schedule (spec §5.3).
@@ -388,6 +388,9 @@ func (b *Broker) Checks() []func(context.Context) error {
 // relay and publish ingest consumers, and the scheduler.
 func (b *Broker) Run(ctx context.Context) error {
 	if err := b.EnsureStreams(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	g, ctx := telemetry.NewGroup(ctx)
@@ -433,6 +436,7 @@ func (b *Broker) SetPipelines(ps []contract.Pipeline) error {
 	b.mu.Unlock()
 	b.registered.Store(false)
 	b.m.Functions.Reset()
+	b.m.FunctionInfo.Reset()
 	b.publishFunctionStates()
 	return nil
 }
@@ -511,7 +515,6 @@ func (b *Broker) register(ctx context.Context, f *brokerFunction) error {
 	f.mu.Lock()
 	f.status, f.reason, f.epoch = FunctionRegistered, "", resp.Epoch
 	f.mu.Unlock()
-	b.m.ANDGates.WithLabelValues(f.p.Name).Set(float64(f.plan.ANDCount()))
 	b.log.Info("function registered", "pipeline", f.p.Name, "fn", f.f.ID, "and_gates", f.plan.ANDCount(),
 		"slots", len(f.f.Layout.Slots), "epoch", resp.Epoch)
 	return b.store.SetFunction(ctx, f.f.ID, FunctionState{Pipeline: f.p.Name, Status: FunctionRegistered,
@@ -533,6 +536,9 @@ func (b *Broker) refuse(ctx context.Context, f *brokerFunction, reason, detail s
 
 func (b *Broker) publishFunctionStates() {
 	for _, f := range b.current().fns {
+		hash := f.f.Circuit.Hash()
+		b.m.FunctionInfo.WithLabelValues(f.p.Name, f.f.ID, hex.EncodeToString(hash[:])).Set(1)
+		b.m.ANDGates.WithLabelValues(f.p.Name).Set(float64(f.plan.ANDCount()))
 		st, _ := f.state()
 		for _, s := range []string{"pending", FunctionRegistered, FunctionRefused} {
 			v := 0.0

@@ -1,67 +1,78 @@
 package roles
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 )
 
-// BrokerMetrics are the broker's Prometheus metrics. Rejections are counted by stage and
-// reason; per-pipeline gauges carry what the operator reports in the SecurePipeline's
-// status (executions, last latency, AND gates, bytes). No label, value or device id is ever
-// a metric label.
+// BrokerMetrics are the broker's Prometheus metrics. The per-pipeline ones the operator
+// reads into the SecurePipeline's status carry the names and labels of package contract
+// (status.go); rejections are counted by stage and reason. No label, value, mask or device id
+// is ever a metric label.
 type BrokerMetrics struct {
-	Setups      *prometheus.CounterVec   // type, outcome
-	Rejected    *prometheus.CounterVec   // stage (setup|publish|function), reason
-	Published   prometheus.Counter       // publish messages stored
-	Revoked     prometheus.Counter       // subscribers revoked
-	Functions   *prometheus.GaugeVec     // pipeline, status: 1 for the function's current status
-	Executions  *prometheus.CounterVec   // pipeline, status (ok|insufficient|failed)
-	Nullified   *prometheus.CounterVec   // pipeline, reason (pps.NullReason)
-	Latency     *prometheus.HistogramVec // pipeline, phase (check|garble|evaluate|total)
-	LastLatency *prometheus.GaugeVec     // pipeline: seconds of the last execution
-	ANDGates    *prometheus.GaugeVec     // pipeline: AND gates of the last garbled circuit
-	StreamBytes *prometheus.GaugeVec     // pipeline: bytes of the last garbled stream
-	BytesTotal  *prometheus.CounterVec   // pipeline: garbled bytes evaluated
-	Valid       *prometheus.GaugeVec     // pipeline: valid inputs of the last execution
-	Leader      prometheus.Gauge         // 1 while this replica schedules
+	Setups    *prometheus.CounterVec // type, outcome
+	Rejected  *prometheus.CounterVec // stage (setup|publish|function), reason
+	Published prometheus.Counter     // publish messages stored
+	Revoked   prometheus.Counter     // subscribers revoked
+	Functions *prometheus.GaugeVec   // pipeline, status: 1 for the function's current state
+	Nullified *prometheus.CounterVec // pipeline, reason (pps.NullReason)
+	Latency   *prometheus.HistogramVec
+	Leader    prometheus.Gauge // 1 while this replica schedules
+
+	// The contract's status metrics (contract.Metric*).
+	FunctionInfo *prometheus.GaugeVec   // pipeline, fn, circuit_hash
+	ANDGates     *prometheus.GaugeVec   // pipeline
+	CircuitBytes *prometheus.GaugeVec   // pipeline: bytes of the last garbled stream
+	Executions   *prometheus.CounterVec // pipeline, status
+	LastTime     *prometheus.GaugeVec   // pipeline
+	LastRound    *prometheus.GaugeVec   // pipeline
+	LastValid    *prometheus.GaugeVec   // pipeline
+	LastLatency  *prometheus.GaugeVec   // pipeline: window end to published output
+	LastStatus   *prometheus.GaugeVec   // pipeline, status
 }
 
 // NewBrokerMetrics registers the broker's metrics with reg (nil: unregistered, for tests).
 func NewBrokerMetrics(reg prometheus.Registerer) *BrokerMetrics {
-	ns := "obscura_pps_broker"
+	pl := []string{contract.LabelPipeline}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, append(slices.Clone(pl), labels...))
+	}
 	m := &BrokerMetrics{
-		Setups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "setups_total",
+		Setups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_broker_setups_total",
 			Help: "Device setup messages relayed to the garbler, by type and outcome."}, []string{"type", "outcome"}),
-		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rejected_total",
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_broker_rejected_total",
 			Help: "Messages and functions refused, by stage and reason."}, []string{"stage", "reason"}),
-		Published: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "publishes_total",
+		Published: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_broker_publishes_total",
 			Help: "Publish messages whose labels were stored."}),
-		Revoked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "revocations_total",
+		Revoked: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_broker_revocations_total",
 			Help: "Subscribers revoked (a new function key epoch each)."}),
-		Functions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "functions",
-			Help: "1 for each pipeline's function status (registered, refused, pending)."}, []string{"pipeline", "status"}),
-		Executions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "executions_total",
-			Help: "Executions by status (ok, insufficient, failed)."}, []string{"pipeline", "status"}),
-		Nullified: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "nullified_slots_total",
-			Help: "Input slots nullified, by reason."}, []string{"pipeline", "reason"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "execution_seconds",
-			Help:    "Execution latency by phase (check, garble: request to header, evaluate: header to result while the stream arrives, total).",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"pipeline", "phase"}),
-		LastLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "last_execution_seconds",
-			Help: "Total latency of the last execution."}, []string{"pipeline"}),
-		ANDGates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "and_gates",
-			Help: "AND gates of the pipeline's circuit."}, []string{"pipeline"}),
-		StreamBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "last_stream_bytes",
-			Help: "Bytes of the last garbled stream."}, []string{"pipeline"}),
-		BytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stream_bytes_total",
-			Help: "Garbled bytes evaluated."}, []string{"pipeline"}),
-		Valid: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "last_valid_inputs",
-			Help: "Valid input slots of the last execution."}, []string{"pipeline"}),
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scheduler_leader",
+		Functions: gauge("pps_broker_function_state", "1 for the pipeline's function state (pending, registered, refused).", "state"),
+		Nullified: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_broker_nullified_slots_total",
+			Help: "Input slots nullified, by reason."}, append(slices.Clone(pl), "reason")),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pps_broker_execution_phase_seconds",
+			Help:    "Execution phases: check (consistency), garble (request to header), evaluate (header to result, while the stream arrives), total (window end to published output).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, append(slices.Clone(pl), "phase")),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pps_broker_scheduler_leader",
 			Help: "1 while this replica holds the scheduler lease."}),
+
+		FunctionInfo: gauge(contract.MetricFunction, "1 for the pipeline's compiled function.", contract.LabelFn, contract.LabelCircuitHash),
+		ANDGates:     gauge(contract.MetricANDGates, "AND gates of the pipeline's circuit."),
+		CircuitBytes: gauge(contract.MetricCircuitBytes, "Bytes of one garbled circuit as streamed (the last one)."),
+		Executions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricExecutions,
+			Help: "Finished executions by status."}, append(slices.Clone(pl), contract.LabelStatus)),
+		LastTime:    gauge(contract.MetricLastTime, "Unix time the last execution finished."),
+		LastRound:   gauge(contract.MetricLastRound, "Function round of the last execution."),
+		LastValid:   gauge(contract.MetricLastValid, "Valid inputs of the last execution."),
+		LastLatency: gauge(contract.MetricLastLatency, "Latency of the last execution, window end to published output."),
+		LastStatus:  gauge(contract.MetricLastStatus, "1 for the status of the last execution.", contract.LabelStatus),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Setups, m.Rejected, m.Published, m.Revoked, m.Functions, m.Executions, m.Nullified,
-			m.Latency, m.LastLatency, m.ANDGates, m.StreamBytes, m.BytesTotal, m.Valid, m.Leader)
+		reg.MustRegister(m.Setups, m.Rejected, m.Published, m.Revoked, m.Functions, m.Nullified, m.Latency, m.Leader,
+			m.FunctionInfo, m.ANDGates, m.CircuitBytes, m.Executions, m.LastTime, m.LastRound, m.LastValid,
+			m.LastLatency, m.LastStatus)
 	}
 	return m
 }

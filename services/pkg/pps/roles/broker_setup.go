@@ -56,7 +56,7 @@ func (b *Broker) handleSetup(ctx context.Context, m jetstream.Msg) natsx.Outcome
 	resp, err := b.opt.Garbler.Setup(ctx, &ppsv1.SetupRequest{Message: m.Data()})
 	if err != nil {
 		if brokerPermanent(err) {
-			return b.refuseSetup(ctx, id, h.Fn, reasonGarbler, "garbler refused: "+status.Code(err).String())
+			return b.garblerRefused(ctx, id, h.Fn, err)
 		}
 		b.log.Warn("relay setup to the garbler, retrying", "type", h.Type, "err", err)
 		b.m.Setups.WithLabelValues(h.Type, "retry").Inc()
@@ -108,6 +108,30 @@ func (b *Broker) refuseSetup(ctx context.Context, id, fn, reason, text string) n
 	b.m.Rejected.WithLabelValues(stageSetup, reason).Inc()
 	b.log.Info("setup refused", "reason", reason)
 	if err := b.notice(id, &contract.Notice{V: contract.Version, Type: contract.TypeRefused, Fn: fn, Reason: text}); err != nil {
+		b.log.Warn("send refusal", "err", err)
+	}
+	return natsx.Drop
+}
+
+// garblerRefused relays the garbler's refusal: the "refused" notice it attached to its error
+// status, or one of the broker's naming the status code.
+func (b *Broker) garblerRefused(ctx context.Context, id, fn string, err error) natsx.Outcome {
+	b.m.Rejected.WithLabelValues(stageSetup, reasonGarbler).Inc()
+	b.log.Info("setup refused by the garbler", "code", status.Code(err).String())
+	for _, d := range status.Convert(err).Details() {
+		resp, ok := d.(*ppsv1.SetupResponse)
+		if !ok || resp.DeviceId != id {
+			continue
+		}
+		if down, err := contract.DecodeDown(resp.Message); err == nil && down.Notice != nil && down.Notice.Type == contract.TypeRefused {
+			if err := b.down(id, resp.Message); err != nil {
+				b.log.Warn("send refusal", "err", err)
+			}
+			return natsx.Drop
+		}
+	}
+	if err := b.notice(id, &contract.Notice{V: contract.Version, Type: contract.TypeRefused, Fn: fn,
+		Reason: "garbler refused: " + status.Code(err).String()}); err != nil {
 		b.log.Warn("send refusal", "err", err)
 	}
 	return natsx.Drop

@@ -112,20 +112,31 @@ func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction,
 
 // execute runs one execution of f for tick (spec §8.8) and records it.
 func (b *Broker) execute(ctx context.Context, f *brokerFunction, tick uint64, at time.Time) {
-	start := time.Now()
 	e := &Execution{Tick: tick, At: at}
 	err := b.run(ctx, f, tick, at, e)
-	e.Total = time.Since(start)
+	// The latency runs from the window's end (the tick) to the published output.
+	end := b.clk.Now()
+	e.Total = max(end.Sub(at), 0)
 	if err != nil {
-		e.Status, e.Error = "failed", err.Error()
+		e.Status, e.Error = contract.StatusFailed, err.Error()
 		b.log.Warn("execution failed", "pipeline", f.p.Name, "tick", tick, "err", err)
 	}
-	b.m.Executions.WithLabelValues(f.p.Name, e.Status).Inc()
-	b.m.Latency.WithLabelValues(f.p.Name, "total").Observe(e.Total.Seconds())
-	b.m.LastLatency.WithLabelValues(f.p.Name).Set(e.Total.Seconds())
-	b.m.Valid.WithLabelValues(f.p.Name).Set(float64(e.Valid))
-	for r, n := range e.Nullified {
-		b.m.Nullified.WithLabelValues(f.p.Name, r).Add(float64(n))
+	name := f.p.Name
+	b.m.Executions.WithLabelValues(name, e.Status).Inc()
+	b.m.Latency.WithLabelValues(name, "total").Observe(e.Total.Seconds())
+	b.m.LastTime.WithLabelValues(name).Set(float64(end.UnixNano()) / 1e9)
+	b.m.LastRound.WithLabelValues(name).Set(float64(e.Round))
+	b.m.LastValid.WithLabelValues(name).Set(float64(e.Valid))
+	b.m.LastLatency.WithLabelValues(name).Set(e.Total.Seconds())
+	for _, st := range []string{contract.StatusOK, contract.StatusInsufficient, contract.StatusFailed} {
+		v := 0.0
+		if st == e.Status {
+			v = 1
+		}
+		b.m.LastStatus.WithLabelValues(name, st).Set(v)
+	}
+	for r, slots := range e.Nullified {
+		b.m.Nullified.WithLabelValues(f.p.Name, r).Add(float64(len(slots)))
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -179,11 +190,11 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		}
 	}
 	nulls := map[int]pps.NullReason{}
-	e.Nullified = map[string]int{}
+	e.Nullified = map[string][]uint32{}
 	for s := range slots {
 		if r := slots[s].reason; r != pps.Valid {
 			nulls[s] = r
-			e.Nullified[r.String()]++
+			e.Nullified[r.String()] = append(e.Nullified[r.String()], uint32(s))
 		}
 	}
 	a, err := pps.Nullify(&f.f.Layout, nulls)
@@ -235,7 +246,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 			return fmt.Errorf("garble: garbler erased slot %d, which was not valid", s)
 		}
 		slots[s].reason = pps.Erased
-		e.Nullified[pps.Erased.String()]++
+		e.Nullified[pps.Erased.String()] = append(e.Nullified[pps.Erased.String()], s)
 	}
 	t0 = time.Now()
 	rd := &brokerGarbleReader{s: stream, left: hdr.StreamBytes}
@@ -263,9 +274,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	e.Exec = hex.EncodeToString(hdr.ExecId)
 	e.Status, e.Round, e.Epoch, e.Valid = contract.StatusOK, hdr.Round, hdr.Epoch, int(hdr.Valid)
 	e.ANDGates, e.Bytes = uint64(f.plan.ANDCount()), hdr.StreamBytes
-	b.m.ANDGates.WithLabelValues(f.p.Name).Set(float64(e.ANDGates))
-	b.m.StreamBytes.WithLabelValues(f.p.Name).Set(float64(e.Bytes))
-	b.m.BytesTotal.WithLabelValues(f.p.Name).Add(float64(e.Bytes))
+	b.m.CircuitBytes.WithLabelValues(f.p.Name).Set(float64(e.Bytes))
 	if err := b.publishOutput(ctx, f, tick, &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: e.Exec,
 		Round: hdr.Round, Epoch: hdr.Epoch, Masked: res.Masked, Bits: f.f.OutputBits(), Valid: int(hdr.Valid),
 		Status: contract.StatusOK}); err != nil {

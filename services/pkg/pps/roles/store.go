@@ -250,21 +250,21 @@ func (s *BrokerStore) Subscribers(ctx context.Context, fn string) ([]string, err
 // SecurePipeline's status). It holds counts and timings only: no label, and no masked
 // output next to its round.
 type Execution struct {
-	Exec      string         `json:"exec"`
-	Tick      uint64         `json:"tick"`
-	At        time.Time      `json:"at"`
-	Status    string         `json:"status"` // contract.StatusOK, StatusInsufficient, or "failed"
-	Round     uint64         `json:"round,omitempty"`
-	Epoch     uint64         `json:"epoch,omitempty"`
-	Valid     int            `json:"valid"`
-	Nullified map[string]int `json:"nullified,omitempty"` // by pps.NullReason name
-	ANDGates  uint64         `json:"and_gates,omitempty"`
-	Bytes     uint64         `json:"bytes,omitempty"`
-	Check     time.Duration  `json:"check_ns,omitempty"`
-	Garble    time.Duration  `json:"garble_ns,omitempty"`
-	Evaluate  time.Duration  `json:"evaluate_ns,omitempty"`
-	Total     time.Duration  `json:"total_ns"`
-	Error     string         `json:"error,omitempty"`
+	Exec      string              `json:"exec"`
+	Tick      uint64              `json:"tick"`
+	At        time.Time           `json:"at"`
+	Status    string              `json:"status"` // contract.StatusOK, StatusInsufficient, or "failed"
+	Round     uint64              `json:"round,omitempty"`
+	Epoch     uint64              `json:"epoch,omitempty"`
+	Valid     int                 `json:"valid"`
+	Nullified map[string][]uint32 `json:"nullified,omitempty"` // slots by pps.NullReason name
+	ANDGates  uint64              `json:"and_gates,omitempty"`
+	Bytes     uint64              `json:"bytes,omitempty"`
+	Check     time.Duration       `json:"check_ns,omitempty"`
+	Garble    time.Duration       `json:"garble_ns,omitempty"`
+	Evaluate  time.Duration       `json:"evaluate_ns,omitempty"`
+	Total     time.Duration       `json:"total_ns"`
+	Error     string              `json:"error,omitempty"`
 }
 
 // RecordExecution appends e to the function's bounded list of executions and updates its
