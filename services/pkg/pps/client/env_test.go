@@ -50,8 +50,26 @@ func newDevice(t testing.TB, garbler ed25519.PrivateKey) *Device {
 	return d
 }
 
-// startEnv starts NATS for the given devices, each allowed to subscribe to the outputs of fns.
+// startEnv starts NATS for the given devices, each allowed to subscribe to the outputs of fns,
+// and creates the three streams as the broker would.
 func startEnv(t *testing.T, devices []*Device, fns []string) *env {
+	t.Helper()
+	e := startNATS(t, devices, fns)
+	ctx := e.ctx()
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: contract.PubStream, Subjects: []string{contract.PubSubjects}, MaxAge: 26 * time.Hour},
+		{Name: contract.DevStream, Subjects: []string{contract.DevSubjects}, Retention: jetstream.WorkQueuePolicy},
+		{Name: contract.OutStream, Subjects: []string{contract.OutSubjects}, MaxAge: 7 * 24 * time.Hour},
+	} {
+		if _, err := e.js.CreateStream(ctx, sc); err != nil {
+			t.Fatalf("create stream %s: %v", sc.Name, err)
+		}
+	}
+	return e
+}
+
+// startNATS starts NATS with the PPS account, the broker's user and the devices' users.
+func startNATS(t *testing.T, devices []*Device, fns []string) *env {
 	t.Helper()
 	_, gsk, _ := ed25519.GenerateKey(rand.Reader)
 	e := &env{t: t, devices: map[string]*Device{}, pwFiles: map[string]string{}, garbler: gsk}
@@ -77,16 +95,6 @@ func startEnv(t *testing.T, devices []*Device, fns []string) *env {
 		t.Fatal(err)
 	}
 	e.js = js
-	ctx := e.ctx()
-	for _, sc := range []jetstream.StreamConfig{
-		{Name: contract.PubStream, Subjects: []string{contract.PubSubjects}, MaxAge: 26 * time.Hour},
-		{Name: contract.DevStream, Subjects: []string{contract.DevSubjects}, Retention: jetstream.WorkQueuePolicy},
-		{Name: contract.OutStream, Subjects: []string{contract.OutSubjects}, MaxAge: 7 * 24 * time.Hour},
-	} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatalf("create stream %s: %v", sc.Name, err)
-		}
-	}
 	return e
 }
 
