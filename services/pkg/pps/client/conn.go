@@ -85,8 +85,8 @@ func (o *Options) password() (string, error) {
 }
 
 // ClientID is the MQTT client id of a device in a role ("pub" or "sub"): derived from the
-// device id, so a reconnect resumes the same MQTT session (a subscriber's queued outputs)
-// and a second connection of the same device replaces the first. It is a hash rather than
+// device id, so a second connection of the same device in the same role replaces the first
+// (one session per device, as the broker's replay check expects). It is a hash rather than
 // the id itself, so the broker's connection logs do not carry device keys.
 func ClientID(deviceID, role string) string {
 	h := sha256.Sum256([]byte("pps/v1/mqtt-client-id\x00" + role + "\x00" + deviceID))
@@ -100,7 +100,7 @@ type conn struct {
 	lost chan struct{}
 }
 
-func dial(ctx context.Context, d *Device, role string, clean bool, o Options) (*conn, error) {
+func dial(ctx context.Context, d *Device, role string, o Options) (*conn, error) {
 	if err := d.validate(); err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func dial(ctx context.Context, d *Device, role string, clean bool, o Options) (*
 	}
 	cn := &conn{lost: make(chan struct{})}
 	opts := mqtt.NewClientOptions().AddBroker(scheme + o.Addr).SetClientID(ClientID(d.ID(), role)).
-		SetUsername(user).SetPassword(pw).SetCleanSession(clean).SetProtocolVersion(4).
+		SetUsername(user).SetPassword(pw).SetCleanSession(true).SetProtocolVersion(4).
 		SetConnectTimeout(timeout).SetAutoReconnect(false).SetOrderMatters(true).
 		SetConnectionLostHandler(func(mqtt.Client, error) { close(cn.lost) })
 	if o.TLS != nil {

@@ -11,8 +11,8 @@
 // setup (§10 #11); one ratchet step per published message (D7), taken before the message is
 // sent, so a failed send burns its round instead of reusing it, and the ratchet state is
 // handed to the caller to persist before anything leaves the device (a restored state never
-// repeats a round); the MQTT client id is derived from the device id so a subscriber's
-// persistent session survives reconnects; credentials come from a file, never a flag. In
+// repeats a round); the MQTT client id is derived from the device id, so one device holds one
+// session per role; credentials come from a file, never a flag. In
 // hardened mode H1 (D21) a publisher sends y = x ⊕ m instead of labels, and sends labels only
 // if it also feeds faithful functions.
 package client

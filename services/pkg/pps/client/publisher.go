@@ -70,7 +70,7 @@ func DialPublisher(ctx context.Context, d Device, o PublisherOptions) (*Publishe
 	if !hardened {
 		faithful = true
 	}
-	cn, err := dial(ctx, &d, "pub", true, o.Options)
+	cn, err := dial(ctx, &d, "pub", o.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -61,9 +61,9 @@ type Stats struct {
 	Replayed uint64
 }
 
-// DialSubscriber connects a subscriber to the MQTT listener with a persistent session (its
-// client id is derived from its device id, so a reconnect resumes the queued outputs) and
-// subscribes to its down topic.
+// DialSubscriber connects a subscriber to the MQTT listener and subscribes to its down topic.
+// The session is clean: a restarted subscriber is granted the key from the next unallocated
+// function round on, so outputs queued while it was away could not be opened anyway.
 func DialSubscriber(ctx context.Context, d Device, o SubscriberOptions) (*Subscriber, error) {
 	if o.Retain == 0 {
 		o.Retain = 16
@@ -77,7 +77,7 @@ func DialSubscriber(ctx context.Context, d Device, o SubscriberOptions) (*Subscr
 	if o.Retain < 0 || o.RegrantWait < 0 || o.Queue < 0 {
 		return nil, fmt.Errorf("retain %d, regrant wait %s, queue %d: %w", o.Retain, o.RegrantWait, o.Queue, ErrConfig)
 	}
-	cn, err := dial(ctx, &d, "sub", false, o.Options)
+	cn, err := dial(ctx, &d, "sub", o.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,9 @@ func (s *Subscriber) route() {
 		feed := s.feeds[fn]
 		s.mu.Unlock()
 		switch {
-		case isPending:
+		case isPending && (d.Notice != nil || d.Ack.Type == contract.TypeSubAck):
+			// Only a sub-ack or a refusal answers a handshake; a regrant that crosses it
+			// belongs to an earlier session.
 			select {
 			case wait <- d:
 			default: // the handshake already has its answer
