@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/records"
 )
 
 // Deployment is the public configuration every role agrees on.
@@ -167,15 +168,13 @@ func parsePlan(b []byte) (*plan, error) {
 	return p, nil
 }
 
-// Stage A → C records: batch start(4) ‖ count(4) ‖ count × (pos ‖ z ‖ k_I^resp ‖ ⟨cmd⟩_D).
+// Stage A → C records: batch start(4) ‖ a batch (package records) of (pos ‖ z ‖ k_I^resp ‖ ⟨cmd⟩_D).
 func recordSize(p mohito.Params) int {
 	return 4 + mohito.EphemeralIDSize + mohito.KeySize + p.DeviceCiphertextSize()
 }
 
 func marshalPart(p mohito.Params, start int, cmds []mohito.ShuffledCommand) []byte {
-	b := make([]byte, 8, 8+len(cmds)*recordSize(p))
-	binary.BigEndian.PutUint32(b, uint32(start))
-	binary.BigEndian.PutUint32(b[4:], uint32(len(cmds)))
+	b := records.Begin(binary.BigEndian.AppendUint32(nil, uint32(start)), len(cmds), recordSize(p))
 	for i := range cmds {
 		c := &cmds[i]
 		b = binary.BigEndian.AppendUint32(b, c.Pos)
@@ -187,32 +186,30 @@ func marshalPart(p mohito.Params, start int, cmds []mohito.ShuffledCommand) []by
 }
 
 func parsePart(p mohito.Params, v int, b []byte) (int, []mohito.ShuffledCommand, error) {
-	if len(b) < 8 {
+	if len(b) < 4 {
 		return 0, nil, errors.New("short part")
 	}
-	start := int(binary.BigEndian.Uint32(b))
-	n := int(binary.BigEndian.Uint32(b[4:]))
-	rs := recordSize(p)
-	if n > mohito.MaxRoundMessages || len(b) != 8+n*rs {
-		return 0, nil, errors.New("malformed part")
+	recs, err := records.Parse(b[4:], recordSize(p), mohito.MaxRoundMessages)
+	if err != nil {
+		return 0, nil, fmt.Errorf("malformed part: %w", err)
 	}
-	out := make([]mohito.ShuffledCommand, n)
-	for i := range out {
-		r := b[8+i*rs:]
+	out := make([]mohito.ShuffledCommand, len(recs))
+	for i, r := range recs {
 		c := &out[i]
 		c.Pos = binary.BigEndian.Uint32(r)
 		c.Vendor = uint32(v)
 		copy(c.Z[:], r[4:])
 		copy(c.RespKey[:], r[4+mohito.EphemeralIDSize:])
-		o := 4 + mohito.EphemeralIDSize + mohito.KeySize
-		c.DeviceCiphertext = r[o : o+p.DeviceCiphertextSize() : o+p.DeviceCiphertextSize()]
+		c.DeviceCiphertext = r[4+mohito.EphemeralIDSize+mohito.KeySize:]
 	}
-	return start, out, nil
+	return int(binary.BigEndian.Uint32(b)), out, nil
 }
 
-// Response slots in Redis: count(4) ‖ count × (pos ‖ key ‖ k_I^resp).
+// Response slots in Redis: a batch of (pos ‖ key ‖ k_I^resp).
+const slotSize = 4 + mohito.EphemeralIDSize + mohito.KeySize
+
 func marshalSlots(slots []mohito.ResponseSlot) []byte {
-	b := binary.BigEndian.AppendUint32(nil, uint32(len(slots)))
+	b := records.Begin(nil, len(slots), slotSize)
 	for _, s := range slots {
 		b = binary.BigEndian.AppendUint32(b, s.Pos)
 		b = append(b, s.Key[:]...)
@@ -222,17 +219,12 @@ func marshalSlots(slots []mohito.ResponseSlot) []byte {
 }
 
 func parseSlots(v int, b []byte) ([]mohito.ResponseSlot, error) {
-	const rs = 4 + mohito.EphemeralIDSize + mohito.KeySize
-	if len(b) < 4 {
-		return nil, errors.New("short slots")
+	recs, err := records.Parse(b, slotSize, mohito.MaxRoundMessages)
+	if err != nil {
+		return nil, fmt.Errorf("malformed slots: %w", err)
 	}
-	n := int(binary.BigEndian.Uint32(b))
-	if len(b) != 4+n*rs {
-		return nil, errors.New("malformed slots")
-	}
-	out := make([]mohito.ResponseSlot, n)
-	for i := range out {
-		r := b[4+i*rs:]
+	out := make([]mohito.ResponseSlot, len(recs))
+	for i, r := range recs {
 		out[i].Pos = binary.BigEndian.Uint32(r)
 		out[i].Vendor = uint32(v)
 		copy(out[i].Key[:], r[4:])
@@ -241,9 +233,9 @@ func parseSlots(v int, b []byte) ([]mohito.ResponseSlot, error) {
 	return out, nil
 }
 
-// r′ records from an encoder to the responder: count(4) ‖ count × (pos ‖ value).
-func marshalLayer(slots []mohito.ResponseSlot, vals [][]byte) []byte {
-	b := binary.BigEndian.AppendUint32(nil, uint32(len(slots)))
+// r′ records from an encoder to the responder: a batch of (pos ‖ value).
+func marshalLayer(p mohito.Params, slots []mohito.ResponseSlot, vals [][]byte) []byte {
+	b := records.Begin(nil, len(slots), 4+p.ResponseValueSize())
 	for i, s := range slots {
 		b = binary.BigEndian.AppendUint32(b, s.Pos)
 		b = append(b, vals[i]...)
@@ -252,21 +244,16 @@ func marshalLayer(slots []mohito.ResponseSlot, vals [][]byte) []byte {
 }
 
 func parseLayer(p mohito.Params, b []byte, into [][]byte) error {
-	vs := p.ResponseValueSize()
-	if len(b) < 4 {
-		return errors.New("short layer")
+	recs, err := records.Parse(b, 4+p.ResponseValueSize(), len(into))
+	if err != nil {
+		return fmt.Errorf("malformed layer: %w", err)
 	}
-	n := int(binary.BigEndian.Uint32(b))
-	if len(b) != 4+n*(4+vs) {
-		return errors.New("malformed layer")
-	}
-	for i := range n {
-		r := b[4+i*(4+vs):]
+	for _, r := range recs {
 		pos := int(binary.BigEndian.Uint32(r))
 		if pos >= len(into) {
 			return errors.New("layer position out of range")
 		}
-		into[pos] = r[4 : 4+vs : 4+vs]
+		into[pos] = r[4:]
 	}
 	return nil
 }

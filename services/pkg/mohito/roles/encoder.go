@@ -319,7 +319,7 @@ func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) nats
 	if err := mohito.DecodeResponseLayer(d.Params, table, slots, out); err != nil {
 		return settle(natsx.Drop)
 	}
-	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.WorkLayer(p.T, p.Vendor), fmt.Sprintf("rl-%d-%d", p.T, p.Vendor), marshalLayer(slots, out)); err != nil {
+	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.WorkLayer(p.T, p.Vendor), fmt.Sprintf("rl-%d-%d", p.T, p.Vendor), marshalLayer(d.Params, slots, out)); err != nil {
 		return settle(natsx.Retry)
 	}
 	e.cfg.Metrics.StageSeconds.WithLabelValues("response_decode").Observe(time.Since(start).Seconds())

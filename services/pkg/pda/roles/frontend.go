@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pda/ring"
+	"github.com/obscura-iot/obscura/services/pkg/records"
 )
 
 // Eval tells a shard that every sub-batch of a sealed window has been routed: it evaluates
@@ -175,8 +177,8 @@ func (f *Frontend) chunk(ctx context.Context, w uint64, batch string, data []byt
 		return natsx.Drop
 	}
 	suite, _ := f.job.Suite(w)
-	size := suite.BlindedItemSize()
-	if len(data)%size != 0 {
+	items, err := records.Split(data, suite.BlindedItemSize(), math.MaxInt)
+	if err != nil {
 		f.m.Opened.WithLabelValues("malformed_chunk").Inc()
 		return natsx.Drop
 	}
@@ -185,7 +187,7 @@ func (f *Frontend) chunk(ctx context.Context, w uint64, batch string, data []byt
 		f.log.Warn("no ring", "window", w, "err", err)
 		return natsx.Retry
 	}
-	n := len(data) / size
+	n := len(items)
 	ents := make([][]byte, n)
 	owners := make([]string, n)
 	var wg sync.WaitGroup
@@ -194,7 +196,7 @@ func (f *Frontend) chunk(ctx context.Context, w uint64, batch string, data []byt
 		hi := min(lo+per, n)
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
-				e, err := d.Open(data[i*size:(i+1)*size], r.Version())
+				e, err := d.Open(items[i], r.Version())
 				if err != nil {
 					continue // out-of-domain value, identity: dropped and counted (T-MAL-4)
 				}

@@ -26,6 +26,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
+	"github.com/obscura-iot/obscura/services/pkg/records"
 )
 
 // IngressConfig configures the participant-facing proxy (spec §4.2 proxy-ingress).
@@ -261,25 +262,29 @@ func (g *Ingress) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	suite, _ := g.job.Suite(win)
 	size := suite.SubmissionSize()
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(size*g.cfg.MaxBatch)+1))
-	if err != nil || len(body) == 0 || len(body)%size != 0 || len(body) > size*g.cfg.MaxBatch {
+	var subs [][]byte
+	if err == nil {
+		subs, err = records.Split(body, size, g.cfg.MaxBatch)
+	}
+	if err != nil || len(subs) == 0 {
 		http.Error(w, fmt.Sprintf("body must be 1..%d submissions of %d bytes", g.cfg.MaxBatch, size), http.StatusBadRequest)
 		return
 	}
-	n := len(body) / size
-	resp, status := g.ingest(ctx, p, suite, id, pid, sidHex, sidRaw, win, body, n, size)
+	resp, status := g.ingest(ctx, p, suite, id, pid, sidHex, sidRaw, win, subs)
 	writeJSON(w, status, resp)
 }
 
-func (g *Ingress) ingest(ctx context.Context, p *pda.Proxy, suite *pda.Suite, id, pid, sidHex string, sidRaw []byte, win uint64, body []byte, n, size int) (*contract.SubmitResponse, int) {
+func (g *Ingress) ingest(ctx context.Context, p *pda.Proxy, suite *pda.Suite, id, pid, sidHex string, sidRaw []byte, win uint64, subs [][]byte) (*contract.SubmitResponse, int) {
 	resp := &contract.SubmitResponse{Window: win, Reasons: map[string]int{}}
 	reject := func(pos int, reason string) {
 		resp.Rejected = append(resp.Rejected, contract.ItemRejection{Position: pos, Reason: reason})
 		resp.Reasons[reason]++
 		g.m.Items.WithLabelValues(reason).Inc()
 	}
+	n := len(subs)
 	idx := make([]uint32, n)
-	for i := range n {
-		idx[i] = binary.BigEndian.Uint32(body[i*size+4:])
+	for i, sub := range subs {
+		idx[i] = binary.BigEndian.Uint32(sub[4:])
 	}
 	seen, err := g.store.Seen(ctx, sidHex, idx)
 	if err != nil {
@@ -307,7 +312,7 @@ func (g *Ingress) ingest(ctx context.Context, p *pda.Proxy, suite *pda.Suite, id
 	pos = pos[:granted]
 	items := make([][]byte, len(pos))
 	for k, i := range pos {
-		items[k] = body[i*size : (i+1)*size]
+		items[k] = subs[i]
 	}
 	var sid pda.SessionID
 	copy(sid[:], sidRaw)

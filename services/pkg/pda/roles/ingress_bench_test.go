@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -76,8 +75,8 @@ func BenchmarkServiceProxy(b *testing.B) {
 	p, _ := g.proxy(w)
 	const batch = 500
 	type req struct {
-		sid  pda.SessionID
-		body []byte
+		sid   pda.SessionID
+		items [][]byte // the request body, cut into submissions
 	}
 	mk := func(i int) req {
 		var r req
@@ -92,7 +91,7 @@ func BenchmarkServiceProxy(b *testing.B) {
 			}
 			items = append(items, it)
 		}
-		r.body = slices.Concat(items...)
+		r.items = items
 		_, _ = e.proxyRedis.Client().Set(e.ctx, sessionKey(hex.EncodeToString(r.sid[:])), "x|"+strconv.FormatUint(w, 10), time.Hour).Result()
 		return r
 	}
@@ -101,7 +100,7 @@ func BenchmarkServiceProxy(b *testing.B) {
 	one := mk(9999)
 	var counts pda.MulCounts
 	counts = pda.CountMultiplications(func() {
-		g.ingest(e.ctx, p, suite, "participant-0", "pid", hex.EncodeToString(one.sid[:]), one.sid[:], w, one.body, batch, suite.SubmissionSize())
+		g.ingest(e.ctx, p, suite, "participant-0", "pid", hex.EncodeToString(one.sid[:]), one.sid[:], w, one.items)
 	})
 	reqs := make([]req, 0, b.N)
 	for i := range b.N {
@@ -112,7 +111,7 @@ func BenchmarkServiceProxy(b *testing.B) {
 	start := time.Now()
 	for i := range b.N {
 		r := reqs[i]
-		resp, code := g.ingest(e.ctx, p, suite, "participant-0", "pid", hex.EncodeToString(r.sid[:]), r.sid[:], w, r.body, batch, suite.SubmissionSize())
+		resp, code := g.ingest(e.ctx, p, suite, "participant-0", "pid", hex.EncodeToString(r.sid[:]), r.sid[:], w, r.items)
 		if code != 200 || resp.Accepted != batch {
 			b.Fatalf("ingest: HTTP %d, accepted %d, reasons %v", code, resp.Accepted, resp.Reasons)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
 	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
+	"github.com/obscura-iot/obscura/services/pkg/records"
 )
 
 // ShardConfig configures one DB shard (one StatefulSet pod).
@@ -117,8 +119,8 @@ func (s *Shard) apply(ctx context.Context, w uint64, batch string, data []byte) 
 	if err != nil || batch == "" {
 		return natsx.Drop
 	}
-	size := suite.EntrySize()
-	if len(data)%size != 0 {
+	raws, err := records.Split(data, suite.EntrySize(), math.MaxInt)
+	if err != nil {
 		s.m.Entries.WithLabelValues("malformed").Inc()
 		return natsx.Drop
 	}
@@ -126,9 +128,8 @@ func (s *Shard) apply(ctx context.Context, w uint64, batch string, data []byte) 
 	if err != nil {
 		return natsx.Retry
 	}
-	ents := make([]StoredEntry, 0, len(data)/size)
-	for i := 0; i < len(data); i += size {
-		raw := data[i : i+size]
+	ents := make([]StoredEntry, 0, len(raws))
+	for _, raw := range raws {
 		e, err := suite.ParseEntry(raw)
 		if err != nil {
 			s.m.Entries.WithLabelValues("malformed").Inc()
