@@ -2,7 +2,7 @@
 # Obscura's container images, built offline and reproducibly (docs/images.md).
 #
 #   hack/images/images.sh build [-force] [-no-verify] [component ...]
-#       build every image (operator mohito pda nats-server cert-manager redis envoy vault) into
+#       build every image (operator mohito pda pps nats-server cert-manager redis envoy vault) into
 #       hack/images/out, skipping a component whose inputs have not changed; writes
 #       hack/images/out/images.json
 #   hack/images/images.sh import [component ...]
