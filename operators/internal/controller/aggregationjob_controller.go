@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -74,15 +73,11 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return r.finalize(ctx, &job)
 	}
 	runs := r.Platform.Validate() == nil
-	if runs && !controllerutil.ContainsFinalizer(&job, WorkloadsFinalizer) {
-		// Workloads live in the trust domains' namespaces, out of reach of owner references:
-		// the finalizer is what removes them when the job goes.
-		controllerutil.AddFinalizer(&job, WorkloadsFinalizer)
-		if err := r.Update(ctx, &job); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("add finalizer to aggregation job %s/%s: %w", job.Namespace, job.Name, err)
+	// Workloads live in the trust domains' namespaces, out of reach of owner references: the
+	// finalizer is what removes them when the job goes.
+	if runs {
+		if requeue, err := addFinalizer(ctx, r.Client, &job, WorkloadsFinalizer); requeue || err != nil {
+			return ctrl.Result{Requeue: requeue}, err
 		}
 	}
 	before := job.Status.DeepCopy()

@@ -161,17 +161,22 @@ func pdaKinds() []client.ObjectList {
 		&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.ServiceAccountList{}}
 }
 
-// jobObjects lists every object labelled as the job's, in any namespace, straight from the API
-// server: an object created a moment ago must not escape cleanup because the cache lags.
+// jobObjects lists every object labelled as the job's, in any namespace (labelled).
 func (r *AggregationJobReconciler) jobObjects(ctx context.Context, job *pdav1.AggregationJob) ([]client.Object, error) {
-	reader := r.APIReader
+	return labelled(ctx, r.APIReader, r.Client, pdaKinds(), pda.JobSelector(job), "aggregation job "+job.Namespace+"/"+job.Name)
+}
+
+// labelled lists every object of the kinds carrying the labels, in any namespace, straight
+// from the API server (reader; nil uses c): an object created a moment ago must not escape
+// cleanup because the cache lags. what names the owner in errors.
+func labelled(ctx context.Context, reader client.Reader, c client.Client, kinds []client.ObjectList, labels map[string]string, what string) ([]client.Object, error) {
 	if reader == nil {
-		reader = r.Client
+		reader = c
 	}
 	var out []client.Object
-	for _, l := range pdaKinds() {
-		if err := reader.List(ctx, l, client.MatchingLabels(pda.JobSelector(job))); err != nil {
-			return nil, fmt.Errorf("list %T of aggregation job %s/%s: %w", l, job.Namespace, job.Name, err)
+	for _, l := range kinds {
+		if err := reader.List(ctx, l, client.MatchingLabels(labels)); err != nil {
+			return nil, fmt.Errorf("list %T of %s: %w", l, what, err)
 		}
 		items, err := metaItems(l)
 		if err != nil {

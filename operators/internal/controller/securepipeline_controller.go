@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -85,15 +84,11 @@ func (r *SecurePipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return r.finalize(ctx, &p)
 	}
 	runs := r.Platform.Validate() == nil
-	if runs && !controllerutil.ContainsFinalizer(&p, PipelineFinalizer) {
-		// The garbler lives in another namespace, out of reach of owner references: the
-		// finalizer is what removes it when the pipeline goes.
-		controllerutil.AddFinalizer(&p, PipelineFinalizer)
-		if err := r.Update(ctx, &p); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("add finalizer to secure pipeline %s/%s: %w", p.Namespace, p.Name, err)
+	// The garbler lives in another namespace, out of reach of owner references: the finalizer
+	// is what removes it when the pipeline goes.
+	if runs {
+		if requeue, err := addFinalizer(ctx, r.Client, &p, PipelineFinalizer); requeue || err != nil {
+			return ctrl.Result{Requeue: requeue}, err
 		}
 	}
 	before := p.Status.DeepCopy()

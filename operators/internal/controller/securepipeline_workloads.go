@@ -161,25 +161,9 @@ func ppsKinds() []client.ObjectList {
 		&corev1.SecretList{}, &corev1.ServiceAccountList{}, &networkingv1.NetworkPolicyList{}}
 }
 
-// objects lists every object labelled as the pipeline's, in any namespace, straight from the
-// API server: an object created a moment ago must not escape cleanup because the cache lags.
+// objects lists every object labelled as the pipeline's, in any namespace (labelled).
 func (r *SecurePipelineReconciler) objects(ctx context.Context, p *ppsv1.SecurePipeline) ([]client.Object, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
-	var out []client.Object
-	for _, l := range ppsKinds() {
-		if err := reader.List(ctx, l, client.MatchingLabels(pps.Selector(p))); err != nil {
-			return nil, fmt.Errorf("list %T of secure pipeline %s/%s: %w", l, p.Namespace, p.Name, err)
-		}
-		items, err := metaItems(l)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, items...)
-	}
-	return out, nil
+	return labelled(ctx, r.APIReader, r.Client, ppsKinds(), pps.Selector(p), "secure pipeline "+p.Namespace+"/"+p.Name)
 }
 
 // prune deletes the pipeline's objects left in a namespace it no longer uses (the garbler

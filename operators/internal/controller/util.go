@@ -1,9 +1,14 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -46,4 +51,20 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// addFinalizer adds finalizer to obj unless it is there. A conflict asks for a requeue (the
+// next reconcile sees the newer object) rather than an error.
+func addFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) (requeue bool, err error) {
+	if controllerutil.ContainsFinalizer(obj, finalizer) {
+		return false, nil
+	}
+	controllerutil.AddFinalizer(obj, finalizer)
+	if err := c.Update(ctx, obj); err != nil {
+		if apierrors.IsConflict(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("add finalizer to %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return false, nil
 }
