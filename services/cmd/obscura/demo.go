@@ -2,6 +2,7 @@ package main
 
 import (
 	pdasim "github.com/obscura-iot/obscura/services/pkg/pda/sim"
+	ppssim "github.com/obscura-iot/obscura/services/pkg/pps/sim"
 
 	"context"
 	"fmt"
@@ -15,13 +16,18 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
-// Config is the demo configuration: the Mohito rounds and the PDA aggregation after them.
+// Config is the demo configuration: the Mohito rounds, the PDA aggregation and the PPS
+// pipeline after them.
 type Config struct {
 	loadgen.Options
 	// Aggregation (demo only): after the rounds, run one PDA aggregation in the same
 	// process (pdasim.RunDemo) and include it in the summary.
 	Aggregation bool
 	PDA         pdasim.DemoOptions
+	// PPS (demo only): then run one PPS pipeline computing the parking statistics in the
+	// same process (ppssim.RunDemo) and include it in the summary.
+	PPS     bool
+	PPSDemo ppssim.DemoOptions
 }
 
 func runDemo(args []string) error {
@@ -46,6 +52,10 @@ func parseDemo(args []string) (*Config, error) {
 	f.Int(&c.PDA.Threshold, "aggregation-threshold", c.PDA.Threshold, "PDA threshold τ")
 	f.Int(&c.PDA.Benign, "aggregation-benign", c.PDA.Benign, "benign IPs per PDA participant")
 	f.Int(&c.PDA.Shards, "aggregation-shards", c.PDA.Shards, "PDA DB shards")
+	c.PPSDemo = ppssim.DefaultDemoOptions()
+	f.Bool(&c.PPS, "pps", true, "then run one PPS pipeline: 9 parking lots publish wire labels over MQTT, the broker evaluates the garbler's circuit for the day's mean/max/min of the combined count, a subscriber decodes it next to the plaintext")
+	f.Int(&c.PPSDemo.Rounds, "pps-rounds", c.PPSDemo.Rounds, "PPS rounds each lot publishes per simulated day (divides 288; 288 is the paper's every 5 minutes)")
+	f.Int(&c.PPSDemo.Days, "pps-days", c.PPSDemo.Days, "PPS simulated days, one execution each")
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return nil, err
 	}
@@ -59,9 +69,11 @@ func parseDemo(args []string) (*Config, error) {
 type Result struct {
 	Rounds      *loadgen.Summary
 	Aggregation *pdasim.DemoSummary // nil unless Config.Aggregation
+	PPS         *ppssim.DemoSummary // nil unless Config.PPS
 }
 
-// execute runs the rounds and then, with c.Aggregation, one PDA aggregation, narrating on out.
+// execute runs the rounds and then, with c.Aggregation, one PDA aggregation and, with c.PPS,
+// one PPS pipeline, narrating on out.
 func execute(ctx context.Context, c *Config, out io.Writer) (*Result, error) {
 	c.Out = out
 	s, err := loadgen.Run(ctx, c.Options)
@@ -69,23 +81,45 @@ func execute(ctx context.Context, c *Config, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Rounds: s}
-	if !c.Aggregation {
-		return r, nil
+	if c.Aggregation {
+		fmt.Fprintf(out, "\n--- one PDA aggregation: vendors pool the source IPs that attacked their fleets; only IPs reported by ≥ τ = %d of them are revealed ---\n", c.PDA.Threshold)
+		if r.Aggregation, err = pdasim.RunDemo(ctx, c.PDA, out); err != nil {
+			return r, fmt.Errorf("aggregation: %w", err)
+		}
 	}
-	fmt.Fprintf(out, "\n--- one PDA aggregation: vendors pool the source IPs that attacked their fleets; only IPs reported by ≥ τ = %d of them are revealed ---\n", c.PDA.Threshold)
-	if r.Aggregation, err = pdasim.RunDemo(ctx, c.PDA, out); err != nil {
-		return r, fmt.Errorf("aggregation: %w", err)
+	if c.PPS {
+		fmt.Fprintf(out, "\n--- one PPS pipeline: 9 parking lots publish one wire label per bit of each count; the broker evaluates a garbled circuit for the day's mean/max/min of the combined count without seeing a count; only the subscriber unmasks it ---\n")
+		if r.PPS, err = ppssim.RunDemo(ctx, c.PPSDemo, out); err != nil {
+			return r, fmt.Errorf("pps: %w", err)
+		}
 	}
-	printSummary(out, r)
+	if c.Aggregation || c.PPS {
+		printSummary(out, r)
+	}
 	return r, nil
 }
 
-// printSummary prints the final summary of a demo with an aggregation.
+// printSummary prints the final summary of a demo with an aggregation or a PPS pipeline.
 func printSummary(out io.Writer, r *Result) {
-	s, a := r.Rounds, r.Aggregation
+	s := r.Rounds
 	fmt.Fprintf(out, "\ndemo summary:\n")
 	fmt.Fprintf(out, "  mohito:      %d rounds (%d aborted), %d commands answered (%d unfinished at stop), exactly-once delivery: %v\n",
 		s.Rounds, s.Aborted, s.Commands, s.Failed, s.ExactlyOnce)
+	if r.Aggregation != nil {
+		printAggregation(out, r.Aggregation)
+	}
+	if p := r.PPS; p != nil {
+		var gates, bytes uint64
+		if len(p.Executions) > 0 {
+			gates, bytes = p.Executions[0].ANDGates, p.Executions[0].Bytes
+		}
+		fmt.Fprintf(out, "  pps:         %d lots × %d rounds a day, %d executions (%d AND gates, %.2f MB garbled each), subscriber's mean/max/min equal to the plaintext: %v\n",
+			p.Lots, p.Rounds, len(p.Executions), gates, float64(bytes)/1e6, p.Exact())
+	}
+}
+
+// printAggregation prints the aggregation's lines of the summary.
+func printAggregation(out io.Writer, a *pdasim.DemoSummary) {
 	fmt.Fprintf(out, "  aggregation: %d participants, τ = %d, %d submissions (%d accepted), window %d\n",
 		a.Participants, a.Threshold, a.Submissions, a.Accepted, a.Window)
 	var rev []string
@@ -122,6 +156,9 @@ func validate(c *Config) error {
 	bad := c.Options.Validate()
 	if c.Aggregation && c.PDA.Validate() != nil {
 		bad = append(bad, "-aggregation-participants ≥ 2, -aggregation-threshold ≥ 1, -aggregation-shards ≥ 1 and -aggregation-benign ≥ 0 are required")
+	}
+	if c.PPS && c.PPSDemo.Validate() != nil {
+		bad = append(bad, "-pps-rounds must divide 288 (e.g. 12, 24, 48, 96, 288) and -pps-days must be ≥ 1")
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", errConfig, strings.Join(bad, "; "))

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
+	ppssim "github.com/obscura-iot/obscura/services/pkg/pps/sim"
 )
 
 // TestDemoWithAggregation runs the combined demo (rounds, then one PDA aggregation in the
@@ -89,4 +93,71 @@ func quiet(t *testing.T) {
 	stderr := os.Stderr
 	os.Stderr = null
 	t.Cleanup(func() { os.Stderr = stderr; null.Close() })
+}
+
+// TestDemoWithPPS runs the demo with its PPS pipeline (and small Mohito rounds): every
+// simulated day must execute, and the subscriber's decoded mean/max/min must equal the
+// plaintext model of the generated data exactly (Q24.8), which the test recomputes.
+func TestDemoWithPPS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the embedded demo")
+	}
+	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+		"-aggregation=false", "-pps-rounds", "6", "-pps-days", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := execute(ctx, c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	p := r.PPS
+	if r.Aggregation != nil || p == nil {
+		t.Fatalf("aggregation %v, pps %v: want only the PPS part", r.Aggregation, p)
+	}
+	if len(p.Executions) != 2 {
+		t.Fatalf("%d PPS executions, want 2\n%s", len(p.Executions), out.String())
+	}
+	f, err := dsl.Compile(ppssim.DemoProgram(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d, e := range p.Executions {
+		want, err := ppssim.DemoDay(c.PPSDemo.Seed, d, 6).Evaluate(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(e.Got, want) || len(want) != 3 {
+			t.Errorf("day %d: subscriber decoded %v, plaintext model %v", d+1, e.Got, want)
+		}
+		if e.Valid != 9*6 || e.ANDGates == 0 || e.Bytes == 0 {
+			t.Errorf("day %d: %d valid inputs, %d AND gates, %d bytes", d+1, e.Valid, e.ANDGates, e.Bytes)
+		}
+	}
+	for _, s := range []string{"demo summary:", "pps:         9 lots × 6 rounds a day, 2 executions", "equal to the plaintext: true"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestPPSFlag(t *testing.T) {
+	quiet(t)
+	c, err := parseDemo(nil)
+	if err != nil || !c.PPS || c.PPSDemo != ppssim.DefaultDemoOptions() {
+		t.Fatalf("demo defaults: %+v, %v; want PPS on with its defaults", c, err)
+	}
+	t.Setenv("OBSCURA_PPS", "false")
+	if c, err := parseDemo([]string{"-pps-rounds", "7"}); err != nil || c.PPS {
+		t.Fatalf("OBSCURA_PPS=false: pps %v, %v; an invalid PPS setting with PPS off must pass", c != nil && c.PPS, err)
+	}
+	t.Setenv("OBSCURA_PPS", "true")
+	for _, args := range [][]string{{"-pps-rounds", "7"}, {"-pps-rounds", "0"}, {"-pps-days", "0"}} {
+		if _, err := parseDemo(args); !errors.Is(err, errConfig) {
+			t.Errorf("%v: %v, want a configuration error", args, err)
+		}
+	}
 }
