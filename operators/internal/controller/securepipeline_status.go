@@ -31,9 +31,7 @@ const maxPoll = 30 * time.Second
 // when to look again. It never fails the reconcile: a broker that is starting, or briefly
 // unreachable, leaves the figures where they were.
 func (r *SecurePipelineReconciler) observe(ctx context.Context, p *ppsv1.SecurePipeline) time.Duration {
-	if r.Services == nil || r.Platform.HostNetwork {
-		// Host-network pods bind their metrics to a port of their choosing on 127.0.0.1:
-		// the operator cannot reach them.
+	if r.Services == nil {
 		return 0
 	}
 	next := min(max(p.Spec.Schedule.Duration/4, time.Second), maxPoll)
@@ -42,6 +40,12 @@ func (r *SecurePipelineReconciler) observe(ctx context.Context, p *ppsv1.SecureP
 	if err != nil {
 		log.Info("broker pods unavailable", "err", err.Error())
 		return next
+	}
+	if r.Platform.HostNetwork && len(eps) > 0 {
+		// On the host network the broker's metrics listen on the pipeline's own loopback
+		// port (pps.HostPorts), the only address of a pod the operator may dial.
+		_, port := pps.HostPorts(p)
+		eps = []string{ppsstatus.Endpoint("127.0.0.1", port)}
 	}
 	if len(eps) == 0 {
 		return next

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"time"
@@ -35,6 +36,16 @@ const (
 
 	// GarblerPort is the garbler's gRPC (mTLS) port, the only one the broker reaches.
 	GarblerPort = 7443
+
+	// On the host network (specs.Runtime.HostNetwork) every pod shares the node's port space,
+	// where the Mohito gateway already holds 7443, and the operator can reach a pod only on
+	// 127.0.0.1 at a port it knows. Each pipeline therefore gets two fixed loopback ports of
+	// its own, derived from its namespace and name so that the broker, the garbler and the
+	// operator agree without any state: the garbler's gRPC port and the broker's metrics port
+	// (which the operator scrapes for status). hostPortPairs pairs fit below the kernel's
+	// ephemeral range (32768+), so no outgoing connection can take them first.
+	hostPortBase  = 17000
+	hostPortPairs = 500
 
 	// ConfigDir holds the pipelines file; SecretsDir the TLS, key and Redis password files.
 	ConfigDir  = "/etc/obscura/pps"
@@ -67,6 +78,7 @@ const (
 	FlagTLSKey            = "tls-key"
 	FlagClientCA          = "client-ca"
 	FlagGarblerAddr       = "garbler-addr"
+	FlagGarblerServerName = "garbler-server-name"
 	FlagGarblerCA         = "garbler-ca"
 	FlagRedisAddr         = "redis-addr"
 	FlagRedisPasswordFile = "redis-password-file"
@@ -173,6 +185,17 @@ func BrokerTLSSecret(p *ppsv1.SecurePipeline) string {
 // GarblerHost is the DNS name the broker dials and the garbler's certificate must carry.
 func GarblerHost(p *ppsv1.SecurePipeline) string {
 	return Name(p, RoleGarbler) + "." + p.Spec.Garbler.Namespace + ".svc"
+}
+
+// HostPorts are the loopback ports of p's garbler gRPC listener and broker metrics listener
+// on the host network. Two pipelines collide with a chance of 1 in hostPortPairs; the second
+// one's pods then fail to bind and say so in their logs. One broker replica per pipeline can
+// bind the metrics port (scale with spec.broker.workers on the host network).
+func HostPorts(p *ppsv1.SecurePipeline) (garbler, metrics int) {
+	h := fnv.New32a()
+	h.Write([]byte(p.Namespace + "/" + p.Name))
+	base := hostPortBase + 2*int(h.Sum32()%hostPortPairs)
+	return base, base + 1
 }
 
 // NATS names of a pipeline (docs/pps.md "NATS"). Each pipeline is its own NATS account, so
@@ -338,24 +361,44 @@ func deployment(p *ppsv1.SecurePipeline, d Domain, sp specs.Pod, pl Platform, re
 // its Redis, and the client side of the mTLS link to the garbler.
 func Broker(p *ppsv1.SecurePipeline, pl Platform, hash string) *appsv1.Deployment {
 	tls := SecretsDir + "/tls"
-	garbler := GarblerHost(p) + ":" + strconv.Itoa(GarblerPort)
+	env := []corev1.EnvVar{
+		{Name: specs.Env(FlagGarblerAddr), Value: GarblerHost(p) + ":" + strconv.Itoa(GarblerPort)},
+		{Name: specs.Env(FlagTLSCert), Value: tls + "/" + corev1.TLSCertKey},
+		{Name: specs.Env(FlagTLSKey), Value: tls + "/" + corev1.TLSPrivateKeyKey},
+		{Name: specs.Env(FlagGarblerCA), Value: tls + "/ca.crt"},
+		{Name: specs.Env(FlagWorkers), Value: strconv.Itoa(int(Workers(p)))},
+	}
 	if pl.HostNetwork {
-		// Every pod shares the node's loopback (specs.onHostNetwork).
-		garbler = "127.0.0.1:" + strconv.Itoa(GarblerPort)
+		// Every pod shares the node's loopback (specs.onHostNetwork). The garbler's
+		// certificate still names its Service, as cert-manager issues it, so that name is
+		// checked rather than the address dialled.
+		port, _ := HostPorts(p)
+		env[0].Value = "127.0.0.1:" + strconv.Itoa(port)
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagGarblerServerName), Value: GarblerHost(p)})
 	}
 	b := p.Spec.Broker
 	sp := pod(p, BrokerDomain, hash, b.Redis, b.Resources, specs.Pod{CPU: "500m", Memory: "512Mi",
 		NATSSecret: NATSSecretName(p),
 		Dirs:       []specs.SecretDir{{Volume: "tls", Dir: tls, Secret: BrokerTLSSecret(p)}},
-		Env: []corev1.EnvVar{
-			{Name: specs.Env(FlagGarblerAddr), Value: garbler},
-			{Name: specs.Env(FlagTLSCert), Value: tls + "/" + corev1.TLSCertKey},
-			{Name: specs.Env(FlagTLSKey), Value: tls + "/" + corev1.TLSPrivateKeyKey},
-			{Name: specs.Env(FlagGarblerCA), Value: tls + "/ca.crt"},
-			{Name: specs.Env(FlagWorkers), Value: strconv.Itoa(int(Workers(p)))},
-		},
+		Env:        env,
 	})
-	return deployment(p, BrokerDomain, sp, pl, max(b.Replicas, 1))
+	d := deployment(p, BrokerDomain, sp, pl, max(b.Replicas, 1))
+	if pl.HostNetwork {
+		// The operator reads the broker's figures at 127.0.0.1:<metrics port> (HostPorts);
+		// the health listener stays dynamic, probed through the address file.
+		_, metrics := HostPorts(p)
+		setEnv(&d.Spec.Template.Spec.Containers[0], specs.EnvMetricsAddr, "127.0.0.1:"+strconv.Itoa(metrics))
+	}
+	return d
+}
+
+// setEnv sets the variable name of c, which the builder has already set.
+func setEnv(c *corev1.Container, name, value string) {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			c.Env[i].Value = value
+		}
+	}
 }
 
 // Workers is the number of evaluator workers per broker pod.
@@ -382,8 +425,12 @@ func BrokerService(p *ppsv1.SecurePipeline) *corev1.Service {
 func Garbler(p *ppsv1.SecurePipeline, pl Platform, hash string) *appsv1.Deployment {
 	g := p.Spec.Garbler
 	tls := SecretsDir + "/tls"
+	listen := GarblerPort
+	if pl.HostNetwork {
+		listen, _ = HostPorts(p)
+	}
 	env := []corev1.EnvVar{
-		{Name: specs.Env(FlagListen), Value: ":" + strconv.Itoa(GarblerPort)},
+		{Name: specs.Env(FlagListen), Value: ":" + strconv.Itoa(listen)},
 		{Name: specs.Env(FlagTLSCert), Value: tls + "/" + corev1.TLSCertKey},
 		{Name: specs.Env(FlagTLSKey), Value: tls + "/" + corev1.TLSPrivateKeyKey},
 		{Name: specs.Env(FlagClientCA), Value: tls + "/ca.crt"},

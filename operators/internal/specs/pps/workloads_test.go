@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,59 @@ func TestGarblerDomainGolden(t *testing.T) {
 	}
 	h := ConfigHash(cm)
 	specstest.Golden(t, "garbler_domain.yaml", cm, ServiceAccount(p, GarblerDomain), Garbler(p, platform, h), GarblerService(p), GarblerNetworkPolicy(p))
+}
+
+// TestHostNetworkGolden is what the local cluster runs (docs/cluster.md): both parties on the
+// node's loopback, the garbler on the pipeline's own port rather than 7443 (the Mohito
+// gateway's), the broker dialling it there while checking the Service name its certificate
+// carries, and the broker's metrics on the pipeline's fixed port, which the operator scrapes.
+// e2e/pps runs these two pods' containers as processes.
+func TestHostNetworkGolden(t *testing.T) {
+	p := sample(t)
+	cm, err := PipelinesConfigMap(p, BrokerDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ConfigHash(cm)
+	pl := platform
+	pl.HostNetwork = true
+	b, g := Broker(p, pl, h), Garbler(p, pl, h)
+	specstest.Golden(t, "host_network.yaml", cm, b, g)
+
+	grpc, metrics := HostPorts(p)
+	if grpc == GarblerPort || grpc == metrics || grpc < hostPortBase || metrics >= hostPortBase+2*hostPortPairs {
+		t.Fatalf("host ports %d, %d", grpc, metrics)
+	}
+	env := func(c corev1.Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			m[e.Name] = e.Value
+		}
+		return m
+	}
+	be, ge := env(b.Spec.Template.Spec.Containers[0]), env(g.Spec.Template.Spec.Containers[0])
+	for name, want := range map[string]string{
+		specs.Env(FlagListen): "127.0.0.1:" + strconv.Itoa(grpc),
+	} {
+		if ge[name] != want {
+			t.Errorf("garbler %s=%q, want %q", name, ge[name], want)
+		}
+	}
+	for name, want := range map[string]string{
+		specs.Env(FlagGarblerAddr):       "127.0.0.1:" + strconv.Itoa(grpc),
+		specs.Env(FlagGarblerServerName): GarblerHost(p),
+		specs.EnvMetricsAddr:             "127.0.0.1:" + strconv.Itoa(metrics),
+		specs.EnvHealthAddr:              "127.0.0.1:0",
+	} {
+		if be[name] != want {
+			t.Errorf("broker %s=%q, want %q", name, be[name], want)
+		}
+	}
+	other := p.DeepCopy()
+	other.Namespace = "sfo"
+	if g2, _ := HostPorts(other); g2 == grpc {
+		t.Errorf("pipelines lax/%s and sfo/%s share port %d", p.Name, p.Name, grpc)
+	}
 }
 
 // TestGarblerWithVaultTransit: with Vault keys the garbler logs in with its own service
