@@ -19,6 +19,7 @@ import "github.com/obscura-iot/obscura/services/pkg/daemon"
 func main() {
 	daemon.Main("pps", []daemon.Command{
 		{Name: "garbler", Run: runGarbler},
+		{Name: "broker", Run: runBroker},
 		{Name: "keys", Run: runKeys},
 		{Name: "probe", Run: daemon.RunProbe},
 	})

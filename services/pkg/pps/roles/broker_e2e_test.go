@@ -254,9 +254,13 @@ func (p *btPub) publish(t testing.TB, round uint64, labels []byte) {
 }
 
 type btSub struct {
+	d       *btDevice
 	sub     *pps.Subscription
 	grant   pps.Grant // a copy, for the view check
 	outputs chan *contract.Output
+	downs   <-chan []byte
+	hello   *contract.Hello
+	keys    pps.SessionKeys
 }
 
 // setupSubscriber subscribes d to fn through the broker: sub, the garbler's sealed grant,
@@ -266,7 +270,7 @@ func (e *brokerEnv) setupSubscriber(d *btDevice, fn string, garbler ed25519.Publ
 	t.Helper()
 	c := e.mqttClient(d)
 	downs := e.downs(c, d)
-	s := &btSub{sub: pps.NewSubscription(16), outputs: make(chan *contract.Output, 16)}
+	s := &btSub{d: d, sub: pps.NewSubscription(16), outputs: make(chan *contract.Output, 16), downs: downs}
 	tok := c.Subscribe(contract.Topic(contract.OutSubject(fn)), 1, func(_ mqtt.Client, m mqtt.Message) {
 		o, err := contract.DecodeOutput(m.Payload())
 		if err != nil {
@@ -297,7 +301,7 @@ func (e *brokerEnv) setupSubscriber(d *btDevice, fn string, garbler ed25519.Publ
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.grant = g
+	s.grant, s.hello, s.keys = g, h, keys
 	if err := s.sub.Accept(&g); err != nil {
 		t.Fatal(err)
 	}
@@ -334,24 +338,43 @@ type btWorld struct {
 	b      *runningBroker
 	clk    *btClock
 	view   *btView
+	p      contract.Pipeline
 	f      *dsl.Function
 	pubs   []*btPub
 	sub    *btSub
+	subs   []*btSub
 	period time.Duration
 	tick   time.Time
+}
+
+// btWorldOpts shape a world: n publishers and subs subscribers (default 1) of the pipeline
+// computing body; tamper, if set, may rewrite what the garbler answers (in transit).
+type btWorldOpts struct {
+	n, subs, minInputs int
+	body               string
+	tamper             func(method string, reply any)
+	unregistered       bool // do not wait for the function to register, nor set devices up
 }
 
 // startWorld runs n publishers and one subscriber of the pipeline computing body over their
 // latest values, through MQTT, the broker and the real garbler.
 func startWorld(t *testing.T, n, minInputs int, body string) *btWorld {
-	devs := newBTDevices(t, n+1)
+	return startWorldWith(t, btWorldOpts{n: n, minInputs: minInputs, body: body})
+}
+
+func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
+	n, minInputs, body := o.n, o.minInputs, o.body
+	if o.subs == 0 {
+		o.subs = 1
+	}
+	devs := newBTDevices(t, n+o.subs)
 	period := time.Hour
 	p := btPipeline("ns/stats", body, devs[:n], devs[n:], minInputs, period, period)
 	f, err := dsl.Compile(p.Source)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, []string{f.ID}), g: newGarblerEnv(t), view: &btView{}, f: f, period: period}
+	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, []string{f.ID}), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, period: period}
 	start := time.Now().Truncate(period).Add(period / 6)
 	w.clk = &btClock{now: start}
 	w.tick = start.Truncate(period).Add(period)
@@ -365,6 +388,9 @@ func startWorld(t *testing.T, n, minInputs int, body string) *btWorld {
 	cc, err := grpc.NewClient(w.g.addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := inv(ctx, method, req, reply, cc, opts...)
+			if o.tamper != nil && err == nil {
+				o.tamper(method, reply)
+			}
 			w.view.addProto(reply)
 			return err
 		}),
@@ -391,6 +417,9 @@ func startWorld(t *testing.T, n, minInputs int, body string) *btWorld {
 
 	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: []contract.Pipeline{p},
 		Clock: w.clk, ChunkBytes: 4096}, nil)
+	if o.unregistered {
+		return w
+	}
 	testenv.Eventually(t, 2*time.Minute, "function registered", func() error {
 		if _, st, reason, _ := w.b.FunctionStatus(p.Name); st != FunctionRegistered {
 			return fmt.Errorf("status %s %s", st, reason)
@@ -401,7 +430,10 @@ func startWorld(t *testing.T, n, minInputs int, body string) *btWorld {
 	for _, d := range devs[:n] {
 		w.pubs = append(w.pubs, w.setupPublisher(d, []string{f.ID}, pk))
 	}
-	w.sub = w.setupSubscriber(devs[n], f.ID, pk)
+	for _, d := range devs[n:] {
+		w.subs = append(w.subs, w.setupSubscriber(d, f.ID, pk))
+	}
+	w.sub = w.subs[0]
 	return w
 }
 

@@ -1,0 +1,154 @@
+package roles
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
+	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// A subscriber removed from the pipeline is revoked (D14): the broker calls Garbler.Revoke,
+// relays the new epoch's grant to the remaining subscriber only, drops the removed one from
+// S_C and refuses its new subscription; the next output is masked under the new epoch, which
+// the remaining subscriber unmasks to the model's answer and the removed one cannot open.
+func TestBrokerRevokesRemovedSubscriber(t *testing.T) {
+	w := startWorldWith(t, btWorldOpts{n: 3, subs: 2, body: "sum"})
+	kept, removed := w.subs[0], w.subs[1]
+	xs := btValues(3)
+	publish := func(round uint64) {
+		for i, p := range w.pubs {
+			seed, _ := p.seed(t, round)
+			p.publish(t, round, pps.PublishLabels(&seed, xs[i:i+1]))
+		}
+	}
+	publish(0)
+	o := w.runTick(t, 3)
+	w.check(t, o, xs, nil)
+	if _, err := removed.sub.Unmask(o.Epoch, o.Round, removed.next(t).Masked, o.Bits); err != nil {
+		t.Fatalf("second subscriber before its removal: %v", err)
+	}
+
+	p := w.p
+	p.Subscribers = []string{kept.d.id}
+	if err := w.b.SetPipelines([]contract.Pipeline{p}); err != nil {
+		t.Fatal(err)
+	}
+	d := nextDown(t, kept.downs)
+	if d.Ack == nil || d.Ack.Type != contract.TypeRegrant {
+		t.Fatalf("remaining subscriber got %+v, want a regrant", d)
+	}
+	if err := d.Ack.Validate(kept.hello, w.g.signer.Public()); err != nil {
+		t.Fatalf("regrant: %v", err)
+	}
+	g, err := pps.OpenGrant(&kept.keys, d.Ack.Grant, contract.GrantAD(w.f.ID, kept.hello.EdPK, kept.hello.Transcript()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.sub.Accept(&g); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "S_C without the removed subscriber", func() error {
+		subs, err := w.b.Store().Subscribers(w.ctx(), w.f.ID)
+		if err != nil || !slices.Equal(subs, []string{kept.d.id}) {
+			return fmt.Errorf("S_C = %v, %v", subs, err)
+		}
+		return nil
+	})
+	select {
+	case m := <-removed.downs:
+		t.Errorf("the removed subscriber was sent %s", m)
+	default:
+	}
+	if v := testutil.ToFloat64(w.b.m.Revoked); v != 1 {
+		t.Errorf("%v revocations counted, want 1", v)
+	}
+
+	publish(1)
+	o = w.runTick(t, 6)
+	if o.Epoch != g.Epoch || o.Epoch == 0 {
+		t.Fatalf("output of epoch %d, the new grant is epoch %d", o.Epoch, g.Epoch)
+	}
+	w.check(t, o, xs, nil)
+	if _, err := removed.sub.Unmask(o.Epoch, o.Round, removed.next(t).Masked, o.Bits); !errors.Is(err, pps.ErrEpoch) {
+		t.Errorf("removed subscriber unmasks the new epoch: %v, want ErrEpoch", err)
+	}
+
+	// Its new subscription is refused by the broker's ACL, not relayed.
+	c := w.mqttClient(removed.d)
+	downs := w.downs(c, removed.d)
+	_, sub := btHello(removed.d, w.f.ID, nil)
+	if n := refused2(t, c, contract.Topic(contract.DevUpSubject(removed.d.id)), sub, downs); n.Fn != w.f.ID {
+		t.Errorf("refusal %+v", n)
+	}
+}
+
+// A function on which the broker and the garbler compile different circuits is refused —
+// its status says why, the refusal is counted and logged, no tick runs it — and the broker
+// keeps running. The garbler here is the real one; its RegisterFunction answer is altered in
+// transit, as a garbler of another version would answer.
+func TestBrokerRefusesFunctionWhoseCircuitDiffers(t *testing.T) {
+	w := startWorldWith(t, btWorldOpts{n: 3, body: "sum", unregistered: true, tamper: func(method string, reply any) {
+		if r, ok := reply.(*ppsv1.RegisterFunctionResponse); ok {
+			r.CircuitHash[0] ^= 1
+		}
+	}})
+	testenv.Eventually(t, 2*time.Minute, "function refused", func() error {
+		if _, st, reason, _ := w.b.FunctionStatus(w.p.Name); st != FunctionRefused || !strings.Contains(reason, "circuit hash") {
+			return fmt.Errorf("status %q %q", st, reason)
+		}
+		return nil
+	})
+	if v := rejected(w.b, stageFunction, reasonHashMismatch); v < 1 {
+		t.Errorf("%v circuit-hash refusals counted", v)
+	}
+	if st, reason, err := w.b.Store().FunctionStatus(w.ctx(), w.f.ID); err != nil || st != FunctionRefused || reason == "" {
+		t.Errorf("recorded status %q %q %v", st, reason, err)
+	}
+	if !strings.Contains(w.b.log.String(), "function refused") {
+		t.Error("the refusal is not logged")
+	}
+	if v := testutil.ToFloat64(w.b.m.Functions.WithLabelValues(w.p.Name, FunctionRefused)); v != 1 {
+		t.Errorf("function state metric %v", v)
+	}
+	// The broker is up (readiness: every pipeline has the garbler's answer) and schedules
+	// nothing for the refused function.
+	testenv.Eventually(t, time.Minute, "ready", func() error {
+		for _, ck := range w.b.Checks() {
+			if err := ck(w.ctx()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	testenv.Eventually(t, time.Minute, "scheduler waiting for the tick", func() error {
+		if w.clk.waiting(w.tick) == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	w.clk.set(w.tick)
+	// The scheduler claims a tick before it loops to the next one: once it waits for the
+	// next tick, the refused function's tick has been passed over, unclaimed.
+	testenv.Eventually(t, time.Minute, "scheduler past the tick", func() error {
+		if w.clk.waiting(w.tick.Add(w.period)) == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := w.b.store.rdb.HGet(w.ctx(), storeFnKey(w.f.ID), "tick").Err(); !errors.Is(err, redis.Nil) {
+		t.Errorf("a tick of the refused function was claimed: %v", err)
+	}
+	if recs, _ := w.b.Store().Executions(w.ctx(), w.f.ID); len(recs) != 0 {
+		t.Errorf("a refused function ran: %+v", recs)
+	}
+}
