@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/ot"
 	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/client"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
@@ -213,4 +214,126 @@ func libraryPhases(b *testing.B, f *dsl.Function, plan *gc.Plan, ds *Dataset) (g
 	slices.Sort(gs)
 	slices.Sort(es)
 	return float64(gs[1].Microseconds()) / 1000, float64(es[1].Microseconds()) / 1000
+}
+
+// BenchmarkTable2Hardened is the same statistics in the hardened input mode H1 (D21), which
+// the services refuse so far (roles.ErrHardenedUnsupported): one execution in process, every
+// Broker↔Garbler message through its encoding, with pkg/pps and pkg/ot alone — the OT
+// extension for every input bit in place of the consistency check, then garbling to memory
+// and evaluation. Compare input-ms with BenchmarkTable2's check-ms (the faithful mode's
+// input phase through the services) and garble-ms/eval-ms with its garble-lib-ms and
+// eval-lib-ms. The one-time base OTs of a Broker–Garbler session are outside the loop.
+//
+//	go test ./pkg/pps/sim/ -run '^$' -bench Table2Hardened -benchtime 3x
+func BenchmarkTable2Hardened(b *testing.B) {
+	rounds := *table2Rounds
+	recv, setup, err := ot.NewReceiver(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	send, reply, err := ot.NewSender(nil, wire(b, setup))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := recv.Finish(wire(b, reply)); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, row := range table2Paper {
+		b.Run(fmt.Sprintf("%s/rounds=%d", row.name, rounds), func(b *testing.B) {
+			f := compile(b, table2Source(row.src, rounds))
+			plan, err := gc.Compile(f.Circuit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, err := DemoDay(1, 0, rounds).Inputs(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			seeds := make([]pps.Seed, len(in))
+			ys := make([]uint32, len(in))
+			valid := make([]bool, len(in))
+			for s := range seeds {
+				rand.Read(seeds[s][:])
+				y, err := pps.SplitMasked(pps.MaskValues(&seeds[s], in[s:s+1]), 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ys[s], valid[s] = y[0], true
+			}
+			want, err := f.Model(in, valid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, err := pps.Nullify(&f.Layout, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var fseed pps.Seed
+			rand.Read(fseed[:])
+			mask := pps.OutputMask(&fseed, f.OutputBits())
+			var input, garble, eval time.Duration
+			var stream bytes.Buffer
+			for b.Loop() {
+				t0 := time.Now()
+				req, ev, err := pps.HardenedRequest(a, func(s int) (uint32, bool) { return ys[s], true }, recv)
+				if err != nil {
+					b.Fatal(err)
+				}
+				g, err := pps.HardenedGarblerInputs(a, func(s int) (uint32, error) { return pps.InputMask(&seeds[s], 0), nil }, send, wire(b, req))
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				stream.Reset()
+				if _, err := gc.Garble(ctx, plan, &stream, g.Inputs, mask, nil); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				labels, err := ev.EvaluatorLabels(wire(b, g.Reply))
+				if err != nil {
+					b.Fatal(err)
+				}
+				t3 := time.Now()
+				res, err := gc.Evaluate(ctx, plan, bytes.NewReader(stream.Bytes()), labels, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t4 := time.Now()
+				input, garble, eval = input+t1.Sub(t0)+t3.Sub(t2), garble+t2.Sub(t1), eval+t4.Sub(t3)
+				got := bytes.Clone(res.Masked)
+				for i := range got {
+					got[i] ^= mask[i]
+				}
+				if !bytes.Equal(got, want) {
+					b.Fatal("H1 output differs from the plaintext model")
+				}
+			}
+			n := float64(b.N)
+			msOf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+			b.ReportMetric(msOf(input), "input-ms")
+			b.ReportMetric(msOf(garble), "garble-ms")
+			b.ReportMetric(msOf(eval), "eval-ms")
+			b.ReportMetric(msOf(input+garble+eval), "h1-ms")
+			b.ReportMetric(float64(stream.Len())/1e6, "MB")
+		})
+	}
+}
+
+// wire passes a message through its encoding, as it crosses the link.
+func wire[T any, PT interface {
+	*T
+	MarshalBinary() ([]byte, error)
+	UnmarshalBinary([]byte) error
+}](b testing.TB, m PT) PT {
+	b.Helper()
+	buf, err := m.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := PT(new(T))
+	if err := out.UnmarshalBinary(buf); err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
