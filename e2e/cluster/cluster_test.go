@@ -54,6 +54,13 @@ func TestCluster(t *testing.T) {
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
 		e.phase("rotate the integrator (Vault) and vendor (Secret) keys under load", e.rotateKeysUnderLoad)
 	}
+	var pps *ppsRun
+	e.phase("apply the SecurePipeline sample (its garbler namespace, keys, TLS Secrets, a Redis per trust domain)", func() {
+		pps = e.applyPipeline()
+	})
+	e.phase("one PPS execution: publishers and a subscriber over MQTT, the result checked, status reported", func() {
+		e.runPipeline(pps)
+	})
 	e.phase("scan pod logs for secrets", e.scanLogs)
 	e.phase("delete the samples, helm uninstall", e.uninstall)
 	e.phase("uninstall Vault and cert-manager", func() {
@@ -82,7 +89,8 @@ func (e *env) dumpOnFailure() {
 	for _, args := range [][]string{
 		{"get", "pods", "-A", "-o", "wide"},
 		{"get", "events", "-n", e.ns, "--sort-by=.lastTimestamp"},
-		{"get", "rounds,vendors,shufflers", "-n", e.ns, "-o", "wide"},
+		{"get", "rounds,vendors,shufflers,securepipelines", "-n", e.ns, "-o", "wide"},
+		{"get", "pods,events", "-n", garblerNS},
 		{"logs", "-n", e.ns, "-l", "app.kubernetes.io/component=operator", "--tail", "80"},
 	} {
 		out, err := e.try("kubectl", args...)
@@ -154,6 +162,7 @@ func (e *env) roundStatus() map[string]any {
 // uninstall deletes the samples (the operator removes their finalizers and registry entries),
 // uninstalls the release and checks that nothing of it is left.
 func (e *env) uninstall() {
+	e.deletePipeline()
 	e.run("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m",
 		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
 	e.run("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "3m")
@@ -259,13 +268,14 @@ func (e *env) upgrade() {
 	}
 }
 
-// podLogs calls f with every container log of the namespace still on the node (the kubelet's
+// podLogs calls f with every container log of the namespace (and the PPS garbler's) still on the node (the kubelet's
 // files under the cluster's state dir: restarted containers' earlier logs included, pods deleted
 // by a rollout gone with theirs), and returns how many files and bytes it read.
 func (e *env) podLogs(f func(path string, b []byte)) (files, size int) {
 	dir := filepath.Join(e.root, "hack/cluster/state/pod-logs")
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(path))), e.ns+"_") {
+		pod := filepath.Base(filepath.Dir(filepath.Dir(path)))
+		if err != nil || d.IsDir() || !strings.HasPrefix(pod, e.ns+"_") && !strings.HasPrefix(pod, garblerNS+"_") {
 			return err
 		}
 		b, err := os.ReadFile(path)
@@ -324,6 +334,7 @@ func (e *env) scanLogs() {
 func (e *env) reset() {
 	e.uninstallVault()
 	defer e.uninstallCertManager() // after the release, whose Certificates it finalizes
+	e.deletePipeline()
 	if _, err := e.try("kubectl", "get", "namespace", e.ns); err != nil {
 		return
 	}
