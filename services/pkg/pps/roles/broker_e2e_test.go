@@ -345,6 +345,15 @@ type btWorld struct {
 	subs   []*btSub
 	period time.Duration
 	tick   time.Time
+
+	mu    sync.Mutex
+	calls map[string][]any // requests the broker sent the garbler, by method
+}
+
+func (w *btWorld) requests(method string) []any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.calls[method])
 }
 
 // btWorldOpts shape a world: n publishers and subs subscribers (default 1) of the pipeline
@@ -374,7 +383,8 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, []string{f.ID}), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, period: period}
+	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, []string{f.ID}), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, period: period,
+		calls: map[string][]any{}}
 	start := time.Now().Truncate(period).Add(period / 6)
 	w.clk = &btClock{now: start}
 	w.tick = start.Truncate(period).Add(period)
@@ -387,6 +397,9 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	}
 	cc, err := grpc.NewClient(w.g.addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			w.mu.Lock()
+			w.calls[method] = append(w.calls[method], req)
+			w.mu.Unlock()
 			err := inv(ctx, method, req, reply, cc, opts...)
 			if o.tamper != nil && err == nil {
 				o.tamper(method, reply)
@@ -551,6 +564,22 @@ func TestBrokerEndToEndStatisticsOverMQTT(t *testing.T) {
 			t.Errorf("execution record %+v", e)
 		}
 	}
+	// After the second execution the broker released round 0 of every publisher (D8): no
+	// later execution reads it.
+	testenv.Eventually(t, time.Minute, "round 0 released", func() error {
+		released := map[string]uint64{}
+		for _, r := range w.requests(ppsv1.Garbler_Release_FullMethodName) {
+			for _, rel := range r.(*ppsv1.ReleaseRequest).Releases {
+				released[rel.PubId] = max(released[rel.PubId], rel.BeforeRound)
+			}
+		}
+		for _, p := range w.pubs {
+			if r, ok := released[p.d.id]; !ok || r != 0 {
+				return fmt.Errorf("publisher %s released up to %d (%v), want 0", p.d.id[:8], r, ok)
+			}
+		}
+		return nil
+	})
 	reg := w.b.reg
 	if n := testutil.CollectAndCount(reg, contract.MetricExecutions); n == 0 {
 		t.Error("no executions metric")
