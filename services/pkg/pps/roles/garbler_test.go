@@ -2,14 +2,23 @@ package roles
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
+	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
+	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 // gtWindowFn reads three latest values and a window of three rounds of a fourth topic, and
@@ -156,5 +165,66 @@ func TestGarblerEndToEndOverMTLS(t *testing.T) {
 	}
 	if !strings.Contains(logs, `"msg":"garbled"`) {
 		t.Fatalf("no garble log line:\n%s", logs)
+	}
+}
+
+// TestGarblerStopsWhenTheBrokerCancels: a broker that goes away mid-stream stops the
+// garbling (the engine checks the context between chunks, and Send fails once the stream is
+// cancelled); the execution is counted as cancelled, and its function round stays used.
+func TestGarblerStopsWhenTheBrokerCancels(t *testing.T) {
+	e := newGarblerEnv(t)
+	f := e.register(t, `(begin (define xs (window "a" 8)) (start-building) (list (variance xs) (mean xs) (fold * xs)))`)
+	p := e.setupPublisher(t, f.ID)
+	// A small fixed flow-control window: the garbler blocks in Send as soon as the broker
+	// stops reading, whatever the machine's speed.
+	cert, key := e.brokerCA.issue(t, "pps-broker-slow", false)
+	cfg, err := ClientTLS(cert, key, e.gCA.file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	h := f.Circuit.Hash()
+	req := &ppsv1.GarbleRequest{FnId: f.ID, CircuitHash: h[:], ChunkBytes: 1024}
+	for i := range f.Layout.Slots {
+		req.Slots = append(req.Slots, &ppsv1.SlotInput{Slot: uint32(i), PubId: p.dev.id, Round: uint64(8 - i)})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := ppsv1.NewGarblerClient(cc).Garble(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.GetHeader().GetStreamBytes() < 512<<10 { // in flight at most: 64 KiB of window, 64 KiB of write quota, buffers
+		t.Fatalf("a %d-byte stream does not outgrow the flow-control window", first.GetHeader().GetStreamBytes())
+	}
+	cancel()
+	testenv.Eventually(t, time.Minute, "the execution counted as cancelled", func() error {
+		if n := testutil.ToFloat64(e.garbler.m.executions.WithLabelValues("cancelled")); n != 1 {
+			return fmt.Errorf("%v cancelled executions", n)
+		}
+		return nil
+	})
+	if n := testutil.ToFloat64(e.garbler.m.executions.WithLabelValues("ok")); n != 0 {
+		t.Fatalf("%v executions completed", n)
+	}
+	req.ChunkBytes = 0
+	s2, err := e.client.Garble(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s2.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, used := m.GetHeader().GetRound(), first.GetHeader().GetRound(); got != used+1 {
+		t.Fatalf("after the cancelled execution at function round %d, the next is at %d", used, got)
 	}
 }

@@ -26,9 +26,9 @@ func gtFileSealer(t testing.TB) *FileSealer {
 	return s
 }
 
-// TestSealerFileRoundTripAndBinding: a record opens only under its own key (the AD), with
+// TestGarblerSealerFileRoundTripAndBinding: a record opens only under its own key (the AD), with
 // the same local key, and not after any byte of it changed.
-func TestSealerFileRoundTripAndBinding(t *testing.T) {
+func TestGarblerSealerFileRoundTripAndBinding(t *testing.T) {
 	ctx := context.Background()
 	s := gtFileSealer(t)
 	pt := []byte("K_i and a round")
@@ -66,9 +66,9 @@ func TestSealerFileRoundTripAndBinding(t *testing.T) {
 	}
 }
 
-// FuzzSealedRecord: the sealed-record decoder and Open never panic on any bytes, and
+// FuzzGarblerSealedRecord: the sealed-record decoder and Open never panic on any bytes, and
 // whatever opens was sealed under that AD.
-func FuzzSealedRecord(f *testing.F) {
+func FuzzGarblerSealedRecord(f *testing.F) {
 	s := gtFileSealer(f)
 	ctx := context.Background()
 	ad := []byte(seedKey("p", 7))
@@ -158,11 +158,11 @@ func gtVaultToken(t *testing.T, c *vault.Client, file string) string {
 	return tok.Auth.ClientToken
 }
 
-// TestSealerVaultTransitEnvelope against a real Vault: records seal under data keys from
+// TestGarblerSealerVaultTransitEnvelope against a real Vault: records seal under data keys from
 // transit/datakey and open on another sealer instance (a restarted garbler: the wrapped key
 // is unwrapped by transit/decrypt); the data key rotates after DataKeyUses records; the AD
 // binds; and a revoked token is replaced by logging in again from the token file.
-func TestSealerVaultTransitEnvelope(t *testing.T) {
+func TestGarblerSealerVaultTransitEnvelope(t *testing.T) {
 	ctx := context.Background()
 	_, root, cfg := gtVault(t)
 	tr, err := NewVaultTransit(ctx, cfg)

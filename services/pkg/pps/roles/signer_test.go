@@ -12,9 +12,9 @@ import (
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
 
-// TestSignerFileKey: `pps keys garbler` writes a key file that LoadFileSigner reads back
+// TestGarblerSignerFileKey: `pps keys garbler` writes a key file that LoadFileSigner reads back
 // to the same identity, refuses to overwrite it, and signs pure Ed25519.
-func TestSignerFileKey(t *testing.T) {
+func TestGarblerSignerFileKey(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "garbler.key")
 	pub, err := GenerateIdentityFile(path)
 	if err != nil {
@@ -39,11 +39,11 @@ func TestSignerFileKey(t *testing.T) {
 	}
 }
 
-// TestSignerVaultTransit against a real Vault: the identity's public key is read from
+// TestGarblerSignerVaultTransit against a real Vault: the identity's public key is read from
 // transit/keys, signatures from transit/sign verify under it with crypto/ed25519, a key of
 // another type is refused, and a garbler signing through Vault (and sealing through Vault)
 // answers a publisher's hello with an ack that verifies under the pinned key.
-func TestSignerVaultTransit(t *testing.T) {
+func TestGarblerSignerVaultTransit(t *testing.T) {
 	ctx := context.Background()
 	_, root, cfg := gtVault(t)
 	tr, err := NewVaultTransit(ctx, cfg)
