@@ -3,11 +3,13 @@ package roles
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -80,5 +82,97 @@ func TestSchedulerLeaderElectionOneExecutionPerTick(t *testing.T) {
 	}
 	if len(recs) != len(msgs) {
 		t.Errorf("%d executions recorded, %d outputs published", len(recs), len(msgs))
+	}
+}
+
+// Slot resolution (D9) at a tick: `val` takes the latest round received within the window
+// before the tick, `window N` the N rounds ending there (lag k reads latest−k; a lag before
+// round 0 is missing), `static` the latest round retained even if older than the window; a
+// publisher whose policy does not allow the function is not allowed, one never registered is
+// missing, and a round whose labels are not stored is missing.
+func TestSchedulerResolvesSlots(t *testing.T) {
+	devs := newBTDevices(t, 5)
+	win, val, stat, barred, absent := devs[0], devs[1], devs[2], devs[3], devs[4]
+	p := contract.Pipeline{Name: "ns/d9", Mode: contract.ModeFaithful,
+		Source: `(begin (define w (window "w" 4)) (define s (static "s")) (define v (val "v")) (define b (val "b")) (define a (val "a"))
+			(start-building) (sum (cons s (cons v (cons b (cons a w))))))`,
+		Publishers: []contract.PipelinePublisher{{Topic: "w", DeviceID: win.id}, {Topic: "v", DeviceID: val.id},
+			{Topic: "s", DeviceID: stat.id}, {Topic: "b", DeviceID: barred.id}, {Topic: "a", DeviceID: absent.id}},
+		Window: contract.Duration{Duration: time.Minute}, Schedule: contract.Duration{Duration: time.Hour}}
+	e := startBrokerEnv(t, 0, nil)
+	b := e.startBroker(BrokerOptions{Garbler: unreachableGarbler(t), Pipelines: []contract.Pipeline{p}}, nil)
+	ctx := e.ctx()
+	set := b.current()
+	f := set.fns[0]
+	at := time.Unix(1_800_000_000, 0)
+	allow := contract.Policy{Fns: []string{f.f.ID}}
+	for _, d := range []*btDevice{win, val, stat} {
+		if err := b.Store().RegisterPublisher(ctx, d.id, allow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Store().RegisterPublisher(ctx, barred.id, contract.Policy{Fns: []string{strings.Repeat("0", 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	var seed pps.Seed
+	labels := pps.PublishLabels(&seed, []pps.Fixed{1})
+	store := func(d *btDevice, round uint64, ago time.Duration) {
+		if err := b.Store().StoreLabels(ctx, d.id, round, labels, at.Add(-ago)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// w: rounds 0..2 within the window (round 2 latest), so lag 3 is before round 0.
+	store(win, 0, 50*time.Second)
+	store(win, 1, 40*time.Second)
+	store(win, 2, 30*time.Second)
+	// v: round 5 inside the window, round 6 after the tick (not yet arrived at the tick).
+	store(val, 4, 2*time.Minute)
+	store(val, 5, 10*time.Second)
+	store(val, 6, -10*time.Second)
+	// s: only an old round, outside the window but retained.
+	store(stat, 9, 30*time.Minute)
+	store(barred, 1, 10*time.Second)
+
+	slots, err := b.resolve(ctx, set, f, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, spec := range f.f.Layout.Slots {
+		got := slots[s]
+		var wantRound uint64
+		want := pps.Valid
+		switch spec.Topic {
+		case "w":
+			if spec.Lag > 2 {
+				want = pps.Missing
+			} else {
+				wantRound = 2 - uint64(spec.Lag)
+			}
+		case "v":
+			wantRound = 5
+		case "s":
+			wantRound = 9
+		case "b":
+			want = pps.NotAllowed
+		case "a":
+			want = pps.Missing
+		}
+		if got.reason != want || (want == pps.Valid && (got.round != wantRound || len(got.labels) != pps.ValueBits)) {
+			t.Errorf("slot %d (%s lag %d): %v round %d with %d labels, want %v round %d", s, spec.Topic, spec.Lag,
+				got.reason, got.round, len(got.labels), want, wantRound)
+		}
+	}
+	// Nothing within the window: the val slot is missing, the static one still resolves.
+	late, err := b.resolve(ctx, set, f, at.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, spec := range f.f.Layout.Slots {
+		if spec.Topic == "v" && late[s].reason != pps.Missing {
+			t.Errorf("val slot an hour later: %v round %d, want missing", late[s].reason, late[s].round)
+		}
+		if spec.Topic == "s" && (late[s].reason != pps.Valid || late[s].round != 9) {
+			t.Errorf("static slot an hour later: %v round %d, want round 9", late[s].reason, late[s].round)
+		}
 	}
 }
