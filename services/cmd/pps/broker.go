@@ -21,6 +21,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pps/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -167,9 +168,11 @@ func runBroker(args []string) error {
 		}
 		return nil
 	})
-	// Data messages are at most a chunk; the margin covers the header and framing.
+	// Garble's data messages are at most a chunk (the margin covers the header and framing);
+	// a consistency-check reply grows with the function's input bits (5.3 MB for 9 × 288
+	// values), so the limit is the largest reply pps can encode.
 	cc, err := grpc.NewClient(c.garblerAddr, grpc.WithTransportCredentials(credentials.NewTLS(sec.tls)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.chunkBytes+gc.MaxContext+(1<<20))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(c.chunkBytes+gc.MaxContext+(1<<20), pps.MaxPSIResponseSize+(1<<10)))),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("--garbler-addr: %w", err))

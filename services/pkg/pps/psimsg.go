@@ -25,6 +25,9 @@ const (
 	// MaxPSIElements bounds one check: 2^24 input bits (524,288 values), far above the
 	// paper's largest application (82,944 bits).
 	MaxPSIElements = 1 << 24
+	// MaxPSIResponseSize bounds an encoded PSIResponse: the Broker's evaluated elements and
+	// two tags per position. A transport must accept messages of this size.
+	MaxPSIResponseSize = psiHeaderSize + 2*psiCountSize + MaxPSIElements*(elementSize+2*TagSize)
 )
 
 // PSIRequest is the Broker's first message: the PSI seed s2 (shared "with the first message
