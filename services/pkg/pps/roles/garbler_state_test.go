@@ -275,6 +275,16 @@ func TestGarblerRedisScanForwardSecrecy(t *testing.T) {
 			if (n == 1) != slices.Contains(retained, r) {
 				t.Fatalf("%s: the sealed record of round %d exists=%d, retained=%v", stage, r, n, retained)
 			}
+			if n == 1 {
+				// D8: a retained seed lives at most the seed TTL, even if never released.
+				ttl, err := e.redis.Client().TTL(ctx, seedKey(d.dev.id, r)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl <= 0 || ttl > DefaultSeedTTL {
+					t.Fatalf("%s: retained seed of round %d has TTL %v, want at most %v", stage, r, ttl, DefaultSeedTTL)
+				}
+			}
 		}
 		got, err := e.garbler.retainedRounds(ctx, d.dev.id)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	vault "github.com/hashicorp/vault/api"
@@ -218,6 +219,31 @@ func TestGarblerSealerVaultTransitEnvelope(t *testing.T) {
 	if err := tr2.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Concurrent seals and opens while data keys rotate and the cache evicts (run with -race).
+	busy, err := NewVaultSealer(ctx, tr2, "pps-garbler-seal", VaultSealerOptions{DataKeyUses: 3, CacheSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 10 {
+				pt := []byte{byte(w), byte(i)}
+				r, err := busy.Seal(ctx, pt, []byte("k"))
+				if err == nil {
+					var got []byte
+					if got, err = busy.Open(ctx, r, []byte("k")); err == nil && !bytes.Equal(got, pt) {
+						err = errors.New("opened to other bytes")
+					}
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 	var seed pps.Seed
 	rand.Read(seed[:])
 	rec, err := s2.Seal(ctx, seed[:], []byte("k"))

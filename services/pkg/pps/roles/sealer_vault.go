@@ -280,11 +280,12 @@ func NewVaultSealer(ctx context.Context, t *VaultTransit, name string, opt Vault
 
 // Seal implements Sealer.
 func (s *VaultSealer) Seal(ctx context.Context, plaintext, ad []byte) ([]byte, error) {
-	dk, err := s.sealingKey(ctx)
+	key, wrapped, err := s.sealingKey(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return sealWith(dk.plain[:], schemeVault, []byte(dk.wrapped), plaintext, ad, s.opt.Rand)
+	defer clear(key[:])
+	return sealWith(key[:], schemeVault, []byte(wrapped), plaintext, ad, s.opt.Rand)
 }
 
 // Open implements Sealer.
@@ -296,73 +297,80 @@ func (s *VaultSealer) Open(ctx context.Context, sealed, ad []byte) ([]byte, erro
 	if r.scheme != schemeVault {
 		return nil, fmt.Errorf("%w: sealed with a local key, this garbler seals with Vault Transit", ErrSealed)
 	}
-	dk, err := s.unwrap(ctx, string(r.wrapped))
+	key, err := s.unwrap(ctx, string(r.wrapped))
 	if err != nil {
 		return nil, err
 	}
-	return openWith(dk.plain[:], r, ad)
+	defer clear(key[:])
+	return openWith(key[:], r, ad)
 }
 
-func (s *VaultSealer) sealingKey(ctx context.Context) (*dataKey, error) {
+// sealingKey returns a copy of the current data key (the caller erases it) and its wrapped
+// form, drawing a new one when the current one is used up. Keys are handed out as copies so
+// an eviction can erase the cached one while a call is still using it.
+func (s *VaultSealer) sealingKey(ctx context.Context) ([32]byte, string, error) {
 	s.mu.Lock()
 	if s.current != nil && s.uses < s.opt.DataKeyUses && time.Since(s.current.born) < s.opt.DataKeyAge {
 		s.uses++
-		dk := s.current
+		key, wrapped := s.current.plain, s.current.wrapped
 		s.mu.Unlock()
-		return dk, nil
+		return key, wrapped, nil
 	}
 	s.mu.Unlock()
+	var none [32]byte
 	sec, err := s.transit.write(ctx, "datakey/plaintext/"+s.key, map[string]any{"bits": 256})
 	if err != nil {
-		return nil, fmt.Errorf("new data key: %w", err)
+		return none, "", fmt.Errorf("new data key: %w", err)
 	}
 	wrapped, err := stringField(sec, "ciphertext")
 	if err != nil {
-		return nil, fmt.Errorf("new data key: %w", err)
+		return none, "", fmt.Errorf("new data key: %w", err)
 	}
 	plainB64, err := stringField(sec, "plaintext")
 	if err != nil {
-		return nil, fmt.Errorf("new data key: %w", err)
+		return none, "", fmt.Errorf("new data key: %w", err)
 	}
 	dk, err := newDataKey(plainB64, wrapped)
 	if err != nil {
-		return nil, fmt.Errorf("new data key: %w", err)
+		return none, "", fmt.Errorf("new data key: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.current, s.uses = dk, 1
 	s.remember(dk)
-	return dk, nil
+	return dk.plain, dk.wrapped, nil
 }
 
-func (s *VaultSealer) unwrap(ctx context.Context, wrapped string) (*dataKey, error) {
+// unwrap returns a copy of the data key whose Transit ciphertext is wrapped.
+func (s *VaultSealer) unwrap(ctx context.Context, wrapped string) ([32]byte, error) {
+	var none [32]byte
 	s.mu.Lock()
 	if e, ok := s.cache[wrapped]; ok {
 		s.lru.MoveToFront(e)
-		dk := e.Value.(*dataKey)
+		key := e.Value.(*dataKey).plain
 		s.mu.Unlock()
-		return dk, nil
+		return key, nil
 	}
 	s.mu.Unlock()
 	if !strings.HasPrefix(wrapped, "vault:v") {
-		return nil, fmt.Errorf("%w: wrapped data key is not a Transit ciphertext", ErrSealed)
+		return none, fmt.Errorf("%w: wrapped data key is not a Transit ciphertext", ErrSealed)
 	}
 	sec, err := s.transit.write(ctx, "decrypt/"+s.key, map[string]any{"ciphertext": wrapped})
 	if err != nil {
-		return nil, fmt.Errorf("unwrap data key: %w", err)
+		return none, fmt.Errorf("unwrap data key: %w", err)
 	}
 	plainB64, err := stringField(sec, "plaintext")
 	if err != nil {
-		return nil, fmt.Errorf("unwrap data key: %w", err)
+		return none, fmt.Errorf("unwrap data key: %w", err)
 	}
 	dk, err := newDataKey(plainB64, wrapped)
 	if err != nil {
-		return nil, fmt.Errorf("unwrap data key: %w", err)
+		return none, fmt.Errorf("unwrap data key: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.remember(dk)
-	return dk, nil
+	return dk.plain, nil
 }
 
 // remember caches dk, evicting (and erasing) the least recently used key. The current
