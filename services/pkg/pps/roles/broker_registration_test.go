@@ -152,3 +152,25 @@ func TestBrokerRefusesFunctionWhoseCircuitDiffers(t *testing.T) {
 		t.Errorf("a refused function ran: %+v", recs)
 	}
 }
+
+// A round whose seed the garbler no longer holds (released, or past its TTL) surfaces as the
+// nullification of that slot, reason "erased", never as a failed execution (§10 #8).
+func TestBrokerErasedRoundIsNullified(t *testing.T) {
+	w := startWorld(t, 4, 0, "sum")
+	xs := btValues(4)
+	for i, p := range w.pubs {
+		seed, _ := p.seed(t, 0)
+		p.publish(t, 0, pps.PublishLabels(&seed, xs[i:i+1]))
+	}
+	// The garbler erases publisher 2's round 0 (as its seed TTL would).
+	if _, err := w.g.client.Release(w.ctx(), &ppsv1.ReleaseRequest{Releases: []*ppsv1.ReleaseRequest_Release{
+		{PubId: w.pubs[2].d.id, BeforeRound: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	o := w.runTick(t, 4)
+	w.check(t, o, xs, map[int]pps.NullReason{2: pps.Erased})
+	e := w.lastExecution(t, 1)
+	if e.Status != contract.StatusOK || !slices.Equal(e.Nullified[pps.Erased.String()], []uint32{2}) || len(e.Nullified) != 1 {
+		t.Errorf("execution %+v, want ok with slot 2 erased", e)
+	}
+}

@@ -176,3 +176,26 @@ func TestSchedulerResolvesSlots(t *testing.T) {
 		}
 	}
 }
+
+// An execution's output is published with a message id per (function, tick): publishing it
+// again, as a retry would, stores it once.
+func TestSchedulerOutputRetryIsNotADuplicate(t *testing.T) {
+	e := startBrokerEnv(t, 1, nil)
+	b := e.startBroker(BrokerOptions{Garbler: unreachableGarbler(t),
+		Pipelines: []contract.Pipeline{btPipeline("ns/sum", "sum", e.devices, nil, 0, time.Second, time.Hour)}}, nil)
+	testenv.Eventually(t, time.Minute, "streams", func() error { return b.Checks()[2](e.ctx()) })
+	f := b.current().fns[0]
+	for _, exec := range []string{strings.Repeat("01", 16), strings.Repeat("02", 16), strings.Repeat("01", 16)} {
+		o := &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: exec, Status: contract.StatusInsufficient}
+		if err := b.publishOutput(e.ctx(), f, 42, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.publishOutput(e.ctx(), f, 43, &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: strings.Repeat("03", 16),
+		Status: contract.StatusInsufficient}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(streamMsgs(t, e.observer(), contract.OutStream)); n != 2 {
+		t.Errorf("%d outputs stored for two ticks, want 2", n)
+	}
+}
