@@ -93,17 +93,28 @@ func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction,
 		}
 		if !l.ok {
 			sl.reason = pps.Missing
-			continue
 		}
-		payload, err := b.store.Labels(ctx, dev, sl.round)
-		if err != nil {
-			return nil, err
+	}
+	// The labels of every slot still valid, in one round trip.
+	var refs []LabelRef
+	var idx []int
+	for s := range slots {
+		if slots[s].reason == pps.Valid {
+			refs = append(refs, LabelRef{Pub: slots[s].pub, Round: slots[s].round})
+			idx = append(idx, s)
 		}
-		if payload == nil {
+	}
+	payloads, err := b.store.LabelsOf(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range idx {
+		sl := &slots[s]
+		if payloads[i] == nil {
 			sl.reason = pps.Missing
 			continue
 		}
-		if sl.labels, err = splitLabels(payload, len(set.topics[dev]), sl.value); err != nil {
+		if sl.labels, err = splitLabels(payloads[i], len(set.topics[sl.pub]), sl.value); err != nil {
 			sl.reason = pps.Missing
 		}
 	}

@@ -180,6 +180,42 @@ func (s *BrokerStore) Labels(ctx context.Context, id string, r uint64) ([]byte, 
 	return b, nil
 }
 
+// LabelRef names the labels of one (publisher, round).
+type LabelRef struct {
+	Pub   string
+	Round uint64
+}
+
+// LabelsOf returns the labels stored for each ref in one round trip (nil where none are).
+func (s *BrokerStore) LabelsOf(ctx context.Context, refs []LabelRef) ([][]byte, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	// A pipeline of GETs rather than MGET: a Redis Cluster serves keys of different slots.
+	cmds := make([]*redis.StringCmd, len(refs))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			cmds[i] = p.Get(ctx, storeLabelKey(r.Pub, r.Round))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read labels: %w", err)
+	}
+	out := make([][]byte, len(refs))
+	for i, c := range cmds {
+		b, err := c.Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("read labels: %w", err)
+		default:
+			out[i] = b
+		}
+	}
+	return out, nil
+}
+
 // FunctionState is what the broker records about a function for status and operators.
 type FunctionState struct {
 	Pipeline    string
