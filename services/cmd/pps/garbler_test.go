@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -26,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	vault "github.com/hashicorp/vault/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -247,35 +249,8 @@ func TestGarblerServesOverMTLS(t *testing.T) {
 		t.Fatalf("pps probe /readyz: exit %d %s", code, stderr)
 	}
 	grpcAddr := garblerWaitAddr(t, d, addrs, telemetry.AddrGRPC)
-	cfg, err := roles.ClientTLS(gf.brokerCert, gf.brokerKey, gf.gCA, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	pk, sk, _ := ed25519.GenerateKey(rand.Reader)
-	eph, _ := ecdh.X25519().GenerateKey(rand.Reader)
-	h := &contract.Hello{V: contract.Version, Type: contract.TypeHello, Role: contract.RolePublisher, EdPK: pk,
-		XEphPK: eph.PublicKey().Bytes(), Nonce: make([]byte, contract.NonceSize),
-		Policy: &contract.Policy{Fns: []string{"0123456789abcdef0123456789abcdef"}}}
-	rand.Read(h.Nonce)
-	h.Sign(sk)
-	msg, _ := json.Marshal(h)
-	resp, err := ppsv1.NewGarblerClient(cc).Setup(context.Background(), &ppsv1.SetupRequest{Message: msg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := contract.DecodeDown(resp.Message)
-	if err != nil || down.Ack == nil {
-		t.Fatalf("answer %q: %v", resp.Message, err)
-	}
 	pinned, _ := hex.DecodeString(gf.identityH)
-	if err := down.Ack.Validate(h, pinned); err != nil {
-		t.Fatalf("the ack does not verify under the printed key: %v", err)
-	}
+	pk := garblerHello(t, gf, grpcAddr, pinned)
 	metrics := d.Get(t, time.Minute, garblerWaitAddr(t, d, addrs, telemetry.AddrMetrics), "/metrics")
 	if !strings.Contains(metrics, `pps_garbler_setups_total{outcome="ok",type="hello"} 1`) {
 		t.Fatalf("metrics do not count the setup:\n%s", metrics)
@@ -309,4 +284,84 @@ func garblerGet(addr, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// garblerHello sends a publisher's hello to the garbler at addr as the broker relays it and
+// checks the ack under the pinned key; it returns the device's public key.
+func garblerHello(t *testing.T, gf *garblerFiles, addr string, pinned ed25519.PublicKey) ed25519.PublicKey {
+	t.Helper()
+	cfg, err := roles.ClientTLS(gf.brokerCert, gf.brokerKey, gf.gCA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	pk, sk, _ := ed25519.GenerateKey(rand.Reader)
+	eph, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	h := &contract.Hello{V: contract.Version, Type: contract.TypeHello, Role: contract.RolePublisher, EdPK: pk,
+		XEphPK: eph.PublicKey().Bytes(), Nonce: make([]byte, contract.NonceSize),
+		Policy: &contract.Policy{Fns: []string{"0123456789abcdef0123456789abcdef"}}}
+	rand.Read(h.Nonce)
+	h.Sign(sk)
+	msg, _ := json.Marshal(h)
+	resp, err := ppsv1.NewGarblerClient(cc).Setup(context.Background(), &ppsv1.SetupRequest{Message: msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := contract.DecodeDown(resp.Message)
+	if err != nil || down.Ack == nil {
+		t.Fatalf("answer %q: %v", resp.Message, err)
+	}
+	if err := down.Ack.Validate(h, pinned); err != nil {
+		t.Fatalf("the ack does not verify under the pinned key: %v", err)
+	}
+	return pk
+}
+
+// TestGarblerWithVaultTransit runs `pps garbler --seal vault --identity vault` against a
+// real Vault (Transit mounted at a custom path, token from a file): it becomes ready, its
+// acks verify under the Transit key's public key, and its Redis records are Transit
+// envelopes.
+func TestGarblerWithVaultTransit(t *testing.T) {
+	v := testenv.StartVault(t)
+	c := v.Client(t)
+	if err := c.Sys().Mount("pps-transit", &vault.MountInput{Type: "transit"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, typ := range map[string]string{"seal": "aes256-gcm96", "id": "ed25519"} {
+		if _, err := c.Logical().Write("pps-transit/keys/"+name, map[string]any{"type": typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sec, err := c.Logical().Read("pps-transit/keys/id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, _ := base64.StdEncoding.DecodeString(sec.Data["keys"].(map[string]any)["1"].(map[string]any)["public_key"].(string))
+	gf := newGarblerFiles(t)
+	token := filepath.Join(gf.dir, "vault-token")
+	if err := os.WriteFile(token, []byte(v.RootToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := testenv.StartRedis(t)
+	args := []string{"garbler", "--listen", "127.0.0.1:0", "--tls-cert", gf.cert, "--tls-key", gf.key,
+		"--client-ca", gf.brokerCA, "--redis-addr", r.Addr(), "--seal", "vault", "--identity", "vault",
+		"--vault-addr", v.Addr(), "--vault-token-file", token, "--vault-transit-mount", "pps-transit",
+		"--vault-seal-key", "seal", "--vault-identity-key", "id", "--health-addr", "127.0.0.1:0",
+		"--metrics-addr", "127.0.0.1:0", "--addr-file", filepath.Join(gf.dir, "addrs")}
+	d := testenv.StartDaemon(t, "pps-garbler-vault", exec.Command(ppsBin, args...))
+	addrs := filepath.Join(gf.dir, "addrs")
+	d.Get(t, time.Minute, garblerWaitAddr(t, d, addrs, telemetry.AddrHealth), "/readyz")
+	pk := garblerHello(t, gf, garblerWaitAddr(t, d, addrs, telemetry.AddrGRPC), pinned)
+	raw, err := r.Client().Get(context.Background(), "pps:g:pub:"+hex.EncodeToString(pk)).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(raw, []byte("PG\x01\x02")) || !bytes.Contains(raw, []byte("vault:v1:")) {
+		t.Fatalf("the publisher record is not a Transit envelope: %q", raw[:min(len(raw), 40)])
+	}
+	d.Stop(t)
 }
