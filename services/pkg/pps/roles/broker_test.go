@@ -10,6 +10,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
@@ -243,5 +244,55 @@ func TestBrokerDeviceACL(t *testing.T) {
 	}
 	if l, _ := b.Store().Labels(context.Background(), victim.id, 7); l != nil {
 		t.Error("the broker stored labels forged under another device's id")
+	}
+}
+
+// The broker creates the contract's streams: PPS_PUB kept for the longest window plus
+// schedule of any pipeline (at least 26 h), PPS_DEV a work queue, PPS_OUT 7 days; and its
+// durable pull consumers; the labels' Redis TTL follows the same retention.
+func TestBrokerStreamsAndConsumers(t *testing.T) {
+	e := startBrokerEnv(t, 2, nil)
+	daily := btPipeline("ns/daily", "sum", e.devices[:1], nil, 0, 30*time.Hour, 24*time.Hour)
+	short := btPipeline("ns/short", "max", e.devices[1:], nil, 0, time.Second, time.Minute)
+	b := e.startBroker(BrokerOptions{Garbler: unreachableGarbler(t), Pipelines: []contract.Pipeline{daily, short}}, nil)
+	js := e.observer()
+	ctx := e.ctx()
+	testenv.Eventually(t, time.Minute, "consumers", func() error {
+		for _, c := range b.Checks()[:5] {
+			if err := c(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		name      string
+		maxAge    time.Duration
+		retention jetstream.RetentionPolicy
+	}{
+		{contract.PubStream, 54 * time.Hour, jetstream.LimitsPolicy},
+		{contract.DevStream, 24 * time.Hour, jetstream.WorkQueuePolicy},
+		{contract.OutStream, OutRetention, jetstream.LimitsPolicy},
+	} {
+		s, err := js.Stream(ctx, tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		if cfg.MaxAge != tc.maxAge || cfg.Retention != tc.retention || cfg.Storage != jetstream.FileStorage {
+			t.Errorf("%s: max age %s, retention %v, storage %v; want %s, %v, file", tc.name, cfg.MaxAge, cfg.Retention, cfg.Storage, tc.maxAge, tc.retention)
+		}
+	}
+	for _, c := range []struct{ stream, durable string }{{contract.PubStream, BrokerPubDurable}, {contract.DevStream, BrokerDevDurable}} {
+		info, err := js.Consumer(ctx, c.stream, c.durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci := info.CachedInfo(); ci.Config.Durable != c.durable || ci.Config.AckPolicy != jetstream.AckExplicitPolicy {
+			t.Errorf("consumer %s: %+v", c.durable, ci.Config)
+		}
+	}
+	if got := time.Duration(b.Store().ttl.Load()); got != 54*time.Hour {
+		t.Errorf("label TTL %s, want 54h", got)
 	}
 }
