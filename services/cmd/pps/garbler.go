@@ -22,6 +22,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
+	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
@@ -268,9 +269,9 @@ func runGarbler(args []string) error {
 		return err
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(sec.tls)),
-		// A consistency check of the largest function (2^24 positions) is ~600 MiB; the
-		// paper's largest application needs 3 MiB. 256 MiB bounds one request.
-		grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(1<<30),
+		// The largest consistency check pps accepts (pps.MaxPSIElements positions: 4 bytes
+		// and a 32-byte element each) and its answer; the parking day needs 3 and 5 MB.
+		grpc.MaxRecvMsgSize(pps.MaxPSIElements*36+1<<10), grpc.MaxSendMsgSize(pps.MaxPSIResponseSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	gb.Register(srv)
 	var serving atomic.Bool
