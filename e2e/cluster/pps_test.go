@@ -39,10 +39,9 @@ const (
 	brokerRedis    = "127.0.0.1:6390"
 	garblerRedis   = "127.0.0.1:6391"
 	natsClientAddr = "127.0.0.1:4222"
-	// The sample runs once a day; here it runs every ppsSchedule over the last ppsWindow, so
-	// that the tick after the publishers' last round comes soon and still sees it.
-	ppsSchedule = "20s"
-	ppsWindow   = "10m"
+	// The sample runs once a day over a 5-minute window; here every minute over the last
+	// minute, and the publishers' series lands between two ticks (ppsrun.Fleet.Run).
+	ppsSchedule = time.Minute
 )
 
 // ppsRun is the pipeline's devices and the garbler key they pin.
@@ -113,8 +112,8 @@ func (e *env) applyPipeline() *ppsRun {
 	}
 	set(pubs, "spec", "publishers")
 	set([]any{fleet.SubscriberID()}, "spec", "subscribers")
-	set(ppsSchedule, "spec", "schedule")
-	set(ppsWindow, "spec", "window")
+	set(ppsSchedule.String(), "spec", "schedule")
+	set(ppsSchedule.String(), "spec", "window")
 	set(brokerRedis, "spec", "broker", "redis", "address")
 	set(garblerRedis, "spec", "garbler", "redis", "address")
 	u.SetNamespace(e.ns)
@@ -252,7 +251,7 @@ func (e *env) runPipeline(r *ppsRun) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	o, err := r.fleet.Run(ctx, r.garbler, func(id string) ppsclient.Options {
+	o, err := r.fleet.Run(ctx, r.garbler, ppsSchedule, func(id string) ppsclient.Options {
 		return ppsclient.Options{Addr: mqttAddr, Username: users[id], PasswordFile: pwFiles[id]}
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/client"
@@ -90,7 +91,13 @@ func (f *Fleet) Bind(p contract.Pipeline) (contract.Pipeline, error) {
 // Run subscribes, sets every publisher up and publishes its whole series, then waits for an
 // output over every slot and checks it against Want. options gives a device's MQTT settings
 // (its user and password file); garbler is the key the devices pin. It returns the output.
-func (f *Fleet) Run(ctx context.Context, garbler ed25519.PublicKey, options func(deviceID string) client.Options) (*client.Output, error) {
+//
+// schedule is the pipeline's, whose window must be as long: publishing starts just after a
+// tick (ticks are the multiples of the schedule since the Unix epoch, as the broker's
+// scheduler has them), so that a series published within one period lands between two ticks.
+// No tick then evaluates part of a day (each such execution costs a whole consistency check),
+// the next tick sees every round, and the one after sees none (⊥, which costs nothing).
+func (f *Fleet) Run(ctx context.Context, garbler ed25519.PublicKey, schedule time.Duration, options func(deviceID string) client.Options) (*client.Output, error) {
 	sd := client.Device{Key: f.Subscriber, Garbler: garbler}
 	sub, err := client.DialSubscriber(ctx, sd, client.SubscriberOptions{Options: options(sd.ID())})
 	if err != nil {
@@ -102,11 +109,30 @@ func (f *Fleet) Run(ctx context.Context, garbler ed25519.PublicKey, options func
 		return nil, fmt.Errorf("subscribe to %s: %w", f.Fn.ID, err)
 	}
 
-	errs := make(chan error, len(f.Publishers))
+	var pubs []*client.Publisher
+	defer func() {
+		for _, p := range pubs {
+			p.Close()
+		}
+	}()
 	for _, p := range f.Publishers {
-		go func() { errs <- publish(ctx, p, garbler, f.Fn.ID, options) }()
+		pub, err := setUp(ctx, p, garbler, f.Fn.ID, options)
+		if err != nil {
+			return nil, err
+		}
+		pubs = append(pubs, pub)
 	}
-	for range f.Publishers {
+	now := time.Now()
+	select {
+	case <-time.After(now.Truncate(schedule).Add(schedule).Sub(now)):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	errs := make(chan error, len(pubs))
+	for i, pub := range pubs {
+		go func() { errs <- publish(ctx, pub, f.Publishers[i]) }()
+	}
+	for range pubs {
 		if err := <-errs; err != nil {
 			return nil, err
 		}
@@ -131,16 +157,20 @@ func (f *Fleet) Run(ctx context.Context, garbler ed25519.PublicKey, options func
 	}
 }
 
-func publish(ctx context.Context, p Publisher, garbler ed25519.PublicKey, fn string, options func(string) client.Options) error {
+func setUp(ctx context.Context, p Publisher, garbler ed25519.PublicKey, fn string, options func(string) client.Options) (*client.Publisher, error) {
 	d := client.Device{Key: p.Key, Garbler: garbler}
 	pub, err := client.DialPublisher(ctx, d, client.PublisherOptions{Options: options(d.ID())})
 	if err != nil {
-		return fmt.Errorf("dial publisher of %s: %w", p.Topic, err)
+		return nil, fmt.Errorf("dial publisher of %s: %w", p.Topic, err)
 	}
-	defer pub.Close()
 	if err := pub.Setup(ctx, contract.Policy{Fns: []string{fn}}); err != nil {
-		return fmt.Errorf("set up publisher of %s: %w", p.Topic, err)
+		pub.Close()
+		return nil, fmt.Errorf("set up publisher of %s: %w", p.Topic, err)
 	}
+	return pub, nil
+}
+
+func publish(ctx context.Context, pub *client.Publisher, p Publisher) error {
 	for i, v := range p.Values {
 		if _, err := pub.Publish(ctx, []pps.Fixed{v}); err != nil {
 			return errors.Join(fmt.Errorf("publish value %d of %s", i, p.Topic), err)
