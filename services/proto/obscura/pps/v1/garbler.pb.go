@@ -764,8 +764,9 @@ type GarbleRequest struct {
 	// slots lists every valid slot's publisher round; nullified lists the others.
 	Slots     []*SlotInput `protobuf:"bytes,3,rep,name=slots,proto3" json:"slots,omitempty"`
 	Nullified []*Nullified `protobuf:"bytes,4,rep,name=nullified,proto3" json:"nullified,omitempty"`
-	// ot_request is the broker's OT-extension receiver message for the hardened mode's input
-	// labels (empty in faithful mode).
+	// ot_request is the broker's OT-extension receiver message (ot.ExtendRequest, naming its
+	// OTSetup session) for the hardened mode's input labels: one correlated OT per bit of every
+	// valid slot, in ascending slot order (empty in faithful mode).
 	OtRequest []byte `protobuf:"bytes,5,opt,name=ot_request,json=otRequest,proto3" json:"ot_request,omitempty"`
 	// chunk_bytes is the size of the data chunks the broker wants (zero: the garbler's default,
 	// 1 MiB; capped by the garbler).
@@ -846,6 +847,105 @@ func (x *GarbleRequest) GetChunkBytes() uint32 {
 	return 0
 }
 
+type OTSetupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// setup is the broker's ot.Setup (MarshalBinary): the session id and the base-OT point A.
+	Setup         []byte `protobuf:"bytes,1,opt,name=setup,proto3" json:"setup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OTSetupRequest) Reset() {
+	*x = OTSetupRequest{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OTSetupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OTSetupRequest) ProtoMessage() {}
+
+func (x *OTSetupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OTSetupRequest.ProtoReflect.Descriptor instead.
+func (*OTSetupRequest) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OTSetupRequest) GetSetup() []byte {
+	if x != nil {
+		return x.Setup
+	}
+	return nil
+}
+
+type OTSetupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// setup_reply is the garbler's ot.SetupReply (MarshalBinary).
+	SetupReply []byte `protobuf:"bytes,1,opt,name=setup_reply,json=setupReply,proto3" json:"setup_reply,omitempty"`
+	// session_id is the session the garbler now holds (16 bytes, the setup's).
+	SessionId     []byte `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OTSetupResponse) Reset() {
+	*x = OTSetupResponse{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OTSetupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OTSetupResponse) ProtoMessage() {}
+
+func (x *OTSetupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OTSetupResponse.ProtoReflect.Descriptor instead.
+func (*OTSetupResponse) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OTSetupResponse) GetSetupReply() []byte {
+	if x != nil {
+		return x.SetupReply
+	}
+	return nil
+}
+
+func (x *OTSetupResponse) GetSessionId() []byte {
+	if x != nil {
+		return x.SessionId
+	}
+	return nil
+}
+
 type GarbleHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// exec_id is the execution's fresh 128-bit id (the gc stream header carries it too).
@@ -857,7 +957,8 @@ type GarbleHeader struct {
 	// erased_slots: slots the garbler nullified itself because their seed was erased; the
 	// broker evaluates them as hard-wired like its own nullified slots.
 	ErasedSlots []uint32 `protobuf:"varint,5,rep,packed,name=erased_slots,json=erasedSlots,proto3" json:"erased_slots,omitempty"`
-	// ot_response is the garbler's OT-extension sender message (hardened mode).
+	// ot_response is the garbler's OT-extension sender message (hardened mode: the
+	// ot.CorrelatedReply to the request's ot_request).
 	OtResponse []byte `protobuf:"bytes,6,opt,name=ot_response,json=otResponse,proto3" json:"ot_response,omitempty"`
 	// stream_bytes is the exact size of the garbled stream that follows.
 	StreamBytes uint64 `protobuf:"varint,7,opt,name=stream_bytes,json=streamBytes,proto3" json:"stream_bytes,omitempty"`
@@ -869,7 +970,7 @@ type GarbleHeader struct {
 
 func (x *GarbleHeader) Reset() {
 	*x = GarbleHeader{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +982,7 @@ func (x *GarbleHeader) String() string {
 func (*GarbleHeader) ProtoMessage() {}
 
 func (x *GarbleHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +995,7 @@ func (x *GarbleHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbleHeader.ProtoReflect.Descriptor instead.
 func (*GarbleHeader) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{12}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GarbleHeader) GetExecId() []byte {
@@ -967,7 +1068,7 @@ type GarbleResponse struct {
 
 func (x *GarbleResponse) Reset() {
 	*x = GarbleResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1080,7 @@ func (x *GarbleResponse) String() string {
 func (*GarbleResponse) ProtoMessage() {}
 
 func (x *GarbleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1093,7 @@ func (x *GarbleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbleResponse.ProtoReflect.Descriptor instead.
 func (*GarbleResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{13}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GarbleResponse) GetChunk() isGarbleResponse_Chunk {
@@ -1045,7 +1146,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1158,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1171,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{14}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetReleases() []*ReleaseRequest_Release {
@@ -1088,7 +1189,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1201,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1214,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{15}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{17}
 }
 
 // Publisher rounds at or below before_round are released.
@@ -1127,7 +1228,7 @@ type ReleaseRequest_Release struct {
 
 func (x *ReleaseRequest_Release) Reset() {
 	*x = ReleaseRequest_Release{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1240,7 @@ func (x *ReleaseRequest_Release) String() string {
 func (*ReleaseRequest_Release) ProtoMessage() {}
 
 func (x *ReleaseRequest_Release) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1253,7 @@ func (x *ReleaseRequest_Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest_Release.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest_Release) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{14, 0}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{16, 0}
 }
 
 func (x *ReleaseRequest_Release) GetPubId() string {
@@ -1228,7 +1329,14 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\n" +
 	"ot_request\x18\x05 \x01(\fR\totRequest\x12\x1f\n" +
 	"\vchunk_bytes\x18\x06 \x01(\rR\n" +
-	"chunkBytes\"\xf1\x01\n" +
+	"chunkBytes\"&\n" +
+	"\x0eOTSetupRequest\x12\x14\n" +
+	"\x05setup\x18\x01 \x01(\fR\x05setup\"Q\n" +
+	"\x0fOTSetupResponse\x12\x1f\n" +
+	"\vsetup_reply\x18\x01 \x01(\fR\n" +
+	"setupReply\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\fR\tsessionId\"\xf1\x01\n" +
 	"\fGarbleHeader\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\fR\x06execId\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x04R\x05round\x12\x14\n" +
@@ -1253,14 +1361,15 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rMODE_FAITHFUL\x10\x01\x12\x11\n" +
-	"\rMODE_HARDENED\x10\x022\xfd\x03\n" +
+	"\rMODE_HARDENED\x10\x022\xc9\x04\n" +
 	"\aGarbler\x12D\n" +
 	"\x05Setup\x12\x1c.obscura.pps.v1.SetupRequest\x1a\x1d.obscura.pps.v1.SetupResponse\x12e\n" +
 	"\x10RegisterFunction\x12'.obscura.pps.v1.RegisterFunctionRequest\x1a(.obscura.pps.v1.RegisterFunctionResponse\x12G\n" +
 	"\x06Revoke\x12\x1d.obscura.pps.v1.RevokeRequest\x1a\x1e.obscura.pps.v1.RevokeResponse\x12e\n" +
 	"\x10CheckConsistency\x12'.obscura.pps.v1.CheckConsistencyRequest\x1a(.obscura.pps.v1.CheckConsistencyResponse\x12I\n" +
 	"\x06Garble\x12\x1d.obscura.pps.v1.GarbleRequest\x1a\x1e.obscura.pps.v1.GarbleResponse0\x01\x12J\n" +
-	"\aRelease\x12\x1e.obscura.pps.v1.ReleaseRequest\x1a\x1f.obscura.pps.v1.ReleaseResponseBDZBgithub.com/obscura-iot/obscura/services/proto/obscura/pps/v1;ppsv1b\x06proto3"
+	"\aRelease\x12\x1e.obscura.pps.v1.ReleaseRequest\x1a\x1f.obscura.pps.v1.ReleaseResponse\x12J\n" +
+	"\aOTSetup\x12\x1e.obscura.pps.v1.OTSetupRequest\x1a\x1f.obscura.pps.v1.OTSetupResponseBDZBgithub.com/obscura-iot/obscura/services/proto/obscura/pps/v1;ppsv1b\x06proto3"
 
 var (
 	file_obscura_pps_v1_garbler_proto_rawDescOnce sync.Once
@@ -1275,7 +1384,7 @@ func file_obscura_pps_v1_garbler_proto_rawDescGZIP() []byte {
 }
 
 var file_obscura_pps_v1_garbler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(Mode)(0),                        // 0: obscura.pps.v1.Mode
 	(*SetupRequest)(nil),             // 1: obscura.pps.v1.SetupRequest
@@ -1290,11 +1399,13 @@ var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(*CheckConsistencyResponse)(nil), // 10: obscura.pps.v1.CheckConsistencyResponse
 	(*Nullified)(nil),                // 11: obscura.pps.v1.Nullified
 	(*GarbleRequest)(nil),            // 12: obscura.pps.v1.GarbleRequest
-	(*GarbleHeader)(nil),             // 13: obscura.pps.v1.GarbleHeader
-	(*GarbleResponse)(nil),           // 14: obscura.pps.v1.GarbleResponse
-	(*ReleaseRequest)(nil),           // 15: obscura.pps.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 16: obscura.pps.v1.ReleaseResponse
-	(*ReleaseRequest_Release)(nil),   // 17: obscura.pps.v1.ReleaseRequest.Release
+	(*OTSetupRequest)(nil),           // 13: obscura.pps.v1.OTSetupRequest
+	(*OTSetupResponse)(nil),          // 14: obscura.pps.v1.OTSetupResponse
+	(*GarbleHeader)(nil),             // 15: obscura.pps.v1.GarbleHeader
+	(*GarbleResponse)(nil),           // 16: obscura.pps.v1.GarbleResponse
+	(*ReleaseRequest)(nil),           // 17: obscura.pps.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 18: obscura.pps.v1.ReleaseResponse
+	(*ReleaseRequest_Release)(nil),   // 19: obscura.pps.v1.ReleaseRequest.Release
 }
 var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	0,  // 0: obscura.pps.v1.RegisterFunctionRequest.mode:type_name -> obscura.pps.v1.Mode
@@ -1302,22 +1413,24 @@ var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	8,  // 2: obscura.pps.v1.CheckConsistencyRequest.slots:type_name -> obscura.pps.v1.SlotInput
 	8,  // 3: obscura.pps.v1.GarbleRequest.slots:type_name -> obscura.pps.v1.SlotInput
 	11, // 4: obscura.pps.v1.GarbleRequest.nullified:type_name -> obscura.pps.v1.Nullified
-	13, // 5: obscura.pps.v1.GarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
-	17, // 6: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
+	15, // 5: obscura.pps.v1.GarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
+	19, // 6: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
 	1,  // 7: obscura.pps.v1.Garbler.Setup:input_type -> obscura.pps.v1.SetupRequest
 	3,  // 8: obscura.pps.v1.Garbler.RegisterFunction:input_type -> obscura.pps.v1.RegisterFunctionRequest
 	5,  // 9: obscura.pps.v1.Garbler.Revoke:input_type -> obscura.pps.v1.RevokeRequest
 	9,  // 10: obscura.pps.v1.Garbler.CheckConsistency:input_type -> obscura.pps.v1.CheckConsistencyRequest
 	12, // 11: obscura.pps.v1.Garbler.Garble:input_type -> obscura.pps.v1.GarbleRequest
-	15, // 12: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
-	2,  // 13: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
-	4,  // 14: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
-	7,  // 15: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
-	10, // 16: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
-	14, // 17: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
-	16, // 18: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
+	17, // 12: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
+	13, // 13: obscura.pps.v1.Garbler.OTSetup:input_type -> obscura.pps.v1.OTSetupRequest
+	2,  // 14: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
+	4,  // 15: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
+	7,  // 16: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
+	10, // 17: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
+	16, // 18: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
+	18, // 19: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
+	14, // 20: obscura.pps.v1.Garbler.OTSetup:output_type -> obscura.pps.v1.OTSetupResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1328,7 +1441,7 @@ func file_obscura_pps_v1_garbler_proto_init() {
 	if File_obscura_pps_v1_garbler_proto != nil {
 		return
 	}
-	file_obscura_pps_v1_garbler_proto_msgTypes[13].OneofWrappers = []any{
+	file_obscura_pps_v1_garbler_proto_msgTypes[15].OneofWrappers = []any{
 		(*GarbleResponse_Header)(nil),
 		(*GarbleResponse_Data)(nil),
 	}
@@ -1338,7 +1451,7 @@ func file_obscura_pps_v1_garbler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_obscura_pps_v1_garbler_proto_rawDesc), len(file_obscura_pps_v1_garbler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

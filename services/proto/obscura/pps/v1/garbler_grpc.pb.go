@@ -37,6 +37,7 @@ const (
 	Garbler_CheckConsistency_FullMethodName = "/obscura.pps.v1.Garbler/CheckConsistency"
 	Garbler_Garble_FullMethodName           = "/obscura.pps.v1.Garbler/Garble"
 	Garbler_Release_FullMethodName          = "/obscura.pps.v1.Garbler/Release"
+	Garbler_OTSetup_FullMethodName          = "/obscura.pps.v1.Garbler/OTSetup"
 )
 
 // GarblerClient is the client API for Garbler service.
@@ -67,6 +68,15 @@ type GarblerClient interface {
 	// Release tells the garbler which publisher rounds the broker will never ask for again, so
 	// it erases their seeds (D8: forward secrecy starts at erasure).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// OTSetup runs the base OTs of an OT-extension session for the hardened mode H1 (D21):
+	// the broker (OT receiver) sends its ot.Setup, the garbler (OT sender) answers ot.SetupReply
+	// and keeps the sender's session state in memory, keyed by the session id the setup
+	// carries, bounded and evicted least recently used. One session per (broker replica,
+	// garbler) link; its batches run one at a time, in order. A Garble whose ot_request names
+	// a session the garbler does not hold (restart, eviction) or is not at the session's next
+	// offset fails with ABORTED: the broker runs OTSetup again. INVALID_ARGUMENT: malformed
+	// setup. ALREADY_EXISTS: the session id is taken.
+	OTSetup(ctx context.Context, in *OTSetupRequest, opts ...grpc.CallOption) (*OTSetupResponse, error)
 }
 
 type garblerClient struct {
@@ -146,6 +156,16 @@ func (c *garblerClient) Release(ctx context.Context, in *ReleaseRequest, opts ..
 	return out, nil
 }
 
+func (c *garblerClient) OTSetup(ctx context.Context, in *OTSetupRequest, opts ...grpc.CallOption) (*OTSetupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OTSetupResponse)
+	err := c.cc.Invoke(ctx, Garbler_OTSetup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GarblerServer is the server API for Garbler service.
 // All implementations must embed UnimplementedGarblerServer
 // for forward compatibility.
@@ -174,6 +194,15 @@ type GarblerServer interface {
 	// Release tells the garbler which publisher rounds the broker will never ask for again, so
 	// it erases their seeds (D8: forward secrecy starts at erasure).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// OTSetup runs the base OTs of an OT-extension session for the hardened mode H1 (D21):
+	// the broker (OT receiver) sends its ot.Setup, the garbler (OT sender) answers ot.SetupReply
+	// and keeps the sender's session state in memory, keyed by the session id the setup
+	// carries, bounded and evicted least recently used. One session per (broker replica,
+	// garbler) link; its batches run one at a time, in order. A Garble whose ot_request names
+	// a session the garbler does not hold (restart, eviction) or is not at the session's next
+	// offset fails with ABORTED: the broker runs OTSetup again. INVALID_ARGUMENT: malformed
+	// setup. ALREADY_EXISTS: the session id is taken.
+	OTSetup(context.Context, *OTSetupRequest) (*OTSetupResponse, error)
 	mustEmbedUnimplementedGarblerServer()
 }
 
@@ -201,6 +230,9 @@ func (UnimplementedGarblerServer) Garble(*GarbleRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedGarblerServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedGarblerServer) OTSetup(context.Context, *OTSetupRequest) (*OTSetupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OTSetup not implemented")
 }
 func (UnimplementedGarblerServer) mustEmbedUnimplementedGarblerServer() {}
 func (UnimplementedGarblerServer) testEmbeddedByValue()                 {}
@@ -324,6 +356,24 @@ func _Garbler_Release_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Garbler_OTSetup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OTSetupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GarblerServer).OTSetup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Garbler_OTSetup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GarblerServer).OTSetup(ctx, req.(*OTSetupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Garbler_ServiceDesc is the grpc.ServiceDesc for Garbler service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -350,6 +400,10 @@ var Garbler_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Garbler_Release_Handler,
+		},
+		{
+			MethodName: "OTSetup",
+			Handler:    _Garbler_OTSetup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
