@@ -63,7 +63,7 @@ func brokerTestPipeline(mode string) contract.Pipeline {
 }
 
 // Configuration errors exit 2 with a message naming the problem, before anything connects:
-// a hardened pipeline (H1 is refused until it is wired), a pipeline that does not compile or
+// a pipeline that does not compile or
 // does not validate, a missing pipelines file, missing credentials, bad numbers, no TLS.
 func TestBrokerConfigErrorsExit2(t *testing.T) {
 	bad := brokerTestPipeline(contract.ModeFaithful)
@@ -73,9 +73,6 @@ func TestBrokerConfigErrorsExit2(t *testing.T) {
 		args  func(t *testing.T) []string
 		wants []string
 	}{
-		{"hardened pipeline", func(t *testing.T) []string {
-			return brokerTestFiles(t, []contract.Pipeline{brokerTestPipeline(contract.ModeHardened)})
-		}, []string{`mode "hardened"`, "not supported yet"}},
 		{"pipeline does not compile", func(t *testing.T) []string { return brokerTestFiles(t, []contract.Pipeline{bad}) },
 			[]string{"--pipelines-file", "compile"}},
 		{"invalid pipeline", func(t *testing.T) []string {

@@ -58,6 +58,8 @@ type Broker struct {
 
 	registered atomic.Bool // every pipeline got an answer from RegisterFunction
 	workers    chan struct{}
+
+	ot brokerOT // the OT-extension session of hardened executions (H1, D21)
 }
 
 // BrokerOptions configure a Broker.
@@ -114,6 +116,10 @@ type brokerSet struct {
 	// the latest used minus maxLag are never asked for again (Release, D8).
 	maxLag    map[string]int
 	retention time.Duration
+	// labels and masked name the devices some faithful, resp. hardened (H1), pipeline reads:
+	// their publish messages must carry labels, resp. masked values (a device feeding both
+	// modes sends both).
+	labels, masked map[string]bool
 }
 
 // brokerFunction is one pipeline's compiled function and its registration state.
@@ -125,6 +131,9 @@ type brokerFunction struct {
 	slotPub   []string
 	slotValue []int
 	subs      map[string]bool
+	// hardened: the pipeline runs in H1 (D21): masked values and OT extension, no
+	// consistency check.
+	hardened bool
 
 	mu     sync.Mutex
 	status string // "pending", FunctionRegistered or FunctionRefused
@@ -132,15 +141,19 @@ type brokerFunction struct {
 	epoch  uint64
 }
 
+// mode is the function's input mode on the garbler link.
+func (f *brokerFunction) mode() ppsv1.Mode {
+	if f.hardened {
+		return ppsv1.Mode_MODE_HARDENED
+	}
+	return ppsv1.Mode_MODE_FAITHFUL
+}
+
 func (f *brokerFunction) state() (status, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.status, f.reason
 }
-
-// ErrHardenedUnsupported: a pipeline asks for the hardened mode H1 (D21), which this broker
-// does not implement yet; it is refused, never run in faithful mode instead.
-var ErrHardenedUnsupported = errors.New(`pps broker: mode "hardened" (H1, D21) is not supported yet: the broker–garbler link has no base-OT setup for the OT extension (and the garbler refuses MODE_HARDENED); use mode "faithful"`)
 
 // DefaultBrokerRetention is the shortest retention of labels and of PPS_PUB: 26 h covers a
 // daily statistic's window and its schedule (spec §5.3).
@@ -150,10 +163,11 @@ const DefaultBrokerRetention = 26 * time.Hour
 const OutRetention = 7 * 24 * time.Hour
 
 // compileBrokerPipelines validates and compiles a set of pipelines as the broker runs them:
-// each is valid (contract), faithful, compiles, binds every topic its program reads to a
+// each is valid (contract, faithful or hardened), compiles, binds every topic its program reads to a
 // publisher and every bound topic is read, and no two pipelines are the same function.
 func compileBrokerPipelines(ps []contract.Pipeline) (*brokerSet, error) {
-	set := &brokerSet{topics: map[string][]string{}, maxLag: map[string]int{}, retention: DefaultBrokerRetention}
+	set := &brokerSet{topics: map[string][]string{}, maxLag: map[string]int{}, retention: DefaultBrokerRetention,
+		labels: map[string]bool{}, masked: map[string]bool{}}
 	var errs []error
 	seen := map[string]string{}
 	names := map[string]bool{}
@@ -167,10 +181,6 @@ func compileBrokerPipelines(ps []contract.Pipeline) (*brokerSet, error) {
 			continue
 		}
 		names[p.Name] = true
-		if p.Mode == contract.ModeHardened {
-			errs = append(errs, fmt.Errorf("pipeline %q: %w", p.Name, ErrHardenedUnsupported))
-			continue
-		}
 		f, err := dsl.Compile(p.Source)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pipeline %q: compile: %w", p.Name, err))
@@ -186,7 +196,7 @@ func compileBrokerPipelines(ps []contract.Pipeline) (*brokerSet, error) {
 			errs = append(errs, fmt.Errorf("pipeline %q: plan: %w", p.Name, err))
 			continue
 		}
-		bf := &brokerFunction{p: p, f: f, plan: plan, status: "pending", subs: map[string]bool{}}
+		bf := &brokerFunction{p: p, f: f, plan: plan, status: "pending", subs: map[string]bool{}, hardened: p.Mode == contract.ModeHardened}
 		bound := map[string]string{}
 		for _, pub := range p.Publishers {
 			bound[pub.Topic] = pub.DeviceID
@@ -209,6 +219,11 @@ func compileBrokerPipelines(ps []contract.Pipeline) (*brokerSet, error) {
 		for _, pub := range p.Publishers {
 			if !read[pub.Topic] {
 				errs = append(errs, fmt.Errorf("pipeline %q: publisher topic %q is not read by the program", p.Name, pub.Topic))
+			}
+			if p.Mode == contract.ModeHardened {
+				set.masked[pub.DeviceID] = true
+			} else {
+				set.labels[pub.DeviceID] = true
 			}
 			if !slices.Contains(set.topics[pub.DeviceID], pub.Topic) {
 				set.topics[pub.DeviceID] = append(set.topics[pub.DeviceID], pub.Topic)
@@ -495,7 +510,7 @@ func (b *Broker) registerAll(ctx context.Context) bool {
 // the two circuit hashes differ is refused, never run.
 func (b *Broker) register(ctx context.Context, f *brokerFunction) error {
 	resp, err := b.opt.Garbler.RegisterFunction(ctx, &ppsv1.RegisterFunctionRequest{
-		Source: f.p.Source, Mode: ppsv1.Mode_MODE_FAITHFUL, SeedTtlSeconds: uint64(f.p.SeedTTL.Seconds())})
+		Source: f.p.Source, Mode: f.mode(), SeedTtlSeconds: uint64(f.p.SeedTTL.Seconds())})
 	if err != nil {
 		if brokerPermanent(err) {
 			b.refuse(ctx, f, reasonGarbler, fmt.Sprintf("garbler refused the function: %v", err))
@@ -515,7 +530,7 @@ func (b *Broker) register(ctx context.Context, f *brokerFunction) error {
 	f.mu.Lock()
 	f.status, f.reason, f.epoch = FunctionRegistered, "", resp.Epoch
 	f.mu.Unlock()
-	b.log.Info("function registered", "pipeline", f.p.Name, "fn", f.f.ID, "and_gates", f.plan.ANDCount(),
+	b.log.Info("function registered", "pipeline", f.p.Name, "fn", f.f.ID, "mode", modeName(f.mode()), "and_gates", f.plan.ANDCount(),
 		"slots", len(f.f.Layout.Slots), "epoch", resp.Epoch)
 	return b.store.SetFunction(ctx, f.f.ID, FunctionState{Pipeline: f.p.Name, Status: FunctionRegistered,
 		CircuitHash: hash, ANDGates: uint64(f.plan.ANDCount()), Slots: uint32(len(f.f.Layout.Slots)),

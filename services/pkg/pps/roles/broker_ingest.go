@@ -15,7 +15,7 @@ import (
 var (
 	errBrokerValueCount = errors.New("pps broker: publish carries another number of values than the device's topics")
 	errBrokerUnbound    = errors.New("pps broker: publisher is bound to no pipeline")
-	errBrokerMasked     = errors.New("pps broker: hardened-mode masked values are not accepted (H1 not supported)")
+	errBrokerPayload    = errors.New("pps broker: publish lacks the labels or masked values its pipelines' modes need")
 )
 
 // checkPublish decodes a message of pps.pub.<id> and checks it against the device's bound
@@ -33,8 +33,8 @@ func (s *brokerSet) checkPublish(subject string, data []byte) (string, *contract
 	if len(topics) == 0 {
 		return id, nil, reasonUnbound, errBrokerUnbound
 	}
-	if len(p.Masked) > 0 {
-		return id, nil, reasonHardened, errBrokerMasked
+	if (s.labels[id] && len(p.Labels) == 0) || (s.masked[id] && len(p.Masked) == 0) {
+		return id, nil, reasonPayloadMode, errBrokerPayload
 	}
 	if p.Values() != len(topics) {
 		return id, nil, reasonValueCount, fmt.Errorf("%w: %d values, %d topics", errBrokerValueCount, p.Values(), len(topics))
@@ -44,7 +44,8 @@ func (s *brokerSet) checkPublish(subject string, data []byte) (string, *contract
 
 // handleLabels is the publish ingest (spec §8.3): a message from an unknown publisher, a
 // replayed round (round ≤ the last one, §10 #8), a wrong value count or a malformed message
-// is rejected and counted by reason; otherwise its labels are stored by (publisher, round)
+// is rejected and counted by reason; otherwise its labels (faithful pipelines) and masked
+// values (hardened pipelines, D21) are stored by (publisher, round)
 // for as long as the pipelines may read them, and the message is acked once they are.
 func (b *Broker) handleLabels(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 	set := b.current()
@@ -54,7 +55,16 @@ func (b *Broker) handleLabels(ctx context.Context, m jetstream.Msg) natsx.Outcom
 		return natsx.Drop
 	}
 	now := b.clk.Now()
-	switch err := b.store.StoreLabels(ctx, id, p.Round, p.Labels, now); {
+	// Only what a pipeline reads is kept: labels for faithful pipelines, the 4-byte masked
+	// values for hardened ones (D21).
+	var labels, masked []byte
+	if set.labels[id] {
+		labels = p.Labels
+	}
+	if set.masked[id] {
+		masked = p.Masked
+	}
+	switch err := b.store.StoreRound(ctx, id, p.Round, labels, masked, now); {
 	case errors.Is(err, ErrUnknownPublisher):
 		b.m.Rejected.WithLabelValues(stagePublish, reasonUnknownPub).Inc()
 		return natsx.Drop

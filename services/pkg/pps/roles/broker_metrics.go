@@ -92,7 +92,7 @@ const (
 	reasonReplay         = "replay"
 	reasonValueCount     = "value_count"
 	reasonUnbound        = "not_in_pipeline"
-	reasonHardened       = "hardened_unsupported"
+	reasonPayloadMode    = "payload_mode"
 	reasonCompile        = "compile"
 	reasonHashMismatch   = "circuit_hash_mismatch"
 	reasonIDMismatch     = "fnid_mismatch"

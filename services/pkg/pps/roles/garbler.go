@@ -86,6 +86,9 @@ type Garbler struct {
 
 	mu  sync.Mutex
 	fns map[string]*compiledFn
+
+	// ots are the OT-extension sender sessions of H1 (D21), in memory only.
+	ots *otSessions
 }
 
 // compiledFn is a function compiled on this replica: the DSL output and the gc plan,
@@ -138,7 +141,8 @@ func NewGarbler(opts GarblerOptions) (*Garbler, error) {
 		opts.Rand = rand.Reader
 	}
 	return &Garbler{opts: opts, rdb: opts.Redis, sealer: opts.Sealer, signer: opts.Signer, log: opts.Logger,
-		m: newGarblerMetrics(opts.Registerer), rand: opts.Rand, fns: map[string]*compiledFn{}}, nil
+		m: newGarblerMetrics(opts.Registerer), rand: opts.Rand, fns: map[string]*compiledFn{},
+		ots: newOTSessions(MaxOTSessions)}, nil
 }
 
 // Register registers the Garbler service on s.
@@ -405,12 +409,9 @@ func (g *Garbler) retention(cf *compiledFn) time.Duration {
 // record with epoch 0 and a fresh K'_0, or — idempotently — returns the existing one.
 func (g *Garbler) RegisterFunction(ctx context.Context, req *ppsv1.RegisterFunctionRequest) (*ppsv1.RegisterFunctionResponse, error) {
 	switch req.GetMode() {
-	case ppsv1.Mode_MODE_FAITHFUL:
-	case ppsv1.Mode_MODE_HARDENED:
-		return nil, g.reject(codes.FailedPrecondition, "hardened_unavailable",
-			errors.New("register function: the hardened input mode H1 (D21) is not implemented by this garbler yet; register the function in MODE_FAITHFUL"))
+	case ppsv1.Mode_MODE_FAITHFUL, ppsv1.Mode_MODE_HARDENED:
 	default:
-		return nil, g.reject(codes.InvalidArgument, "bad_mode", fmt.Errorf("register function: mode %v, want MODE_FAITHFUL", req.GetMode()))
+		return nil, g.reject(codes.InvalidArgument, "bad_mode", fmt.Errorf("register function: mode %v, want MODE_FAITHFUL or MODE_HARDENED", req.GetMode()))
 	}
 	if req.GetSeedTtlSeconds() > uint64(MaxSeedTTL/time.Second) {
 		return nil, g.reject(codes.InvalidArgument, "bad_seed_ttl", fmt.Errorf("register function: seed_ttl_seconds %d above %s", req.GetSeedTtlSeconds(), MaxSeedTTL))
@@ -461,7 +462,7 @@ func (g *Garbler) RegisterFunction(ctx context.Context, req *ppsv1.RegisterFunct
 		return nil, status.Errorf(codes.Internal, "register function %s: %v", f.ID, err)
 	}
 	g.m.functions.Inc()
-	g.log.Info("function registered", "fn", f.ID, "slots", len(f.Layout.Slots), "and_gates", cf.plan.ANDCount(),
+	g.log.Info("function registered", "fn", f.ID, "mode", modeName(req.GetMode()), "slots", len(f.Layout.Slots), "and_gates", cf.plan.ANDCount(),
 		"epoch", rec.Epoch, "round", rec.Round)
 	return &ppsv1.RegisterFunctionResponse{FnId: f.ID, CircuitHash: cf.hash[:], AndGates: uint64(cf.plan.ANDCount()),
 		Slots: uint32(len(f.Layout.Slots)), OutputBits: uint32(f.OutputBits()), Epoch: rec.Epoch, Round: rec.Round}, nil

@@ -13,13 +13,23 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/ot"
 	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
 
-// execFunction returns the registered faithful-mode function fn or a gRPC error.
-func (g *Garbler) execFunction(ctx context.Context, fn, what string) (*compiledFn, error) {
+// modeName is a mode as logs and metrics name it.
+func modeName(m ppsv1.Mode) string {
+	if m == ppsv1.Mode_MODE_HARDENED {
+		return contract.ModeHardened
+	}
+	return contract.ModeFaithful
+}
+
+// execFunction returns the registered function fn or a gRPC error; faithfulOnly refuses a
+// hardened-mode function (FAILED_PRECONDITION: H1 has no consistency check).
+func (g *Garbler) execFunction(ctx context.Context, fn, what string, faithfulOnly bool) (*compiledFn, error) {
 	cf, err := g.function(ctx, fn)
 	if errors.Is(err, errNotFound) {
 		return nil, g.reject(codes.NotFound, "unknown_function", fmt.Errorf("%s: function %.40q is not registered", what, fn))
@@ -27,8 +37,8 @@ func (g *Garbler) execFunction(ctx context.Context, fn, what string) (*compiledF
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%s: %v", what, err)
 	}
-	if cf.mode != ppsv1.Mode_MODE_FAITHFUL {
-		return nil, g.reject(codes.FailedPrecondition, "hardened_unavailable", fmt.Errorf("%s: function %s is not in faithful mode", what, fn))
+	if faithfulOnly && cf.mode != ppsv1.Mode_MODE_FAITHFUL {
+		return nil, g.reject(codes.FailedPrecondition, "hardened_no_check", fmt.Errorf("%s: function %s is in hardened mode, which has no consistency check (D21)", what, fn))
 	}
 	return cf, nil
 }
@@ -124,7 +134,7 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 // longer holds is reported erased and gets no labels, so the broker also finds it
 // inconsistent; only the broker learns which labels matched.
 func (g *Garbler) CheckConsistency(ctx context.Context, req *ppsv1.CheckConsistencyRequest) (*ppsv1.CheckConsistencyResponse, error) {
-	cf, err := g.execFunction(ctx, req.GetFnId(), "consistency check")
+	cf, err := g.execFunction(ctx, req.GetFnId(), "consistency check", true)
 	if err != nil {
 		return nil, err
 	}
@@ -209,14 +219,24 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		}
 		g.m.executions.WithLabelValues(outcome).Inc()
 	}()
-	cf, err := g.execFunction(ctx, req.GetFnId(), "garble")
+	cf, err := g.execFunction(ctx, req.GetFnId(), "garble", false)
 	if err != nil {
 		return err
 	}
 	if !bytes.Equal(req.GetCircuitHash(), cf.hash[:]) {
 		return g.reject(codes.FailedPrecondition, "circuit_mismatch", fmt.Errorf("garble: circuit hash %x is not function %s's %x", req.GetCircuitHash(), cf.f.ID, cf.hash))
 	}
-	if len(req.GetOtRequest()) > 0 {
+	hardened := cf.mode == ppsv1.Mode_MODE_HARDENED
+	var otReq *ot.ExtendRequest
+	switch {
+	case hardened && len(req.GetOtRequest()) == 0:
+		return g.reject(codes.InvalidArgument, "bad_request", errors.New("garble: no OT request for a hardened-mode function"))
+	case hardened:
+		otReq = new(ot.ExtendRequest)
+		if err := otReq.UnmarshalBinary(req.GetOtRequest()); err != nil {
+			return g.reject(codes.InvalidArgument, "malformed_ot", fmt.Errorf("garble: %w", err))
+		}
+	case len(req.GetOtRequest()) > 0:
 		return g.reject(codes.InvalidArgument, "bad_request", errors.New("garble: an OT request for a faithful-mode function"))
 	}
 	chunk := g.opts.ChunkBytes
@@ -247,20 +267,36 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		return err
 	}
 	defer ss.zero()
-	for _, s := range ss.erased {
-		nulls[int(s)] = pps.Erased
+	var (
+		a            *pps.Assignment
+		inputs       []gc.Input
+		garblerNulls = slices.Concat(ss.erased, ss.notAllowed)
+		otResponse   []byte
+	)
+	slices.Sort(garblerNulls)
+	if hardened {
+		var hg *pps.HardenedGarbling
+		hg, otResponse, err = g.hardenedInputs(cf, nulls, ss, otReq)
+		if err != nil {
+			return err
+		}
+		a, inputs, garblerNulls = hg.Assignment, hg.Inputs, hg.Erased
+	} else {
+		for _, s := range ss.erased {
+			nulls[int(s)] = pps.Erased
+		}
+		for _, s := range ss.notAllowed {
+			nulls[int(s)] = pps.NotAllowed
+		}
+		a, err = pps.Nullify(&cf.f.Layout, nulls)
+		if errors.Is(err, pps.ErrInsufficient) {
+			return g.reject(codes.FailedPrecondition, "insufficient", fmt.Errorf("garble: %w", err))
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "garble: %v", err)
+		}
+		inputs, err = pps.GarblerInputs(a, ss.labels)
 	}
-	for _, s := range ss.notAllowed {
-		nulls[int(s)] = pps.NotAllowed
-	}
-	a, err := pps.Nullify(&cf.f.Layout, nulls)
-	if errors.Is(err, pps.ErrInsufficient) {
-		return g.reject(codes.FailedPrecondition, "insufficient", fmt.Errorf("garble: %w", err))
-	}
-	if err != nil {
-		return status.Errorf(codes.Internal, "garble: %v", err)
-	}
-	inputs, err := pps.GarblerInputs(a, ss.labels)
 	ss.zero()
 	if err != nil {
 		return status.Errorf(codes.Internal, "garble: %v", err)
@@ -281,11 +317,9 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	defer clear(mask)
 	gctx := garbleContext(cf.f.ID, round, epoch)
 	size := gc.StreamSize(cf.plan, nConst, len(gctx))
-	garblerNulls := slices.Concat(ss.erased, ss.notAllowed)
-	slices.Sort(garblerNulls)
 	w := &streamSender{send: stream.Send, chunk: chunk, header: &ppsv1.GarbleHeader{
 		Round: round, Epoch: epoch, OutputBits: uint32(cf.f.OutputBits()), ErasedSlots: garblerNulls,
-		StreamBytes: uint64(size), Valid: uint32(a.ValidCount())}}
+		StreamBytes: uint64(size), Valid: uint32(a.ValidCount()), OtResponse: otResponse}}
 	h, err := gc.Garble(ctx, cf.plan, w, inputs, mask, &gc.Options{Context: gctx, ChunkSize: chunk})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -301,9 +335,65 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	g.m.ands.Add(float64(cf.plan.ANDCount()))
 	g.m.bytes.Add(float64(size))
 	g.m.garbleSecs.Observe(secs)
-	g.log.Info("garbled", "fn", cf.f.ID, "exec", fmt.Sprintf("%x", h.ExecID), "round", round, "epoch", epoch,
+	g.log.Info("garbled", "fn", cf.f.ID, "mode", modeName(cf.mode), "exec", fmt.Sprintf("%x", h.ExecID), "round", round, "epoch", epoch,
 		"valid", a.ValidCount(), "and_gates", cf.plan.ANDCount(), "bytes", size, "chunks", w.msgs, "seconds", secs)
 	return nil
+}
+
+// hardenedInputs is the garbler's side of an H1 execution (D21): it answers the broker's
+// correlated-OT request on the broker's session with the pairs of every valid slot's bits,
+// swapped by the slot's mask m = pps.InputMask of its publisher's round seed, so the label
+// the broker receives for y_j = x_j ⊕ m_j is the label of x_j. Slots whose seed is erased or
+// whose policy refuses the function become erased (constants) after the OTs, which the
+// broker counted on its assignment, so both sides stay at the same session offset. The
+// session is held for the OT step only, so executions of one broker run in order there.
+func (g *Garbler) hardenedInputs(cf *compiledFn, nulls map[int]pps.NullReason, ss *slotSeeds, req *ot.ExtendRequest) (*pps.HardenedGarbling, []byte, error) {
+	a, err := pps.Nullify(&cf.f.Layout, nulls)
+	if errors.Is(err, pps.ErrInsufficient) {
+		return nil, nil, g.reject(codes.FailedPrecondition, "insufficient", fmt.Errorf("garble: %w", err))
+	}
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	gone := map[int]bool{}
+	for _, s := range slices.Concat(ss.erased, ss.notAllowed) {
+		gone[int(s)] = true
+	}
+	masks := func(slot int) (uint32, error) {
+		seed, ok := ss.seeds[slot]
+		if gone[slot] || !ok {
+			return 0, fmt.Errorf("slot %d: %w", slot, pps.ErrRoundErased)
+		}
+		m := pps.InputMask(&seed, ss.values[slot])
+		seed.Zero()
+		return m, nil
+	}
+	sess, ok := g.ots.get(req.Session)
+	if !ok {
+		return nil, nil, g.reject(codes.Aborted, "ot_session_unknown", fmt.Errorf("garble: %w", errOTSessionUnknown))
+	}
+	sess.mu.Lock()
+	hg, err := pps.HardenedGarblerInputs(a, masks, sess.sender, req)
+	sess.mu.Unlock()
+	switch {
+	case errors.Is(err, ot.ErrOutOfOrder), errors.Is(err, ot.ErrSession):
+		g.ots.drop(req.Session)
+		g.m.otSessions.Set(float64(g.ots.len()))
+		return nil, nil, g.reject(codes.Aborted, "ot_out_of_order", fmt.Errorf("garble: %w; run OTSetup again", err))
+	case errors.Is(err, pps.ErrInsufficient):
+		return nil, nil, g.reject(codes.FailedPrecondition, "insufficient", fmt.Errorf("garble: %w", err))
+	case errors.Is(err, pps.ErrMalformed), errors.Is(err, ot.ErrMalformed):
+		return nil, nil, g.reject(codes.InvalidArgument, "malformed_ot", fmt.Errorf("garble: %w", err))
+	case err != nil:
+		return nil, nil, status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	reply, err := hg.Reply.MarshalBinary()
+	if err != nil {
+		clear(hg.Inputs)
+		return nil, nil, status.Errorf(codes.Internal, "garble: %v", err)
+	}
+	g.m.ots.Add(float64(req.Count))
+	return hg, reply, nil
 }
 
 // streamSender is the io.Writer gc.Garble writes the stream to: it sends the GarbleHeader

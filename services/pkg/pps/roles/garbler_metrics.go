@@ -19,6 +19,8 @@ type garblerMetrics struct {
 	released   prometheus.Counter
 	retained   prometheus.Counter
 	conflicts  prometheus.Counter
+	otSessions prometheus.Gauge
+	ots        prometheus.Counter
 }
 
 func newGarblerMetrics(reg prometheus.Registerer) *garblerMetrics {
@@ -51,10 +53,15 @@ func newGarblerMetrics(reg prometheus.Registerer) *garblerMetrics {
 			Help: "Round seeds retained (sealed, with a TTL) for rounds the broker may still request."}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_state_conflicts_total",
 			Help: "Ratchet writes retried because another replica wrote first (compare-and-set)."}),
+		otSessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pps_garbler_ot_sessions",
+			Help: "OT-extension sender sessions held in memory (hardened mode H1)."}),
+		ots: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_ots_total",
+			Help: "Correlated OTs answered for hardened-mode input labels."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.setups, m.rejections, m.functions, m.revokes, m.checks, m.psiElems, m.erased,
-			m.executions, m.ands, m.bytes, m.garbleSecs, m.released, m.retained, m.conflicts)
+			m.executions, m.ands, m.bytes, m.garbleSecs, m.released, m.retained, m.conflicts,
+			m.otSessions, m.ots)
 	}
 	return m
 }

@@ -159,13 +159,13 @@ func TestGarblerSetupRefusals(t *testing.T) {
 	}
 }
 
-// TestGarblerRefusesWhatItDoesNotImplement: the hardened mode H1 is refused (never accepted
-// and ignored) until it lands, like an unspecified mode, an OT request, a garble request
-// for another circuit, and slots that are not exactly the function's.
+// TestGarblerRefusesWhatItDoesNotImplement: an unspecified mode is refused, like an OT
+// request for a faithful function, a garble request for another circuit, and slots that are
+// not exactly the function's.
 func TestGarblerRefusesWhatItDoesNotImplement(t *testing.T) {
 	e := newGarblerEnv(t)
 	ctx := context.Background()
-	for mode, want := range map[ppsv1.Mode]codes.Code{ppsv1.Mode_MODE_HARDENED: codes.FailedPrecondition, ppsv1.Mode_MODE_UNSPECIFIED: codes.InvalidArgument} {
+	for mode, want := range map[ppsv1.Mode]codes.Code{ppsv1.Mode_MODE_UNSPECIFIED: codes.InvalidArgument} {
 		if _, err := e.client.RegisterFunction(ctx, &ppsv1.RegisterFunctionRequest{Source: gtSumFn, Mode: mode}); status.Code(err) != want {
 			t.Fatalf("register in %v: %v, want %v", mode, err, want)
 		}

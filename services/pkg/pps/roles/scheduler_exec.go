@@ -25,7 +25,8 @@ type schedSlot struct {
 	pub    string
 	round  uint64
 	value  int
-	labels []pps.Label // the 32 labels received for the slot's value, bit 0 first
+	labels []pps.Label // faithful: the 32 labels received for the slot's value, bit 0 first
+	masked uint32      // hardened (H1, D21): y = x ⊕ m received for the slot's value
 	reason pps.NullReason
 }
 
@@ -95,7 +96,7 @@ func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction,
 			sl.reason = pps.Missing
 		}
 	}
-	// The labels of every slot still valid, in one round trip.
+	// The labels (or H1 masked values) of every slot still valid, in one round trip.
 	var refs []LabelRef
 	var idx []int
 	for s := range slots {
@@ -104,7 +105,11 @@ func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction,
 			idx = append(idx, s)
 		}
 	}
-	payloads, err := b.store.LabelsOf(ctx, refs)
+	read := b.store.LabelsOf
+	if f.hardened {
+		read = b.store.MaskedOf
+	}
+	payloads, err := read(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +119,15 @@ func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction,
 			sl.reason = pps.Missing
 			continue
 		}
-		if sl.labels, err = splitLabels(payloads[i], len(set.topics[sl.pub]), sl.value); err != nil {
+		if f.hardened {
+			var ys []uint32
+			if ys, err = pps.SplitMasked(payloads[i], len(set.topics[sl.pub])); err == nil {
+				sl.masked = ys[sl.value]
+			}
+		} else {
+			sl.labels, err = splitLabels(payloads[i], len(set.topics[sl.pub]), sl.value)
+		}
+		if err != nil {
 			sl.reason = pps.Missing
 		}
 	}
@@ -155,7 +168,7 @@ func (b *Broker) execute(ctx context.Context, f *brokerFunction, tick uint64, at
 		b.log.Warn("record execution", "pipeline", f.p.Name, "err", err)
 	}
 	if err == nil {
-		b.log.Info("execution", "pipeline", f.p.Name, "tick", tick, "status", e.Status, "valid", e.Valid,
+		b.log.Info("execution", "pipeline", f.p.Name, "mode", e.Mode, "tick", tick, "status", e.Status, "valid", e.Valid,
 			"and_gates", e.ANDGates, "bytes", e.Bytes, "check", e.Check, "garble", e.Garble, "evaluate", e.Evaluate)
 	}
 }
@@ -172,32 +185,15 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	}
 	e.Exec = hex.EncodeToString(exec[:])
 
-	// Consistency check (spec §3.4) over the labels of every slot still valid.
-	var recv []pps.ReceivedLabel
-	var checked []*ppsv1.SlotInput
-	for s := range slots {
-		if slots[s].reason != pps.Valid {
-			continue
-		}
-		checked = append(checked, slots[s].input(s))
-		for j, l := range slots[s].labels {
-			recv = append(recv, pps.ReceivedLabel{Pos: pps.PositionOf(s, j), Label: l})
-		}
+	e.Mode = contract.ModeFaithful
+	if f.hardened {
+		e.Mode = contract.ModeHardened
 	}
-	t0 := time.Now()
-	psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
-	bad, err := (&pps.OPRFChecker{Garbler: psi, Rand: b.rand}).Check(ctx, exec, recv)
-	if err != nil {
-		return fmt.Errorf("consistency check: %w", err)
-	}
-	e.Check = time.Since(t0)
-	b.m.Latency.WithLabelValues(f.p.Name, "check").Observe(e.Check.Seconds())
-	for _, s := range psi.erased {
-		slots[s].reason = pps.Erased
-	}
-	for _, s := range pps.BadSlots(bad) {
-		if slots[s].reason == pps.Valid {
-			slots[s].reason = pps.Inconsistent
+	// Consistency check (spec §3.4) over the labels of every slot still valid. H1 has none
+	// (D21): every masked value y is a valid input, and no publisher holds a label.
+	if !f.hardened {
+		if err := b.check(ctx, f, exec, slots, e); err != nil {
+			return err
 		}
 	}
 	nulls := map[int]pps.NullReason{}
@@ -234,19 +230,22 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	}
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t0 = time.Now()
-	stream, err := b.opt.Garbler.Garble(gctx, req)
+	t0 := time.Now()
+	var (
+		stream  grpc.ServerStreamingClient[ppsv1.GarbleResponse]
+		hdr     *ppsv1.GarbleHeader
+		hlabels []gc.Label // H1: the labels the OT reply gave
+	)
+	if f.hardened {
+		masked := func(s int) (uint32, bool) { return slots[s].masked, slots[s].reason == pps.Valid }
+		stream, hdr, hlabels, err = b.hardenedGarble(gctx, a, masked, req)
+	} else {
+		stream, hdr, err = b.garbleHeader(gctx, req)
+	}
 	if err != nil {
-		return fmt.Errorf("garble: %w", err)
+		return err
 	}
-	first, err := stream.Recv()
-	if err != nil {
-		return fmt.Errorf("garble: %w", err)
-	}
-	hdr := first.GetHeader()
-	if hdr == nil {
-		return errors.New("garble: stream does not start with a header")
-	}
+	defer clear(hlabels)
 	e.Garble = time.Since(t0)
 	b.m.Latency.WithLabelValues(f.p.Name, "garble").Observe(e.Garble.Seconds())
 	if int(hdr.OutputBits) != f.f.OutputBits() {
@@ -268,9 +267,11 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	if !bytes.Equal(gh.ExecID[:], hdr.ExecId) {
 		return errors.New("garbled stream: execution id differs from the header's")
 	}
-	labels, err := pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
-	if err != nil {
-		return err
+	labels := hlabels
+	if !f.hardened {
+		if labels, err = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels }); err != nil {
+			return err
+		}
 	}
 	res, err := gc.EvaluateAfterHeader(gctx, f.plan, gh, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
 	clear(labels)
@@ -292,6 +293,40 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		return err
 	}
 	b.release(ctx, set, f, slots)
+	return nil
+}
+
+// check is the consistency check of a faithful execution (spec §3.4, D16a) over the labels
+// of every slot still valid: slots the garbler reports erased and slots with a label that
+// is not one of the wire's two become nullified.
+func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, slots []schedSlot, e *Execution) error {
+	var recv []pps.ReceivedLabel
+	var checked []*ppsv1.SlotInput
+	for s := range slots {
+		if slots[s].reason != pps.Valid {
+			continue
+		}
+		checked = append(checked, slots[s].input(s))
+		for j, l := range slots[s].labels {
+			recv = append(recv, pps.ReceivedLabel{Pos: pps.PositionOf(s, j), Label: l})
+		}
+	}
+	t0 := time.Now()
+	psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
+	bad, err := (&pps.OPRFChecker{Garbler: psi, Rand: b.rand}).Check(ctx, exec, recv)
+	if err != nil {
+		return fmt.Errorf("consistency check: %w", err)
+	}
+	e.Check = time.Since(t0)
+	b.m.Latency.WithLabelValues(f.p.Name, "check").Observe(e.Check.Seconds())
+	for _, s := range psi.erased {
+		slots[s].reason = pps.Erased
+	}
+	for _, s := range pps.BadSlots(bad) {
+		if slots[s].reason == pps.Valid {
+			slots[s].reason = pps.Inconsistent
+		}
+	}
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 //	pps:pub:<id>              hash: fns (policy JSON), min, last (round, 20 digits)
 //	pps:pub:<id>:rounds       sorted set: round (20 digits) scored by arrival (Unix ms)
 //	pps:lab:<id>:<round>      the round's labels as published, with the retention TTL
+//	pps:mask:<id>:<round>     the round's H1 masked values y = x ⊕ m (4 B each, D21), same TTL
 //	pps:fn:<fnid>             hash: pipeline, status, reason, circuit, and, slots, bits,
 //	                          epoch, round, tick (last claimed), executions, last_*
 //	pps:fn:<fnid>:subs        set: subscribers S_C
@@ -62,6 +63,7 @@ const BrokerExecutionsKept = 100
 func storePubKey(id string) string             { return "pps:pub:" + id }
 func storeRoundsKey(id string) string          { return "pps:pub:" + id + ":rounds" }
 func storeLabelKey(id string, r uint64) string { return "pps:lab:" + id + ":" + storeRound(r) }
+func storeMaskKey(id string, r uint64) string  { return "pps:mask:" + id + ":" + storeRound(r) }
 func storeFnKey(fn string) string              { return "pps:fn:" + fn }
 func storeSubsKey(fn string) string            { return "pps:fn:" + fn + ":subs" }
 func storeExecsKey(fn string) string           { return "pps:fn:" + fn + ":execs" }
@@ -127,7 +129,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local last = redis.call('HGET', KEYS[1], 'last')
 if last and last >= ARGV[1] then return -2 end
 redis.call('HSET', KEYS[1], 'last', ARGV[1])
-redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+if ARGV[2] ~= '' then redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3]) end
+if ARGV[6] ~= '' then redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[3]) end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -137,9 +140,16 @@ return 1
 // StoreLabels stores the labels a publisher sent for round r, received at now, unless the
 // publisher is unknown (ErrUnknownPublisher) or r is not after its last round (ErrReplay).
 func (s *BrokerStore) StoreLabels(ctx context.Context, id string, r uint64, labels []byte, now time.Time) error {
+	return s.StoreRound(ctx, id, r, labels, nil, now)
+}
+
+// StoreRound stores what a publisher sent for round r, received at now: the faithful-mode
+// labels and the H1 masked values, either possibly empty (not stored), in one atomic step
+// with the replay check.
+func (s *BrokerStore) StoreRound(ctx context.Context, id string, r uint64, labels, masked []byte, now time.Time) error {
 	ttl := time.Duration(s.ttl.Load())
-	res, err := storeIngest.Run(ctx, s.rdb, []string{storePubKey(id), storeRoundsKey(id), storeLabelKey(id, r)},
-		storeRound(r), labels, ttl.Milliseconds(), storeMillis(now), storeMillis(now.Add(-ttl))).Int()
+	res, err := storeIngest.Run(ctx, s.rdb, []string{storePubKey(id), storeRoundsKey(id), storeLabelKey(id, r), storeMaskKey(id, r)},
+		storeRound(r), labels, ttl.Milliseconds(), storeMillis(now), storeMillis(now.Add(-ttl)), masked).Int()
 	if err != nil {
 		return fmt.Errorf("store labels: %w", err)
 	}
@@ -188,6 +198,16 @@ type LabelRef struct {
 
 // LabelsOf returns the labels stored for each ref in one round trip (nil where none are).
 func (s *BrokerStore) LabelsOf(ctx context.Context, refs []LabelRef) ([][]byte, error) {
+	return s.getAll(ctx, refs, storeLabelKey, "labels")
+}
+
+// MaskedOf returns the H1 masked values stored for each ref in one round trip (nil where
+// none are).
+func (s *BrokerStore) MaskedOf(ctx context.Context, refs []LabelRef) ([][]byte, error) {
+	return s.getAll(ctx, refs, storeMaskKey, "masked values")
+}
+
+func (s *BrokerStore) getAll(ctx context.Context, refs []LabelRef, key func(string, uint64) string, what string) ([][]byte, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -195,12 +215,12 @@ func (s *BrokerStore) LabelsOf(ctx context.Context, refs []LabelRef) ([][]byte, 
 	cmds := make([]*redis.StringCmd, len(refs))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range refs {
-			cmds[i] = p.Get(ctx, storeLabelKey(r.Pub, r.Round))
+			cmds[i] = p.Get(ctx, key(r.Pub, r.Round))
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read labels: %w", err)
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	out := make([][]byte, len(refs))
 	for i, c := range cmds {
@@ -208,7 +228,7 @@ func (s *BrokerStore) LabelsOf(ctx context.Context, refs []LabelRef) ([][]byte, 
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			return nil, fmt.Errorf("read labels: %w", err)
+			return nil, fmt.Errorf("read %s: %w", what, err)
 		default:
 			out[i] = b
 		}
@@ -289,7 +309,8 @@ type Execution struct {
 	Exec      string              `json:"exec"`
 	Tick      uint64              `json:"tick"`
 	At        time.Time           `json:"at"`
-	Status    string              `json:"status"` // contract.StatusOK, StatusInsufficient, or "failed"
+	Status    string              `json:"status"`         // contract.StatusOK, StatusInsufficient, or "failed"
+	Mode      string              `json:"mode,omitempty"` // contract.ModeFaithful or ModeHardened
 	Round     uint64              `json:"round,omitempty"`
 	Epoch     uint64              `json:"epoch,omitempty"`
 	Valid     int                 `json:"valid"`
