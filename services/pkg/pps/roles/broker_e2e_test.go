@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,6 +341,9 @@ type btWorld struct {
 	view   *btView
 	p      contract.Pipeline
 	f      *dsl.Function
+	p2     contract.Pipeline // the second pipeline of a mixed world
+	f2     *dsl.Function
+	sub2   *btSub
 	pubs   []*btPub
 	sub    *btSub
 	subs   []*btSub
@@ -363,6 +367,9 @@ type btWorldOpts struct {
 	body               string
 	tamper             func(method string, reply any)
 	unregistered       bool // do not wait for the function to register, nor set devices up
+	// mode is the pipeline's mode (default faithful); mixed, if set, is the body of a second
+	// pipeline of the other mode over the same publishers, with one subscriber of its own.
+	mode, mixed string
 }
 
 // startWorld runs n publishers and one subscriber of the pipeline computing body over their
@@ -376,14 +383,41 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	if o.subs == 0 {
 		o.subs = 1
 	}
-	devs := newBTDevices(t, n+o.subs)
+	extra := 0
+	if o.mixed != "" {
+		extra = 1
+	}
+	devs := newBTDevices(t, n+o.subs+extra)
 	period := time.Hour
-	p := btPipeline("ns/stats", body, devs[:n], devs[n:], minInputs, period, period)
+	p := btPipeline("ns/stats", body, devs[:n], devs[n:n+o.subs], minInputs, period, period)
+	if o.mode != "" {
+		p.Mode = o.mode
+	}
 	f, err := dsl.Compile(p.Source)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, []string{f.ID}), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, period: period,
+	pipelines, fns := []contract.Pipeline{p}, []string{f.ID}
+	var p2 contract.Pipeline
+	var f2 *dsl.Function
+	if o.mixed != "" {
+		p2 = btPipeline("ns/other", o.mixed, devs[:n], devs[n+o.subs:], minInputs, period, period)
+		// The same topics, so each publisher's single value feeds both pipelines.
+		p2.Source = strings.ReplaceAll(p2.Source, "ns/other/t/", "ns/stats/t/")
+		for i := range p2.Publishers {
+			p2.Publishers[i].Topic = p.Publishers[i].Topic
+		}
+		if p.Mode == contract.ModeHardened {
+			p2.Mode = contract.ModeFaithful
+		} else {
+			p2.Mode = contract.ModeHardened
+		}
+		if f2, err = dsl.Compile(p2.Source); err != nil {
+			t.Fatal(err)
+		}
+		pipelines, fns = append(pipelines, p2), append(fns, f2.ID)
+	}
+	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, fns), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, p2: p2, f2: f2, period: period,
 		calls: map[string][]any{}}
 	start := time.Now().Truncate(period).Add(period / 6)
 	w.clk = &btClock{now: start}
@@ -428,25 +462,30 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	}
 	_ = obs.Flush()
 
-	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: []contract.Pipeline{p},
+	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: pipelines,
 		Clock: w.clk, ChunkBytes: 4096}, nil)
 	if o.unregistered {
 		return w
 	}
 	testenv.Eventually(t, 2*time.Minute, "function registered", func() error {
-		if _, st, reason, _ := w.b.FunctionStatus(p.Name); st != FunctionRegistered {
-			return fmt.Errorf("status %s %s", st, reason)
+		for _, p := range pipelines {
+			if _, st, reason, _ := w.b.FunctionStatus(p.Name); st != FunctionRegistered {
+				return fmt.Errorf("%s: status %s %s", p.Name, st, reason)
+			}
 		}
 		return nil
 	})
 	pk := w.g.signer.Public()
 	for _, d := range devs[:n] {
-		w.pubs = append(w.pubs, w.setupPublisher(d, []string{f.ID}, pk))
+		w.pubs = append(w.pubs, w.setupPublisher(d, fns, pk))
 	}
-	for _, d := range devs[n:] {
+	for _, d := range devs[n : n+o.subs] {
 		w.subs = append(w.subs, w.setupSubscriber(d, f.ID, pk))
 	}
 	w.sub = w.subs[0]
+	if f2 != nil {
+		w.sub2 = w.setupSubscriber(devs[n+o.subs], f2.ID, pk)
+	}
 	return w
 }
 
@@ -491,24 +530,30 @@ func (w *btWorld) runTick(t *testing.T, want float64) *contract.Output {
 // values with the nullified slots replaced (pps.Assignment.ModelInputs).
 func (w *btWorld) check(t *testing.T, o *contract.Output, values []pps.Fixed, nulls map[int]pps.NullReason) {
 	t.Helper()
+	checkOutput(t, w.sub, w.f, o, values, nulls)
+}
+
+// checkOutput is check for the subscriber sub of the function f.
+func checkOutput(t *testing.T, sub *btSub, f *dsl.Function, o *contract.Output, values []pps.Fixed, nulls map[int]pps.NullReason) {
+	t.Helper()
 	if o.Status != contract.StatusOK {
 		t.Fatalf("output status %s (valid %d)", o.Status, o.Valid)
 	}
-	got, err := w.sub.sub.Unmask(o.Epoch, o.Round, o.Masked, o.Bits)
+	got, err := sub.sub.Unmask(o.Epoch, o.Round, o.Masked, o.Bits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := pps.Nullify(&w.f.Layout, nulls)
+	a, err := pps.Nullify(&f.Layout, nulls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	xs, valid := a.ModelInputs(values)
-	want, err := w.f.Model(xs, valid)
+	want, err := f.Model(xs, valid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gv, _ := w.f.Decode(got)
-	wv, _ := w.f.Decode(want)
+	gv, _ := f.Decode(got)
+	wv, _ := f.Decode(want)
 	if string(got) != string(want) {
 		t.Fatalf("subscriber's output %v, model %v", gv, wv)
 	}

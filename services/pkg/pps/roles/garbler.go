@@ -89,6 +89,9 @@ type Garbler struct {
 
 	// ots are the OT-extension sender sessions of H1 (D21), in memory only.
 	ots *otSessions
+	// inputsSeen, set only by this package's tests, sees each execution's garbler inputs
+	// (both labels of every wire) so the broker's view can be checked against them.
+	inputsSeen func(fn string, in []gc.Input)
 }
 
 // compiledFn is a function compiled on this replica: the DSL output and the gc plan,

@@ -302,6 +302,9 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		return status.Errorf(codes.Internal, "garble: %v", err)
 	}
 	defer clear(inputs)
+	if g.inputsSeen != nil {
+		g.inputsSeen(cf.f.ID, inputs)
+	}
 	nConst := 0
 	for i := range inputs {
 		if inputs[i].Const {

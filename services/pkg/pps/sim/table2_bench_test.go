@@ -216,8 +216,8 @@ func libraryPhases(b *testing.B, f *dsl.Function, plan *gc.Plan, ds *Dataset) (g
 	return float64(gs[1].Microseconds()) / 1000, float64(es[1].Microseconds()) / 1000
 }
 
-// BenchmarkTable2Hardened is the same statistics in the hardened input mode H1 (D21), which
-// the services refuse so far (roles.ErrHardenedUnsupported): one execution in process, every
+// BenchmarkTable2Hardened is the same statistics in the hardened input mode H1 (D21) in
+// process, without the services (pkg/pps/roles runs H1 too, not measured here): one execution, every
 // Broker↔Garbler message through its encoding, with pkg/pps and pkg/ot alone — the OT
 // extension for every input bit in place of the consistency check, then garbling to memory
 // and evaluation. Compare input-ms with BenchmarkTable2's check-ms (the faithful mode's
