@@ -30,9 +30,6 @@ const ConditionConfigValid = "ConfigValid"
 
 // Reasons a SecurePipeline reports.
 const (
-	// ReasonHardenedModeUnsupported: spec.mode is hardened (H1, spec D21), which the PPS
-	// services do not run yet; the pipeline is refused rather than run in faithful mode.
-	ReasonHardenedModeUnsupported = "HardenedModeUnsupported"
 	// ReasonInvalidPipeline: the services would refuse the pipeline (contract.Pipeline.Validate).
 	ReasonInvalidPipeline = "InvalidPipeline"
 	// ReasonTLSSecretNotFound: a Secret of the broker↔garbler mTLS link is missing or lacks
@@ -133,10 +130,6 @@ func (r *SecurePipelineReconciler) evaluate(ctx context.Context, p *ppsv1.Secure
 	if g.Namespace == p.Namespace {
 		return *degraded(ReasonSharedTrustDomain,
 			"the garbler runs in the pipeline's own namespace %s: the broker and the garbler are separate trust domains that must never collude (spec §5.4); set spec.garbler.namespace to another namespace", p.Namespace), nil
-	}
-	if p.Spec.Mode == ppsv1.ModeHardened {
-		return *degraded(ReasonHardenedModeUnsupported,
-			"mode hardened (H1, spec D21) is not supported by the PPS services yet (`pps broker` runs faithful mode only): it is refused, never run as faithful, and workloads of an earlier valid spec keep running that spec. Set spec.mode to faithful"), nil
 	}
 	cp := pps.Pipeline(p)
 	if err := cp.Validate(); err != nil {

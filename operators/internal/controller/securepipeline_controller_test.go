@@ -453,14 +453,27 @@ func TestSecurePipelineConfigChecks(t *testing.T) {
 	p.Spec.Garbler.Namespace = ns
 	update(t, p)
 	waitReady(t, p, conds, metav1.ConditionFalse, ReasonSharedTrustDomain)
-	// Hardened mode is refused until the services run it: never silently run as faithful.
+	// Hardened mode (H1, D21) is run as written: it reaches both domains' pipelines file.
 	p.Spec.Garbler.Namespace = garblerNS
 	p.Spec.Mode = ppsv1.ModeHardened
 	update(t, p)
-	waitReady(t, p, conds, metav1.ConditionFalse, ReasonHardenedModeUnsupported)
-	if c := conditionOf(p, ConditionConfigValid); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "hardened") {
-		t.Errorf("ConfigValid %+v", c)
-	}
+	waitRollingOut(t, p, conds)
+	eventually(t, "hardened pipelines file", func() error {
+		for _, key := range []client.ObjectKey{{Namespace: ns, Name: pps.PipelinesConfigMapName(p)}, {Namespace: garblerNS, Name: pps.PipelinesConfigMapName(p)}} {
+			var cm corev1.ConfigMap
+			if err := k8s.Get(ctx, key, &cm); err != nil {
+				return err
+			}
+			var file contract.PipelinesFile
+			if err := json.Unmarshal([]byte(cm.Data[pps.PipelinesKey]), &file); err != nil {
+				return err
+			}
+			if len(file.Pipelines) != 1 || file.Pipelines[0].Mode != contract.ModeHardened {
+				return fmt.Errorf("%s: pipelines %+v", key, file.Pipelines)
+			}
+		}
+		return nil
+	})
 	// A Redis password Secret that does not exist.
 	p.Spec.Mode = ppsv1.ModeFaithful
 	p.Spec.Garbler.Redis.PasswordSecret = &common.SecretFileReference{Name: "garbler-redis"}

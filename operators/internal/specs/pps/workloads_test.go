@@ -222,6 +222,11 @@ func TestPipelinesFileIsWhatTheServicesRead(t *testing.T) {
 		len(got.Publishers) != 9 || got.Publishers[8].Topic != "lax/lot-9/occupied" || len(got.Subscribers) != 1 {
 		t.Errorf("pipeline %+v", got)
 	}
+	// Hardened mode (H1, D21) is carried over as is.
+	p.Spec.Mode = ppsv1.ModeHardened
+	if cm, err := PipelinesConfigMap(p, BrokerDomain); err != nil || !strings.Contains(cm.Data[PipelinesKey], `"mode": "hardened"`) {
+		t.Errorf("hardened pipeline rendered as %q (%v)", cm.Data[PipelinesKey], err)
+	}
 	// A spec the services would refuse is refused here, before any pod reads it.
 	p.Spec.Window = metav1.Duration{}
 	if _, err := PipelinesConfigMap(p, BrokerDomain); err == nil {
