@@ -543,14 +543,17 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 	identity := ed25519.PublicKey(w.garbler.Identity())
 	for _, id := range pubOrder {
 		pp := pubDevices[id]
-		var fns []string
+		var fns, modes []string
 		for _, f := range w.fns {
 			if slices.ContainsFunc(f.p.Publishers, func(x Publisher) bool { return x.ID() == id }) {
 				fns = append(fns, f.p.Function.ID)
+				if !slices.Contains(modes, f.p.Contract.Mode) {
+					modes = append(modes, f.p.Contract.Mode)
+				}
 			}
 		}
 		d := client.Device{Key: pp.Key, Garbler: identity}
-		pub, err := client.DialPublisher(ctx, d, client.PublisherOptions{Options: w.clientOptions(id)})
+		pub, err := client.DialPublisher(ctx, d, client.PublisherOptions{Options: w.clientOptions(id), Modes: modes})
 		if err != nil {
 			return nil, fmt.Errorf("publisher %s: %w", pp.Topic, err)
 		}
