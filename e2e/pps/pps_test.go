@@ -361,7 +361,11 @@ func TestRenderedPodsRunOneExecution(t *testing.T) {
 		natsSecret:  {"user": []byte(brokerUser), "password": []byte(pw(brokerUser))},
 	}
 
-	// Addresses are the node's: free ports here instead of the pipeline's fixed ones.
+	// Addresses are the node's: free ports here instead of the pipeline's fixed ones, which
+	// must agree (the broker dials where the garbler listens).
+	if l, a := renderedEnv(t, r.garbler, "OBSCURA_LISTEN"), renderedEnv(t, r.broker, "OBSCURA_GARBLER_ADDR"); l != a {
+		t.Fatalf("the garbler listens on %s, the broker dials %s", l, a)
+	}
 	garbler := startPod(t, "garbler", r.garbler, objects, map[string]string{
 		"OBSCURA_REDIS_ADDR": garblerRedis.Addr(),
 		"OBSCURA_LISTEN":     "127.0.0.1:0",
@@ -418,6 +422,18 @@ func TestRenderedPodsRunOneExecution(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// renderedEnv is the value of variable name in d's container as rendered.
+func renderedEnv(t *testing.T, d *appsv1.Deployment, name string) string {
+	t.Helper()
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	t.Fatalf("%s sets no %s", d.Name, name)
+	return ""
 }
 
 // failedExecution returns the broker's first log line about a failed execution, or "".
