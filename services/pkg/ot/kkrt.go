@@ -285,6 +285,13 @@ func (b *KKRTReceiverBatch) Outputs() ([]Block, error) {
 	return out, nil
 }
 
+// Erase drops the rows without taking the outputs (a check abandoned on a bad response).
+func (b *KKRTReceiverBatch) Erase() {
+	b.done = true
+	clear(b.t)
+	b.t = nil
+}
+
 // KKRTSenderBatch is the Sender's half of one batch: the rows q_j, s and the batch's code.
 // Eval may be called any number of times until Erase.
 type KKRTSenderBatch struct {

@@ -2,9 +2,13 @@ package ot
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -101,6 +105,74 @@ func TestKKRTOPRFMatchesOnSameInputOnly(t *testing.T) {
 				t.Fatalf("Eval after Erase: %v", err)
 			}
 		}
+	}
+}
+
+// TestKKRTTranscriptKnownAnswer fixes the KKRT wire format and every derivation (the four
+// base-OT sessions, column PRG, wide transposition, code keys, hash): with a deterministic
+// randomness source, the SHA-256 of all messages and OPRF values of a session with two
+// batches (the receiver's outputs, the sender's on the same and on other inputs) equals
+// testdata/kkrt_transcript.sha256 (-update rewrites it).
+func TestKKRTTranscriptKnownAnswer(t *testing.T) {
+	rnd := newDetReader(43)
+	h := sha256.New()
+	r, setup, err := NewKKRTReceiver(rnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, reply, err := NewKKRTSender(rnd, setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Finish(reply); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []interface{ MarshalBinary() ([]byte, error) }{setup, reply} {
+		b, _ := m.MarshalBinary()
+		h.Write(b)
+	}
+	for _, n := range []int{130, 5} {
+		x, y := make([]Block, n), make([]Block, n)
+		rnd.Read(blockBytes(x))
+		rnd.Read(blockBytes(y))
+		req, rb, err := r.Encode(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := s.Extend(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx, fy := make([]Block, n), make([]Block, n)
+		if err := sb.Eval(fx, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Eval(fy, y); err != nil {
+			t.Fatal(err)
+		}
+		got, err := rb.Outputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := req.MarshalBinary()
+		h.Write(b)
+		h.Write(blockBytes(got))
+		h.Write(blockBytes(fx))
+		h.Write(blockBytes(fy))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	const path = "testdata/kkrt_transcript.sha256"
+	if *update {
+		if err := os.WriteFile(path, []byte(sum+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != strings.TrimSpace(string(want)) {
+		t.Fatalf("transcript hash %s, want %s", sum, want)
 	}
 }
 

@@ -116,6 +116,7 @@ func (c *KKRTChecker) Check(ctx context.Context, exec ExecID, received []Receive
 	if err != nil {
 		return nil, fmt.Errorf("kkrt check: %w", err)
 	}
+	defer batch.Erase() // after Outputs a no-op; on a bad response it drops the rows
 	req := &KKRTCheckRequest{Exec: exec, Positions: positions, OT: *oreq}
 	resp, err := c.Garbler.EvaluateKKRT(ctx, req)
 	if err != nil {
