@@ -37,9 +37,25 @@ const (
 	ReasonCredentialsRejected = "CredentialsRejected"
 )
 
-// bcryptCost makes every guess at a stolen hash cost about 100 ms; passwords are 256-bit
-// random, so this guards the operator-flag passwords more than the generated ones.
-const bcryptCost = 11
+// bcryptCost makes every guess at a stolen hash cost about 100 ms. It guards passwords a
+// person chose (the operator's own users, from flags). nats-server compares the password of
+// every connected client again on each accounts reload, one bcrypt at a time: at cost 11 and
+// ~55 clients that stalled the server for 5–30 s per reload, long enough to fail its probes
+// (the cluster e2e with a SecurePipeline's device users). So a password of at least
+// generatedPasswordLen characters — what the operator generates, 256 random bits in hex,
+// where no guessing can succeed whatever the cost — is hashed at bcrypt.MinCost.
+const (
+	bcryptCost           = 11
+	generatedPasswordLen = 64
+)
+
+// costFor is the bcrypt cost of a password.
+func costFor(password string) int {
+	if len(password) >= generatedPasswordLen {
+		return bcrypt.MinCost
+	}
+	return bcryptCost
+}
 
 var (
 	natsAccountUsers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -268,14 +284,23 @@ func (c *bcryptCache) hash(user, password string) (string, error) {
 	if c.m == nil {
 		c.m = map[[sha256.Size]byte]string{}
 	}
-	if h, ok := c.prev[user]; ok && bcrypt.CompareHashAndPassword([]byte(h), []byte(password)) == nil {
+	if h, ok := c.prev[user]; ok && hashCost(h) == costFor(password) && bcrypt.CompareHashAndPassword([]byte(h), []byte(password)) == nil {
 		c.m[k] = h
 		return h, nil
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte(password), bcryptCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(password), costFor(password))
 	if err != nil {
 		return "", err
 	}
 	c.m[k] = string(h)
 	return string(h), nil
+}
+
+// hashCost is the cost of a bcrypt hash (-1 if it is not one).
+func hashCost(h string) int {
+	c, err := bcrypt.Cost([]byte(h))
+	if err != nil {
+		return -1
+	}
+	return c
 }

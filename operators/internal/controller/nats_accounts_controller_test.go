@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
@@ -40,8 +39,8 @@ func hasUser(users map[string]string, user string, password []byte) error {
 	if !ok {
 		return fmt.Errorf("user %s not rendered (have %d users)", user, len(users))
 	}
-	if !strings.HasPrefix(h, "$2a$11$") {
-		return fmt.Errorf("user %s: not a cost-11 bcrypt hash", user)
+	if c := hashCost(h); c != costFor(string(password)) {
+		return fmt.Errorf("user %s: a cost-%d bcrypt hash, want cost %d", user, c, costFor(string(password)))
 	}
 	if err := bcrypt.CompareHashAndPassword([]byte(h), password); err != nil {
 		return fmt.Errorf("user %s: the hash is not the Secret's password", user)
