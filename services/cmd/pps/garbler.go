@@ -23,6 +23,8 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
+	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	"github.com/obscura-iot/obscura/services/pkg/pps/roles"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
@@ -38,6 +40,9 @@ const (
 // without daemon.Runtime, which connects to NATS.
 type garblerConfig struct {
 	listen, tlsCert, tlsKey, clientCA  string
+	reusePort                          bool
+	pipelinesFile                      string
+	functions                          map[string]bool // from pipelinesFile (declaredFunctions)
 	redisAddr, redisPasswordFile       string
 	seal, sealKeyFile, vaultSealKey    string
 	identity, identityKeyFile, vaultID string
@@ -51,6 +56,8 @@ type garblerConfig struct {
 
 func (c *garblerConfig) bind(f *envflag.Set) {
 	f.String(&c.listen, "listen", ":7443", "gRPC listen address for the broker (mutual TLS)")
+	f.String(&c.pipelinesFile, "pipelines-file", "", "the garbler domain's pipelines file (the operator renders it from the SecurePipelines): only its functions are registered; empty registers whatever the broker relays")
+	f.Bool(&c.reusePort, "reuse-port", false, "set SO_REUSEPORT on the gRPC listener, so several garblers (hostNetwork replicas, a rolling update) share one address")
 	f.String(&c.tlsCert, "tls-cert", "/var/run/secrets/pps/tls.crt", "the garbler's server certificate (PEM)")
 	f.String(&c.tlsKey, "tls-key", "/var/run/secrets/pps/tls.key", "its private key (PEM)")
 	f.String(&c.clientCA, "client-ca", "/var/run/secrets/pps/broker-ca.crt", "the broker domain's CA: the only issuer of client certificates accepted")
@@ -204,6 +211,28 @@ func (c *garblerConfig) load() (*garblerSecrets, error) {
 	return s, daemon.JoinConfig(errs)
 }
 
+// declaredFunctions reads the garbler's pipelines file and compiles each program for its
+// function id; nil for no file. A file that does not read, validate or compile is a
+// configuration error.
+func declaredFunctions(path string) (map[string]bool, error) {
+	if path == "" {
+		return nil, nil
+	}
+	pf, err := contract.ReadPipelines(path)
+	if err != nil {
+		return nil, daemon.ConfigError(fmt.Errorf("--pipelines-file: %w", err))
+	}
+	fns := map[string]bool{}
+	for _, p := range pf.Pipelines {
+		f, err := dsl.Compile(p.Source)
+		if err != nil {
+			return nil, daemon.ConfigError(fmt.Errorf("--pipelines-file: pipeline %q: %w", p.Name, err))
+		}
+		fns[f.ID] = true
+	}
+	return fns, nil
+}
+
 func runGarbler(args []string) error {
 	f := daemon.NewFlags("garbler")
 	var c garblerConfig
@@ -216,6 +245,9 @@ func runGarbler(args []string) error {
 	}
 	sec, err := c.load()
 	if err != nil {
+		return err
+	}
+	if c.functions, err = declaredFunctions(c.pipelinesFile); err != nil {
 		return err
 	}
 	log := telemetry.NewLogger(os.Stderr, "pps-garbler", c.logLevel)
@@ -256,7 +288,7 @@ func runGarbler(args []string) error {
 		}
 		return err
 	}
-	ln, err := telemetry.Listen(gctx, c.listen, false)
+	ln, err := telemetry.Listen(gctx, c.listen, c.reusePort)
 	if err != nil {
 		g.Stop()
 		_ = g.Wait()
@@ -339,7 +371,7 @@ func (c *garblerConfig) setup(ctx context.Context, log *slog.Logger, rdb *redis.
 		}
 		cancel()
 		if err == nil {
-			g, err := roles.NewGarbler(roles.GarblerOptions{Redis: rdb, Sealer: sealer, Signer: signer, Logger: log,
+			g, err := roles.NewGarbler(roles.GarblerOptions{Functions: c.functions, Redis: rdb, Sealer: sealer, Signer: signer, Logger: log,
 				Registerer: reg, SeedTTL: c.seedTTL, ChunkBytes: c.chunkBytes})
 			if err != nil {
 				return nil, nil, daemon.ConfigError(err)

@@ -187,6 +187,8 @@ func TestGarblerConfigErrorsExit2(t *testing.T) {
 		{"vault without auth", nil, with("--identity", "vault", "--identity-key-file", "", "--vault-addr", "http://127.0.0.1:8200"), "exactly one of --vault-role"},
 		{"vault token file missing", nil, with("--identity", "vault", "--identity-key-file", "", "--vault-addr", "http://127.0.0.1:8200",
 			"--vault-token-file", filepath.Join(gf.dir, "no-token")), "--vault-token-file"},
+		{"pipelines file missing", nil, with("--pipelines-file", filepath.Join(gf.dir, "none.json")), "--pipelines-file"},
+		{"pipelines file not JSON", nil, with("--pipelines-file", garbage), "--pipelines-file"},
 		{"stray argument", nil, with("extra"), "unexpected arguments"},
 		{"keys without role", nil, []string{"keys"}, "usage: pps keys garbler"},
 		{"keys without out", nil, []string{"keys", "garbler"}, "--out is required"},

@@ -42,6 +42,11 @@ const (
 
 // GarblerOptions configure a Garbler.
 type GarblerOptions struct {
+	// Functions, when not nil, are the only function ids the garbler registers (its own
+	// trust domain's copy of the SecurePipelines, rendered by the operator into the
+	// garbler's pipelines file): a broker cannot make it garble a function no pipeline
+	// declares. Nil registers any function the broker relays (tests, the demo).
+	Functions map[string]bool
 	// Redis is the garbler's own Redis (trust domain G): ratchets, retained seeds and
 	// function keys, every record sealed by Sealer.
 	Redis redis.UniversalClient
@@ -425,6 +430,9 @@ func (g *Garbler) RegisterFunction(ctx context.Context, req *ppsv1.RegisterFunct
 	f, err := dsl.Compile(req.GetSource())
 	if err != nil {
 		return nil, g.reject(codes.InvalidArgument, "bad_source", fmt.Errorf("register function: %w", err))
+	}
+	if g.opts.Functions != nil && !g.opts.Functions[f.ID] {
+		return nil, g.reject(codes.PermissionDenied, "function_not_declared", fmt.Errorf("register function %s: not in the garbler's pipelines file", f.ID))
 	}
 	var rec *fnRecord
 	err = g.update(ctx, func(tx *redis.Tx) error {

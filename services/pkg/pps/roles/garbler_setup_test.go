@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
@@ -291,5 +292,29 @@ func TestGarblerRevokeRegrants(t *testing.T) {
 	}
 	if _, err := gone.sub.Unmask(ex.header.Epoch, ex.header.Round, ex.masked, f.OutputBits()); !errors.Is(err, pps.ErrEpoch) {
 		t.Fatalf("the revoked subscriber: %v, want ErrEpoch", err)
+	}
+}
+
+// TestGarblerRegistersOnlyDeclaredFunctions: with its own domain's pipelines
+// (GarblerOptions.Functions), the garbler refuses to register a function no pipeline
+// declares, whatever the broker relays, and registers the declared one.
+func TestGarblerRegistersOnlyDeclaredFunctions(t *testing.T) {
+	e := newGarblerEnv(t)
+	declared, err := dsl.Compile(gtSumFn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGarbler(GarblerOptions{Functions: map[string]bool{declared.ID: true}, Redis: e.redis.Client(), Sealer: e.sealer, Signer: e.signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = g.RegisterFunction(ctx, &ppsv1.RegisterFunctionRequest{Source: gtWindowFn, Mode: ppsv1.Mode_MODE_FAITHFUL})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("an undeclared function: %v, want PermissionDenied", err)
+	}
+	got, err := g.RegisterFunction(ctx, &ppsv1.RegisterFunctionRequest{Source: gtSumFn, Mode: ppsv1.Mode_MODE_FAITHFUL})
+	if err != nil || got.FnId != declared.ID {
+		t.Fatalf("the declared function: %v %v", got, err)
 	}
 }
