@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
-	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
+	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
 
