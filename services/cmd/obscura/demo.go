@@ -155,10 +155,10 @@ func printAggregation(out io.Writer, a *pdasim.DemoSummary) {
 func validate(c *Config) error {
 	bad := c.Options.Validate()
 	if c.Aggregation && c.PDA.Validate() != nil {
-		bad = append(bad, "-aggregation-participants ≥ 2, -aggregation-threshold ≥ 1, -aggregation-shards ≥ 1 and -aggregation-benign ≥ 0 are required")
+		bad = append(bad, "--aggregation-participants ≥ 2, --aggregation-threshold ≥ 1, --aggregation-shards ≥ 1 and --aggregation-benign ≥ 0 are required")
 	}
 	if c.PPS && c.PPSDemo.Validate() != nil {
-		bad = append(bad, "-pps-rounds must divide 288 (e.g. 12, 24, 48, 96, 288) and -pps-days must be ≥ 1")
+		bad = append(bad, "--pps-rounds must divide 288 (e.g. 12, 24, 48, 96, 288) and --pps-days must be ≥ 1")
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", errConfig, strings.Join(bad, "; "))

@@ -402,23 +402,23 @@ func (o *Options) Bind(f *envflag.Set, d Defaults) {
 	f.String(&o.NATSURL, "nats-url", "", "external NATS with the Obscura accounts (empty: embedded)")
 	f.String(&o.JSONPath, "json", "", "write the summary as JSON here")
 	f.String(&o.CSVPath, "csv", "", "write the per-round table as CSV here")
-	f.Bool(&o.Baseline, "jetstream-baseline", false, "after the run, measure raw JetStream publish+consume at -command-size on the same server")
+	f.Bool(&o.Baseline, "jetstream-baseline", false, "after the run, measure raw JetStream publish+consume at --command-size on the same server")
 }
 
 // Validate lists what is wrong with the run's size, one phrase each.
 func (o *Options) Validate() []string {
 	var bad []string
 	if o.Vendors < 1 || o.Vendors > 64 {
-		bad = append(bad, "-vendors must be in [1, 64]")
+		bad = append(bad, "--vendors must be in [1, 64]")
 	}
 	if o.Devices < o.Vendors {
-		bad = append(bad, "-devices must be ≥ -vendors")
+		bad = append(bad, "--devices must be ≥ --vendors")
 	}
 	if o.Users < 1 || o.Rounds < 1 || o.Round < 50*time.Millisecond {
-		bad = append(bad, "-users ≥ 1, -rounds ≥ 1 and -round ≥ 50ms are required")
+		bad = append(bad, "--users ≥ 1, --rounds ≥ 1 and --round ≥ 50ms are required")
 	}
 	if o.CommandSize < 128 || o.CommandSize > 4000 || o.PayloadSize > o.CommandSize-90 {
-		bad = append(bad, "-command-size must be in [128, 4000] and -payload ≤ command-size − 90")
+		bad = append(bad, "--command-size must be in [128, 4000] and --payload ≤ --command-size − 90")
 	}
 	return bad
 }
