@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
@@ -32,64 +33,6 @@ import (
 )
 
 // --- A manual clock: the test decides when a tick comes. ---
-
-type btClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits []btWait
-}
-
-type btWait struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *btClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *btClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waits = append(c.waits, btWait{c.now.Add(d), ch})
-	return ch
-}
-
-// waiting reports how many waits are pending until at.
-func (c *btClock) waiting(at time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, w := range c.waits {
-		if !w.at.After(at) {
-			n++
-		}
-	}
-	return n
-}
-
-// set moves the clock to t and fires every wait due.
-func (c *btClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-	keep := c.waits[:0]
-	for _, w := range c.waits {
-		if !w.at.After(t) {
-			w.ch <- t
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	c.waits = keep
-}
 
 // --- The broker's view recorder (§10 #5): every message from the garbler, every Redis
 // command and reply of the broker, every NATS message under pps.> ---
@@ -337,7 +280,7 @@ type btWorld struct {
 	*brokerEnv
 	g      *garblerEnv
 	b      *runningBroker
-	clk    *btClock
+	clk    *clock.Manual
 	view   *btView
 	p      contract.Pipeline
 	f      *dsl.Function
@@ -420,7 +363,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, fns), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, p2: p2, f2: f2, period: period,
 		calls: map[string][]any{}}
 	start := time.Now().Truncate(period).Add(period / 6)
-	w.clk = &btClock{now: start}
+	w.clk = clock.NewManual(start)
 	w.tick = start.Truncate(period).Add(period)
 
 	// The broker's garbler client records every message from the garbler.
@@ -513,15 +456,15 @@ func (w *btWorld) runTick(t *testing.T, want float64) *contract.Output {
 		return nil
 	})
 	testenv.Eventually(t, 2*time.Minute, "scheduler waiting for the tick", func() error {
-		if w.clk.waiting(w.tick) == 0 {
+		if w.clk.Waiting(w.tick) == 0 {
 			return fmt.Errorf("no wait until %v", w.tick)
 		}
 		return nil
 	})
-	w.clk.set(w.tick)
+	w.clk.Set(w.tick)
 	o := w.sub.next(t)
 	// The next round's values arrive during the next period.
-	w.clk.set(w.tick.Add(w.period / 6))
+	w.clk.Set(w.tick.Add(w.period / 6))
 	w.tick = w.tick.Add(w.period)
 	return o
 }

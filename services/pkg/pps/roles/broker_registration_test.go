@@ -131,16 +131,16 @@ func TestBrokerRefusesFunctionWhoseCircuitDiffers(t *testing.T) {
 		return nil
 	})
 	testenv.Eventually(t, time.Minute, "scheduler waiting for the tick", func() error {
-		if w.clk.waiting(w.tick) == 0 {
+		if w.clk.Waiting(w.tick) == 0 {
 			return errors.New("not yet")
 		}
 		return nil
 	})
-	w.clk.set(w.tick)
+	w.clk.Set(w.tick)
 	// The scheduler claims a tick before it loops to the next one: once it waits for the
 	// next tick, the refused function's tick has been passed over, unclaimed.
 	testenv.Eventually(t, time.Minute, "scheduler past the tick", func() error {
-		if w.clk.waiting(w.tick.Add(w.period)) == 0 {
+		if w.clk.Waiting(w.tick.Add(w.period)) == 0 {
 			return errors.New("not yet")
 		}
 		return nil

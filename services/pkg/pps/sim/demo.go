@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/gc"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pps"
@@ -284,7 +285,7 @@ type world struct {
 	cc         *grpc.ClientConn
 	garbler    *roles.Garbler
 	broker     *roles.Broker
-	clk        *dayClock
+	clk        *clock.Manual // the broker's schedule: still while a day is published, set to midnight to end it
 	fns        []worldFn
 	publishers []*worldPublisher
 	subs       []*client.Subscriber
@@ -510,7 +511,7 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 
 	// The broker, on the simulated clock.
 	w.day = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
-	w.clk = &dayClock{now: w.day.Add(time.Minute)}
+	w.clk = clock.NewManual(w.day.Add(time.Minute))
 	var ps []contract.Pipeline
 	for _, f := range w.fns {
 		ps = append(ps, f.p.Contract)
@@ -652,7 +653,7 @@ func (w *world) publishDay(ctx context.Context, ds *Dataset) error {
 func (w *world) tick(ctx context.Context, feeds []*client.Feed) ([]*client.Output, []roles.Execution, time.Duration, error) {
 	midnight := w.day.Add(24 * time.Hour)
 	if err := waitFor(ctx, "the scheduler to wait for the day's end", func() error {
-		if w.clk.waiting(midnight) < len(w.fns) {
+		if w.clk.Waiting(midnight) < len(w.fns) {
 			return errors.New("not waiting yet")
 		}
 		return nil
@@ -660,7 +661,7 @@ func (w *world) tick(ctx context.Context, feeds []*client.Feed) ([]*client.Outpu
 		return nil, nil, 0, err
 	}
 	t0 := time.Now()
-	w.clk.set(midnight)
+	w.clk.Set(midnight)
 	outs := make([]*client.Output, len(feeds))
 	for i, f := range feeds {
 		o, err := f.Next(ctx)
@@ -672,7 +673,7 @@ func (w *world) tick(ctx context.Context, feeds []*client.Feed) ([]*client.Outpu
 	latency := time.Since(t0)
 	// The next day's values arrive during the next day.
 	w.day = midnight
-	w.clk.set(midnight.Add(time.Minute))
+	w.clk.Set(midnight.Add(time.Minute))
 	recs := make([]roles.Execution, len(feeds))
 	for i, o := range outs {
 		if o.Insufficient {
@@ -721,67 +722,6 @@ func randomHex(n int) (string, error) {
 }
 
 // --- The simulated clock of the broker's schedule. ---
-
-// dayClock is the broker's schedule clock in the demo: it stands still while a day's
-// rounds are published and moves to midnight when the demo ends the day, firing the
-// scheduler's wait for that tick.
-type dayClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits []dayWait
-}
-
-type dayWait struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *dayClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *dayClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waits = append(c.waits, dayWait{c.now.Add(d), ch})
-	return ch
-}
-
-// waiting is the number of waits due by at.
-func (c *dayClock) waiting(at time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, w := range c.waits {
-		if !w.at.After(at) {
-			n++
-		}
-	}
-	return n
-}
-
-// set moves the clock to t and fires every wait due.
-func (c *dayClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-	keep := c.waits[:0]
-	for _, w := range c.waits {
-		if !w.at.After(t) {
-			w.ch <- t
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	c.waits = keep
-}
 
 // --- The link's PKI: one CA per trust domain, made for the run. ---
 
