@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/obscura-iot/obscura/services/pkg/ot"
@@ -77,88 +76,18 @@ func (l *kkrtLoopback) EvaluateKKRT(_ context.Context, req *KKRTCheckRequest) (*
 func TestKKRTCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	w := newPSIWorld(8, rng)
-	otherRound := PRF(&w.seeds[3], "another round")
-	tests := []struct {
-		name    string
-		tamper  func(recv []ReceivedLabel)
-		erase   []int
-		wantBad []Position
-	}{
-		{name: "all honest"},
-		{
-			name:    "a random label",
-			tamper:  func(r []ReceivedLabel) { r[PositionOf(1, 5)].Label = Label{1, 2, 3} },
-			wantBad: []Position{PositionOf(1, 5)},
-		},
-		{
-			name: "a valid label of another bit position",
-			tamper: func(r []ReceivedLabel) {
-				r[PositionOf(2, 7)].Label = ValueLabels(&w.seeds[2], 0)[8][0]
-			},
-			wantBad: []Position{PositionOf(2, 7)},
-		},
-		{
-			name: "the other bit's label of another position",
-			tamper: func(r []ReceivedLabel) {
-				r[PositionOf(2, 9)].Label = ValueLabels(&w.seeds[2], 0)[10][1]
-			},
-			wantBad: []Position{PositionOf(2, 9)},
-		},
-		{
-			name: "a label from another round",
-			tamper: func(r []ReceivedLabel) {
-				for j := range ValueBits {
-					r[PositionOf(3, j)].Label = ValueLabels(&otherRound, 0)[j][0]
-				}
-			},
-			wantBad: positionsOf(3),
-		},
-		{
-			name: "labels from another publisher",
-			tamper: func(r []ReceivedLabel) {
-				for j := range ValueBits {
-					r[PositionOf(4, j)].Label = ValueLabels(&w.seeds[5], 0)[j][1]
-				}
-			},
-			wantBad: positionsOf(4),
-		},
-		{
-			name: "the other valid label is consistent",
-			tamper: func(r []ReceivedLabel) {
-				p := ValueLabels(&w.seeds[6], 0)[0]
-				r[PositionOf(6, 0)].Label = p[1-uint32(w.values[6])&1]
-			},
-		},
-		{name: "an erased round at the Garbler", erase: []int{7}, wantBad: positionsOf(7)},
-	}
 	// One checker for all cases: the cases are successive checks of one base-OT session.
 	lb := &kkrtLoopback{labels: w.source}
 	c := &KKRTChecker{Garbler: lb}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			recv := w.honest()
-			if tt.tamper != nil {
-				tt.tamper(recv)
-			}
-			w.erased = map[int]bool{}
-			for _, s := range tt.erase {
-				w.erased[s] = true
-			}
-			rng.Shuffle(len(recv), func(i, j int) { recv[i], recv[j] = recv[j], recv[i] })
-			bad, err := c.Check(context.Background(), ExecID{1}, recv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(bad, tt.wantBad) {
-				t.Fatalf("bad positions %v, want %v", bad, tt.wantBad)
-			}
-			if !slices.IsSorted(lb.seen.Positions) || len(lb.seen.Positions) != len(recv) {
-				t.Fatalf("request positions not the sorted received set")
-			}
-		})
-	}
+	n := runInconsistencyCases(t, rng, w, func(recv []ReceivedLabel) ([]Position, []Position, error) {
+		bad, err := c.Check(context.Background(), ExecID{1}, recv)
+		if err != nil {
+			return nil, nil, err
+		}
+		return bad, lb.seen.Positions, nil
+	})
 	if lb.setups != 1 {
-		t.Fatalf("%d base-OT setups for %d checks, want one session", lb.setups, len(tests))
+		t.Fatalf("%d base-OT setups for %d checks, want one session", lb.setups, n)
 	}
 }
 

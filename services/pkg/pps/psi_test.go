@@ -86,16 +86,20 @@ func (w *psiWorld) honest() []ReceivedLabel {
 	return out
 }
 
-func TestOPRFCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	w := newPSIWorld(8, rng)
+// inconsistencyCase is one way a Broker's received labels can be wrong (spec §10 #3), and
+// the positions a consistency check must report for it.
+type inconsistencyCase struct {
+	name    string
+	tamper  func(recv []ReceivedLabel)
+	erase   []int
+	wantBad []Position
+}
+
+// inconsistencyCases are the cases every ConsistencyChecker is tested on, over a world of at
+// least 8 slots.
+func inconsistencyCases(w *psiWorld) []inconsistencyCase {
 	otherRound := PRF(&w.seeds[3], "another round")
-	tests := []struct {
-		name    string
-		tamper  func(recv []ReceivedLabel)
-		erase   []int
-		wantBad []Position
-	}{
+	return []inconsistencyCase{
 		{name: "all honest"},
 		{
 			name:    "a random label",
@@ -108,6 +112,13 @@ func TestOPRFCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
 				r[PositionOf(2, 7)].Label = ValueLabels(&w.seeds[2], 0)[8][0]
 			},
 			wantBad: []Position{PositionOf(2, 7)},
+		},
+		{
+			name: "the other bit's label of another position",
+			tamper: func(r []ReceivedLabel) {
+				r[PositionOf(2, 9)].Label = ValueLabels(&w.seeds[2], 0)[10][1]
+			},
+			wantBad: []Position{PositionOf(2, 9)},
 		},
 		{
 			name: "a label from another round",
@@ -137,7 +148,14 @@ func TestOPRFCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
 		},
 		{name: "an erased round at the Garbler", erase: []int{7}, wantBad: positionsOf(7)},
 	}
-	for _, tt := range tests {
+}
+
+// runInconsistencyCases runs every inconsistency case through check (which returns the bad
+// positions and the positions its request named) in shuffled order, and asserts exactly the
+// case's positions are reported and the request named the sorted received set.
+func runInconsistencyCases(t *testing.T, rng *rand.Rand, w *psiWorld, check func(recv []ReceivedLabel) (bad, requested []Position, err error)) int {
+	cases := inconsistencyCases(w)
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			recv := w.honest()
 			if tt.tamper != nil {
@@ -148,20 +166,33 @@ func TestOPRFCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
 				w.erased[s] = true
 			}
 			rng.Shuffle(len(recv), func(i, j int) { recv[i], recv[j] = recv[j], recv[i] })
-			lb := &loopback{labels: w.source}
-			c := &OPRFChecker{Garbler: lb}
-			bad, err := c.Check(context.Background(), ExecID{1}, recv)
+			bad, requested, err := check(recv)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(bad, tt.wantBad) {
 				t.Fatalf("bad positions %v, want %v", bad, tt.wantBad)
 			}
-			if !slices.IsSorted(lb.seen.Positions) || len(lb.seen.Positions) != len(recv) {
+			if !slices.IsSorted(requested) || len(requested) != len(recv) {
 				t.Fatalf("request positions not the sorted received set")
 			}
 		})
 	}
+	return len(cases)
+}
+
+func TestOPRFCheckerFindsExactlyTheInconsistentLabels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	w := newPSIWorld(8, rng)
+	runInconsistencyCases(t, rng, w, func(recv []ReceivedLabel) ([]Position, []Position, error) {
+		lb := &loopback{labels: w.source}
+		c := &OPRFChecker{Garbler: lb}
+		bad, err := c.Check(context.Background(), ExecID{1}, recv)
+		if err != nil {
+			return nil, nil, err
+		}
+		return bad, lb.seen.Positions, nil
+	})
 }
 
 func positionsOf(slot int) []Position {
