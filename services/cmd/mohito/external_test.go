@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -203,9 +204,14 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 	}
 	var procs []*roleProc
 	start := func(name, sub, user string, env []string, args ...string) *roleProc {
+		// Each user's password file is written once: rewriting it for the
+		// next process of the same user truncates it under a running one,
+		// which may read it empty (Authorization Violation).
 		pwFile := filepath.Join(dir, "pw-"+user)
-		if err := os.WriteFile(pwFile, []byte(passwords[user]+"\n"), 0o600); err != nil {
-			t.Fatal(err)
+		if _, err := os.Stat(pwFile); errors.Is(err, fs.ErrNotExist) {
+			if err := os.WriteFile(pwFile, []byte(passwords[user]+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 		p := &roleProc{name: name, addrFile: filepath.Join(dir, name+".addr")}
 		full := append([]string{sub, "--deployment", deployment, "--nats-url", nats.URL(), "--nats-user", user, "--nats-password-file", pwFile,

@@ -119,6 +119,9 @@ func (c *Common) LoadSecrets() []error {
 			return []error{fmt.Errorf("--nats-password-file: %w", err)}
 		}
 		c.natsPassword = strings.TrimRight(string(b), "\r\n")
+		if c.natsPassword == "" {
+			return []error{fmt.Errorf("--nats-password-file %s: the file is empty", c.NATSPasswordFile)}
+		}
 	}
 	return nil
 }
