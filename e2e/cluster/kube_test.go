@@ -175,11 +175,25 @@ func (e *env) secret(name string, data map[string][]byte) {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Data: data}
 	ctx := context.Background()
 	e.createdSecrets = append(e.createdSecrets, name)
-	if err := e.k.Create(ctx, s); apierrors.IsAlreadyExists(err) {
-		err = e.k.Update(ctx, s)
-	} else if err != nil {
+	if err := upsertSecret(ctx, e.k, s); err != nil {
 		e.t.Fatalf("secret %s: %v", name, err)
 	}
+}
+
+// upsertSecret creates s or, if it exists, replaces its data and type. An Update needs the live
+// object's resourceVersion: updating the new object as built fails ("must be specified for an
+// update"), and that error used to be dropped, leaving the old Secret in place.
+func upsertSecret(ctx context.Context, k client.Client, s *corev1.Secret) error {
+	err := k.Create(ctx, s)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	live := &corev1.Secret{}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(s), live); err != nil {
+		return err
+	}
+	live.Data, live.StringData = s.Data, s.StringData
+	return k.Update(ctx, live)
 }
 
 // secretData reads one key of a Secret.

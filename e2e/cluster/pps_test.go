@@ -159,9 +159,7 @@ func (e *env) secretIn(ns, name string, data map[string][]byte) {
 	}
 	ctx := context.Background()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
-	if err := e.k.Create(ctx, s); apierrors.IsAlreadyExists(err) {
-		err = e.k.Update(ctx, s)
-	} else if err != nil {
+	if err := upsertSecret(ctx, e.k, s); err != nil {
 		e.t.Fatalf("secret %s/%s: %v", ns, name, err)
 	}
 }
