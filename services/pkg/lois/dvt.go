@@ -68,9 +68,9 @@ func NewDVT(cfg DVTConfig) (*DVT, error) {
 	// (§3.4) and must not be the reason an insert fails.
 	d.fkey = sipKey{d.key.sum64(1), d.key.sum64(2)}
 	d.fg = sizeGeometry(2 * cfg.TableCapacity)
-	var seed [8]byte
-	crand.Read(seed[:])
-	d.r.s = binary.LittleEndian.Uint64(seed[:]) | 1
+	// The eviction coin needs no secrecy beyond the key's; deriving it keeps a table with a
+	// given key reproducible.
+	d.r.s = d.key.sum64(3) | 1
 	d.link()
 	return d, nil
 }
@@ -245,11 +245,12 @@ func (d *DVT) insert(it item, b1 uint32, expiry int64) error {
 		d.link()
 		ti = d.tail()
 		t = d.tables[ti]
-		ok, victim, vb = t.insert(&d.g, &d.r, victim, vb)
+		moved := victim
+		ok, victim, vb = t.insert(&d.g, &d.r, moved, vb)
 		t.inserted++
 		t.maxExpiry = max(t.maxExpiry, expiry)
 		if d.cfg.Dedup {
-			if err := d.filterInsert(ti, &victim.ks); err != nil {
+			if err := d.filterInsert(ti, &moved.ks); err != nil {
 				return err
 			}
 		}

@@ -4,12 +4,12 @@ import "errors"
 
 // Sizes fixed by the paper (spec §2.2, §5).
 const (
-	IDSize        = 8  // keystream identifier, sent in clear in the LOIS TCP option
-	KeystreamSize = 16 // one-time keystream XORed into the header
-	SegmentSize   = IDSize + KeystreamSize
-	SeedSize      = 32
-	StreamKeySize = 32
-	NonceSize     = 8 // r_d and r_c
+	IDSize          = 8  // keystream identifier, sent in clear in the LOIS TCP option
+	KeystreamSize   = 16 // one-time keystream XORed into the header
+	SegmentSize     = IDSize + KeystreamSize
+	SeedSize        = 32
+	StreamKeySize   = 32
+	NonceSize       = 8  // r_d and r_c
 	CloudSecretSize = 32 // k_c
 )
 

@@ -12,10 +12,10 @@ import (
 // ends, k_c is a 32-byte secret CI adds because the nonces alone carry only 128 bits and, with
 // Envoy terminating TLS, no TLS exporter reaches from DI to CI (D-2).
 type Handshake struct {
-	DeviceNonce uint64             // r_d
-	CloudNonce  uint64             // r_c
-	CloudSecret []byte             // k_c: CloudSecretSize bytes, or empty in paper-compat mode
-	SessionID   [16]byte           // chosen by the registrar, unique per session
+	DeviceNonce uint64   // r_d
+	CloudNonce  uint64   // r_c
+	CloudSecret []byte   // k_c: CloudSecretSize bytes, or empty in paper-compat mode
+	SessionID   [16]byte // chosen by the registrar, unique per session
 }
 
 // Seed derives the session seed: HKDF-SHA256(IKM = r_d ‖ r_c ‖ k_c, salt "LOIS/v1/seed",
