@@ -90,7 +90,7 @@ func parseDrive(args []string) (*DriveConfig, error) {
 	f.Duration(&o.Duration, "duration", 0, "stop issuing commands after this long (0: no limit; set this or --commands)")
 	f.Int(&o.Commands, "commands", 0, "stop after this many commands (0: no limit)")
 	f.Duration(&o.Think, "think", 0, "pause between a user's commands")
-	f.Duration(&o.Poll, "poll", 250*time.Millisecond, "how often a user polls the round and its mailbox (2 requests per poll; stay under the edge's per-client rate limit)")
+	f.Duration(&o.Poll, "poll", client.DefaultPoll, "fallback only: how often a user polls when the gateway neither pushes rounds nor holds Fetch (stay under the edge's per-client rate limit); responses and rounds are otherwise pushed")
 	f.Int(&o.PayloadSize, "payload", 32, "command payload bytes (the answer is ack:<payload>, within the response size)")
 	f.Duration(&o.Timeout, "timeout", time.Minute, "budget of one command, retries included")
 	f.Duration(&o.Progress, "progress", 5*time.Second, "progress line interval")

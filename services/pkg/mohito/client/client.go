@@ -29,10 +29,20 @@ var ErrGaveUp = errors.New("client: no response within the deadline")
 type User struct {
 	Name string
 	GW   *GatewayClient
-	// Poll is the round and mailbox polling interval (default 25 ms, for in-process
-	// deployments; a client behind a rate-limited edge polls less often).
+	// Poll is the polling interval of the fallback only — a gateway that neither holds
+	// Fetch nor pushes rounds (default 250 ms). Responses and rounds are otherwise pushed:
+	// Fetch is a long-poll of up to Wait, and rounds arrive on the Rounds stream.
 	Poll time.Duration
+	// Wait is how long one Fetch may be held by the gateway (default 15 s, under the
+	// gateway's 20 s cap and the edge's 30 s route timeout).
+	Wait time.Duration
 }
+
+// Defaults of User.
+const (
+	DefaultPoll = 250 * time.Millisecond
+	DefaultWait = 15 * time.Second
+)
 
 // Result describes one answered command.
 type Result struct {
@@ -52,14 +62,17 @@ type Result struct {
 // many rounds it takes.
 func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload []byte) (*Result, error) {
 	start := time.Now()
-	poll := u.Poll
-	if poll == 0 {
-		poll = 25 * time.Millisecond
+	poll, wait := u.Poll, u.Wait
+	if poll <= 0 {
+		poll = DefaultPoll
+	}
+	if wait <= 0 {
+		wait = DefaultWait
 	}
 	// A request refused with ResourceExhausted by a rate limit in front of the gateway (the
-	// edge's per-client limit) backs the polling off, up to a second, until one passes.
+	// edge's per-client limit) backs off, up to a second, until one passes.
 	var limited time.Duration
-	wait := func(err error) time.Duration {
+	backoff := func(err error) time.Duration {
 		if status.Code(err) != codes.ResourceExhausted {
 			limited = 0
 			return poll
@@ -79,13 +92,11 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 	var unopened int
 	var openErr error
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		ri, err := u.GW.RoundInfo(ctx)
-		if err != nil || ri.T == lastT {
-			if !clock.Sleep(ctx, wait(err)) {
-				break
-			}
-			attempt--
-			continue
+		// The current round, pushed on the Rounds stream (no call per command); after a
+		// closed, full or aborted round, the next one.
+		ri, err := u.GW.NextRound(ctx, lastT, poll)
+		if err != nil {
+			break
 		}
 		m1, pc, err := mohito.IssueCommandID(ri, dev, 1, id, payload, issued, rand.Reader)
 		if err != nil {
@@ -95,6 +106,7 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 		if err != nil {
 			switch status.Code(err) {
 			case codes.FailedPrecondition, codes.ResourceExhausted, codes.Unavailable:
+				// Closed, over q (or the edge's limit) or unavailable: the next round.
 				lastT = ri.T
 				attempt--
 				continue
@@ -103,7 +115,8 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 		}
 		lastT = t
 		for ctx.Err() == nil {
-			m11, err := u.GW.Fetch(ctx, t, idx)
+			// A long-poll: answered the moment round t's responses are released.
+			m11, err := u.GW.FetchWait(ctx, t, idx, wait)
 			if err == nil {
 				resp, err := pc.OpenResponse(m11)
 				if err != nil {
@@ -112,10 +125,16 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 				}
 				return &Result{Response: resp, T: t, Attempts: attempt, Unopened: unopened, Latency: time.Since(start)}, nil
 			}
-			if status.Code(err) == codes.Aborted {
+			code := status.Code(err)
+			if code == codes.Aborted {
 				break
 			}
-			if !clock.Sleep(ctx, wait(err)) {
+			if code == codes.DeadlineExceeded {
+				continue // the gateway's wait passed first: ask again at once
+			}
+			// NotFound at once: a gateway that does not hold calls (fallback poll);
+			// ResourceExhausted: the edge's limit; anything else: retry after a pause.
+			if !clock.Sleep(ctx, backoff(err)) {
 				break
 			}
 		}
@@ -145,9 +164,20 @@ type Device struct {
 	h  Handler
 	// Received counts M6 messages; Commands counts commands executed.
 	Received, Commands int
+	// Late counts rounds answered after the fixed offset because executing
+	// took longer: each such answer may miss the vendor's release.
+	Late int
+	// AnswerAfter is when the device answers after a delivery, whatever it
+	// executed (spec G7): set before Start; [DefaultAnswerAfter] by default.
+	// It must agree with the vendor's deployment (its deviceAnswerAfter).
+	AnswerAfter time.Duration
 	// off: the device is switched off or out of reach; rounds pass it by.
 	off bool
 }
+
+// DefaultAnswerAfter is a device's answer offset unless set otherwise: a
+// quarter of a 1 s response deadline.
+const DefaultAnswerAfter = 250 * time.Millisecond
 
 // SetOff switches the device off (true) or on again. While off it neither
 // opens nor answers the rounds its vendor sends: the vendor fills its slots
@@ -162,7 +192,7 @@ func (d *Device) SetOff(off bool) {
 
 // NewDevice returns a device with secret s speaking over tr.
 func NewDevice(id string, s *mohito.DeviceSecret, p mohito.Params, tr Transport, h Handler) *Device {
-	return &Device{ID: id, d: mohito.NewDevice(s, p, 5*time.Minute), tr: tr, h: h}
+	return &Device{ID: id, d: mohito.NewDevice(s, p, 5*time.Minute), tr: tr, h: h, AnswerAfter: DefaultAnswerAfter}
 }
 
 // Start subscribes to the device's command subject.
@@ -171,14 +201,18 @@ func (d *Device) Start() error {
 }
 
 // onDelivery answers every slot of every round through one code path
-// (spec R1: dummy responses take the same path as real ones).
+// (spec R1: dummy responses take the same path as real ones), at the fixed
+// offset AnswerAfter after the delivery whatever it executed (spec G7):
+// answering "as soon as executed" told the vendor, and anyone who sees its
+// traffic, which devices had a real command.
 func (d *Device) onDelivery(m6 []byte) {
+	at := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.off {
 		return
 	}
-	t, slots, err := d.d.ReceiveCommands(m6, time.Now())
+	t, slots, err := d.d.ReceiveCommands(m6, at)
 	if err != nil {
 		return
 	}
@@ -194,7 +228,16 @@ func (d *Device) onDelivery(m6 []byte) {
 	if err != nil {
 		return
 	}
-	_ = d.tr.Publish(contract.DeviceResponseSubject(d.ID), m7)
+	publish := func() { _ = d.tr.Publish(contract.DeviceResponseSubject(d.ID), m7) }
+	wait := time.Until(at.Add(d.AnswerAfter))
+	if wait <= 0 {
+		if d.AnswerAfter > 0 {
+			d.Late++
+		}
+		publish()
+		return
+	}
+	time.AfterFunc(wait, publish)
 }
 
 // Stats returns (M6 received, commands executed).

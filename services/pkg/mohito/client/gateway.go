@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,13 +22,16 @@ import (
 // GatewayClient is the user's side of the API: the generated stub plus the
 // user's access token.
 type GatewayClient struct {
-	rpc   mohitov1.GatewayClient
-	token string
+	rpc    mohitov1.GatewayClient
+	token  string
+	rounds roundFeed
 }
 
 // NewGatewayClient wraps a connection with an access token.
 func NewGatewayClient(conn grpc.ClientConnInterface, token string) *GatewayClient {
-	return &GatewayClient{rpc: mohitov1.NewGatewayClient(conn), token: token}
+	c := &GatewayClient{rpc: mohitov1.NewGatewayClient(conn), token: token}
+	c.rounds.changed = make(chan struct{})
+	return c
 }
 
 // DialGateway connects to a gateway on addr (loopback, plaintext: TLS is
@@ -68,10 +72,18 @@ func submitTicket(resp *mohitov1.SubmitResponse) (uint64, uint32, error) {
 	return *resp.T, *resp.Index, nil
 }
 
-// Fetch returns M11 for (t, index), or a gRPC status NotFound (not yet) or
-// Aborted (re-send). The caller checks M11's size when it opens it.
+// Fetch returns M11 for (t, index) at once, or a gRPC status NotFound (not
+// yet) or Aborted (re-send). The caller checks M11's size when it opens it.
 func (c *GatewayClient) Fetch(ctx context.Context, t uint64, index uint32) ([]byte, error) {
-	resp, err := c.rpc.Fetch(c.auth(ctx), &mohitov1.FetchRequest{T: &t, Index: &index})
+	return c.FetchWait(ctx, t, index, 0)
+}
+
+// FetchWait is Fetch as a long-poll: the gateway holds the call until round
+// t's responses are released, for at most wait (which the gateway caps near
+// 20 s); DeadlineExceeded from the gateway means the wait passed first.
+func (c *GatewayClient) FetchWait(ctx context.Context, t uint64, index uint32, wait time.Duration) ([]byte, error) {
+	ms := uint32(min(max(wait, 0), time.Hour) / time.Millisecond)
+	resp, err := c.rpc.Fetch(c.auth(ctx), &mohitov1.FetchRequest{T: &t, Index: &index, WaitMs: &ms})
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ type DriveOptions struct {
 	Duration     time.Duration       // stop issuing after this long (0: no limit)
 	Commands     int                 // stop after this many commands (0: no limit)
 	Think        time.Duration       // per-user pause between commands
-	Poll         time.Duration       // round and mailbox polling interval per user (client.User.Poll)
+	Poll         time.Duration       // fallback polling interval per user when the gateway pushes nothing (client.User.Poll)
 	PayloadSize  int
 	Timeout      time.Duration // per command (default 60 s)
 	Progress     time.Duration // progress line interval (default 5 s)
@@ -107,23 +107,25 @@ type roundWatch struct {
 }
 
 func (w *roundWatch) run(ctx context.Context, gw *client.GatewayClient, every time.Duration) {
+	var after uint64
 	for {
-		if ri, err := gw.RoundInfo(ctx); err == nil {
-			w.mu.Lock()
-			if _, ok := w.shuf[ri.T]; !ok {
-				w.shuf[ri.T] = int(ri.Shuffler)
-				// The round open at the first look opened at an unknown time.
-				if w.started {
-					w.opened[ri.T] = time.Now()
-				}
-			}
-			w.started = true
-			w.last = max(w.last, ri.T)
-			w.mu.Unlock()
-		}
-		if !clock.Sleep(ctx, every) {
+		// Rounds are pushed on the gateway's Rounds stream; every is the fallback poll.
+		ri, err := gw.NextRound(ctx, after, every)
+		if err != nil {
 			return
 		}
+		after = ri.T
+		w.mu.Lock()
+		if _, ok := w.shuf[ri.T]; !ok {
+			w.shuf[ri.T] = int(ri.Shuffler)
+			// The round open at the first look opened at an unknown time.
+			if w.started {
+				w.opened[ri.T] = time.Now()
+			}
+		}
+		w.started = true
+		w.last = max(w.last, ri.T)
+		w.mu.Unlock()
 	}
 }
 
@@ -181,9 +183,10 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	if o.Duration <= 0 && o.Commands <= 0 {
 		return nil, errors.New("drive: set a duration or a number of commands")
 	}
-	// The round watcher polls the gateway several times a second; behind an edge with a
-	// per-client rate limit it must not share a user's budget, so it takes a token no user
-	// drives when there is one (and polls more slowly when there is not).
+	// The round watcher follows the gateway's Rounds stream (one call per ~20 s); where the
+	// gateway pushes nothing it polls, and behind an edge with a per-client rate limit it must
+	// not share a user's budget, so it takes a token no user drives when there is one (and
+	// polls more slowly when there is not).
 	watchToken, watchEvery := tokens[len(tokens)-1], 200*time.Millisecond
 	if users >= len(tokens) {
 		watchToken, watchEvery = tokens[0], time.Second

@@ -43,15 +43,30 @@ type GatewayConfig struct {
 type Gateway struct {
 	cfg    GatewayConfig
 	rounds *roundInfos
+	rel    *releases
+	cur    *currentRound
 }
 
-// NewGateway opens the round-info bucket.
+// NewGateway opens the round-info bucket and, until ctx ends, follows the current round and
+// the rounds' releases (gateway_push.go).
 func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	rounds, err := openRoundInfos(ctx, cfg.JS)
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, rounds: rounds}, nil
+	g := &Gateway{cfg: cfg, rounds: rounds, rel: newReleases(cfg.Store), cur: newCurrentRound()}
+	sub, err := cfg.JS.Conn().Subscribe(ReleaseSubject, g.rel.onNotice)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", ReleaseSubject, err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	go func() {
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+	}()
+	go g.rel.backstop(ctx, releaseBackstop)
+	go g.cur.follow(ctx, rounds.kv)
+	return g, nil
 }
 
 // Register adds the service to a gRPC server.
@@ -71,7 +86,15 @@ type gatewayServer struct {
 	g *Gateway
 }
 
-func (s *gatewayServer) RoundInfo(ctx context.Context, _ *mohitov1.RoundInfoRequest) (*mohitov1.RoundInfoResponse, error) {
+// counted counts a call of the user API by method and result code.
+func (g *Gateway) counted(method string, err *error) {
+	if g.cfg.Metrics != nil && g.cfg.Metrics.GatewayCalls != nil {
+		g.cfg.Metrics.GatewayCalls.WithLabelValues(method, status.Code(*err).String()).Inc()
+	}
+}
+
+func (s *gatewayServer) RoundInfo(ctx context.Context, _ *mohitov1.RoundInfoRequest) (_ *mohitov1.RoundInfoResponse, err error) {
+	defer s.g.counted("RoundInfo", &err)
 	if _, err := s.g.authenticate(ctx); err != nil {
 		return nil, err
 	}
@@ -82,7 +105,39 @@ func (s *gatewayServer) RoundInfo(ctx context.Context, _ *mohitov1.RoundInfoRequ
 	return &mohitov1.RoundInfoResponse{RoundInfo: m0}, nil
 }
 
-func (s *gatewayServer) Submit(ctx context.Context, req *mohitov1.SubmitRequest) (*mohitov1.SubmitResponse, error) {
+// Rounds pushes each round's M0 as it becomes current, for at most MaxWait.
+func (s *gatewayServer) Rounds(req *mohitov1.RoundsRequest, stream grpc.ServerStreamingServer[mohitov1.RoundsResponse]) (err error) {
+	defer s.g.counted("Rounds", &err)
+	ctx := stream.Context()
+	if _, err := s.g.authenticate(ctx); err != nil {
+		return err
+	}
+	if s.g.cur == nil {
+		return status.Error(codes.Unimplemented, "this gateway does not push rounds")
+	}
+	after := req.GetAfter()
+	end := time.NewTimer(MaxWait)
+	defer end.Stop()
+	for {
+		t, m0, changed := s.g.cur.get()
+		if t > after {
+			if err := stream.Send(&mohitov1.RoundsResponse{RoundInfo: m0}); err != nil {
+				return err
+			}
+			after = t
+		}
+		select {
+		case <-changed:
+		case <-end.C:
+			return nil
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+func (s *gatewayServer) Submit(ctx context.Context, req *mohitov1.SubmitRequest) (_ *mohitov1.SubmitResponse, err error) {
+	defer s.g.counted("Submit", &err)
 	user, err := s.g.authenticate(ctx)
 	if err != nil {
 		return nil, err
@@ -94,7 +149,8 @@ func (s *gatewayServer) Submit(ctx context.Context, req *mohitov1.SubmitRequest)
 	return &mohitov1.SubmitResponse{T: &t, Index: &idx}, nil
 }
 
-func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (*mohitov1.FetchResponse, error) {
+func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (_ *mohitov1.FetchResponse, err error) {
+	defer s.g.counted("Fetch", &err)
 	user, err := s.g.authenticate(ctx)
 	if err != nil {
 		return nil, err
@@ -103,7 +159,7 @@ func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (
 	if err != nil {
 		return nil, err
 	}
-	m11, err := s.g.fetch(ctx, user, t, i)
+	m11, err := s.g.fetch(ctx, user, t, i, time.Duration(req.GetWaitMs())*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +177,11 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 }
 
 func (g *Gateway) roundInfo(ctx context.Context) ([]byte, error) {
+	if g.cur != nil {
+		if t, m0, _ := g.cur.get(); t > 0 {
+			return m0, nil
+		}
+	}
 	m0, err := g.rounds.current(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, "no open round yet")
@@ -195,9 +256,43 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 
 func fwdID(t uint64, i uint32) string { return fmt.Sprintf("fwd-%d-%d", t, i) }
 
-// fetch returns M11 from the user's mailbox (spec O13); Aborted means the
-// round was aborted and the command must be re-sent.
-func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32) ([]byte, error) {
+// fetch returns M11 from the user's mailbox (spec O13) once the ticket's round is released:
+// every response of round t is in the mailboxes (done) or the round was aborted — never
+// while a round's responses are still being routed, so that responses are released per
+// round. With wait > 0 it holds the call until then (at most MaxWait, and never past the
+// call's deadline); DeadlineExceeded says the wait passed first. Aborted means the round was
+// aborted and the command must be re-sent.
+func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32, wait time.Duration) ([]byte, error) {
+	st := g.rel.status(ctx, t)
+	if !released(st) && st != "" && wait > 0 {
+		wait = min(wait, MaxWait)
+		if dl, ok := ctx.Deadline(); ok {
+			// Answer just before the caller's deadline, so that it gets this status rather
+			// than its own timeout.
+			wait = min(wait, time.Until(dl)-time.Until(dl)/20)
+		}
+		ch, unpark := g.rel.park(t)
+		defer unpark()
+		if g.cfg.Metrics != nil && g.cfg.Metrics.GatewayWaiting != nil {
+			g.cfg.Metrics.GatewayWaiting.Inc()
+			defer g.cfg.Metrics.GatewayWaiting.Dec()
+		}
+		timer := time.NewTimer(max(wait, 0))
+		defer timer.Stop()
+		select {
+		case <-ch:
+			st = g.rel.status(ctx, t)
+		case <-timer.C:
+			return nil, status.Errorf(codes.DeadlineExceeded, "round %d not released within the wait of %v: fetch again", t, wait.Round(time.Millisecond))
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if !released(st) && st != "" {
+		return nil, status.Error(codes.NotFound, "no response yet")
+	}
+	// Released, or a round the store no longer knows (its status expired before its
+	// mailbox entries): answer from the mailbox.
 	m11, err := g.cfg.Store.Response(ctx, user, t, i)
 	if err == nil {
 		if n := g.cfg.Deployment.Params.UserResponseSize(); len(m11) != n {
@@ -209,8 +304,8 @@ func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32) ([
 	if !errors.Is(err, roundstate.ErrNotFound) {
 		return nil, status.Error(codes.Unavailable, "mailbox unavailable")
 	}
-	if st, _ := g.cfg.Store.Status(ctx, t); st == roundstate.StatusAborted {
+	if st == roundstate.StatusAborted {
 		return nil, status.Error(codes.Aborted, "round aborted: re-send the command")
 	}
-	return nil, status.Error(codes.NotFound, "no response yet")
+	return nil, status.Error(codes.NotFound, "no response for this ticket")
 }

@@ -66,6 +66,8 @@ func startGatewayConn(t *testing.T) (*Gateway, *grpc.ClientConn) {
 	g := &Gateway{
 		cfg:    GatewayConfig{Deployment: d, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)},
 		rounds: &roundInfos{m: map[uint64]*mohito.RoundInfo{}},
+		rel:    newReleases(nil),
+		cur:    newCurrentRound(),
 	}
 	l := bufconn.Listen(1 << 20)
 	srv := NewGRPCServer()
@@ -157,17 +159,20 @@ func TestWireSizesConstant(t *testing.T) {
 		}
 		return len(b)
 	}
-	var sub, fetch []int
+	var sub, fetch, rounds []int
 	for _, tk := range [][2]uint64{{0, 0}, {1, 0}, {1, 1}, {300, 70000}, {math.MaxUint64, math.MaxUint32}} {
 		tt, idx := tk[0], uint32(tk[1])
 		sub = append(sub, size(&mohitov1.SubmitResponse{T: &tt, Index: &idx}))
-		fetch = append(fetch, size(&mohitov1.FetchRequest{T: &tt, Index: &idx}))
+		for _, w := range []uint32{0, 1, 15000, math.MaxUint32} {
+			fetch = append(fetch, size(&mohitov1.FetchRequest{T: &tt, Index: &idx, WaitMs: &w}))
+		}
+		rounds = append(rounds, size(&mohitov1.RoundsRequest{After: &tt}))
 	}
 	var m1s []int
 	for _, tt := range []uint64{1, math.MaxUint64} {
 		m1s = append(m1s, size(&mohitov1.SubmitRequest{Submission: wellFormedM1(p, tt)}))
 	}
-	for name, sizes := range map[string][]int{"SubmitResponse": sub, "FetchRequest": fetch, "SubmitRequest": m1s} {
+	for name, sizes := range map[string][]int{"SubmitResponse": sub, "FetchRequest": fetch, "RoundsRequest": rounds, "SubmitRequest": m1s} {
 		for _, s := range sizes {
 			if s != sizes[0] {
 				t.Fatalf("%s sizes vary: %v", name, sizes)
@@ -234,6 +239,22 @@ func FuzzFetchRequest(f *testing.F) {
 		}
 		if tt != req.GetT() || idx != req.GetIndex() {
 			t.Fatal("ticket does not match the request")
+		}
+	})
+}
+
+func FuzzRoundsResponse(f *testing.F) {
+	f.Add([]byte{})
+	b, _ := proto.Marshal(&mohitov1.RoundsResponse{RoundInfo: make([]byte, mohito.RoundInfoSize(mohito.SuiteX25519, 3))})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var resp mohitov1.RoundsResponse
+		if proto.Unmarshal(data, &resp) != nil {
+			return
+		}
+		ri, err := mohito.ParseRoundInfo(resp.GetRoundInfo())
+		if err == nil && len(resp.GetRoundInfo()) != mohito.RoundInfoSize(ri.Params.Suite, ri.Params.Vendors) {
+			t.Fatalf("accepted M0 of %d bytes", len(resp.GetRoundInfo()))
 		}
 	})
 }

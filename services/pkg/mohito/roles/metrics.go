@@ -20,6 +20,9 @@ type Metrics struct {
 	KeyEpoch      prometheus.Gauge       // the role's current (active) key epoch
 	KeyEpochsHeld prometheus.Gauge       // epochs held, staged included
 	KeyReloads    *prometheus.CounterVec // by result: ok, failed
+
+	GatewayCalls   *prometheus.CounterVec // user-API calls by method and gRPC code
+	GatewayWaiting prometheus.Gauge       // Fetch calls parked until their round is released
 }
 
 // NewMetrics registers the series on reg (nil: unregistered, for tests).
@@ -37,9 +40,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
 		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
 		KeyReloads:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_key_reloads_total", Help: "Re-reads of the key source by result."}, []string{"result"}),
+
+		GatewayCalls:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_gateway_calls_total", Help: "User-API calls by method and gRPC code."}, []string{"method", "code"}),
+		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
 }

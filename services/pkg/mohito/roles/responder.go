@@ -184,6 +184,7 @@ func (r *Responder) route(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 	r.mu.Unlock()
 	if fire {
 		_ = r.cfg.Store.SetStatus(ctx, p.T, roundstate.StatusDone)
+		AnnounceRelease(r.cfg.JS.Conn(), p.T, roundstate.StatusDone) // the gateways answer parked Fetches
 		r.cfg.Metrics.Rounds.WithLabelValues("done").Inc()
 		if r.OnDone != nil {
 			r.OnDone(p.T, k)

@@ -63,6 +63,52 @@ func (*RoundInfoRequest) Descriptor() ([]byte, []int) {
 	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{0}
 }
 
+type RoundsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The last round t the client knows (0: none); the stream starts with the
+	// first round after it. Always present.
+	After         *uint64 `protobuf:"fixed64,1,opt,name=after,proto3,oneof" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoundsRequest) Reset() {
+	*x = RoundsRequest{}
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoundsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoundsRequest) ProtoMessage() {}
+
+func (x *RoundsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoundsRequest.ProtoReflect.Descriptor instead.
+func (*RoundsRequest) Descriptor() ([]byte, []int) {
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RoundsRequest) GetAfter() uint64 {
+	if x != nil && x.After != nil {
+		return *x.After
+	}
+	return 0
+}
+
 type RoundInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// M0: the round's parameters, public keys and key ids, exactly
@@ -74,7 +120,7 @@ type RoundInfoResponse struct {
 
 func (x *RoundInfoResponse) Reset() {
 	*x = RoundInfoResponse{}
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[1]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +132,7 @@ func (x *RoundInfoResponse) String() string {
 func (*RoundInfoResponse) ProtoMessage() {}
 
 func (x *RoundInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[1]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,10 +145,56 @@ func (x *RoundInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoundInfoResponse.ProtoReflect.Descriptor instead.
 func (*RoundInfoResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{1}
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RoundInfoResponse) GetRoundInfo() []byte {
+	if x != nil {
+		return x.RoundInfo
+	}
+	return nil
+}
+
+type RoundsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// M0 of a round that has just opened, exactly RoundInfoSize(suite,
+	// vendors) bytes, like RoundInfoResponse.round_info.
+	RoundInfo     []byte `protobuf:"bytes,1,opt,name=round_info,json=roundInfo,proto3" json:"round_info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoundsResponse) Reset() {
+	*x = RoundsResponse{}
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoundsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoundsResponse) ProtoMessage() {}
+
+func (x *RoundsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoundsResponse.ProtoReflect.Descriptor instead.
+func (*RoundsResponse) Descriptor() ([]byte, []int) {
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RoundsResponse) GetRoundInfo() []byte {
 	if x != nil {
 		return x.RoundInfo
 	}
@@ -121,7 +213,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[2]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -133,7 +225,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[2]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -146,7 +238,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitRequest) GetSubmission() []byte {
@@ -168,7 +260,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[3]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +272,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[3]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +285,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitResponse) GetT() uint64 {
@@ -213,15 +305,19 @@ func (x *SubmitResponse) GetIndex() uint32 {
 type FetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The ticket from Submit; both fields are required.
-	T             *uint64 `protobuf:"fixed64,1,opt,name=t,proto3,oneof" json:"t,omitempty"`
-	Index         *uint32 `protobuf:"fixed32,2,opt,name=index,proto3,oneof" json:"index,omitempty"`
+	T     *uint64 `protobuf:"fixed64,1,opt,name=t,proto3,oneof" json:"t,omitempty"`
+	Index *uint32 `protobuf:"fixed32,2,opt,name=index,proto3,oneof" json:"index,omitempty"`
+	// How long the gateway may hold the call for the round's release, in
+	// milliseconds (0: answer at once). Always present, so that the request
+	// has one size on the wire.
+	WaitMs        *uint32 `protobuf:"fixed32,3,opt,name=wait_ms,json=waitMs,proto3,oneof" json:"wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[4]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +329,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[4]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +342,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FetchRequest) GetT() uint64 {
@@ -263,6 +359,13 @@ func (x *FetchRequest) GetIndex() uint32 {
 	return 0
 }
 
+func (x *FetchRequest) GetWaitMs() uint32 {
+	if x != nil && x.WaitMs != nil {
+		return *x.WaitMs
+	}
+	return 0
+}
+
 type FetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// M11: exactly Params.UserResponseSize() bytes for the round's parameters,
@@ -274,7 +377,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[5]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +389,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[5]
+	mi := &file_obscura_mohito_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +402,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_obscura_mohito_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchResponse) GetResponse() []byte {
@@ -314,8 +417,14 @@ var File_obscura_mohito_v1_gateway_proto protoreflect.FileDescriptor
 const file_obscura_mohito_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"\x1fobscura/mohito/v1/gateway.proto\x12\x11obscura.mohito.v1\"\x12\n" +
-	"\x10RoundInfoRequest\"2\n" +
+	"\x10RoundInfoRequest\"4\n" +
+	"\rRoundsRequest\x12\x19\n" +
+	"\x05after\x18\x01 \x01(\x06H\x00R\x05after\x88\x01\x01B\b\n" +
+	"\x06_after\"2\n" +
 	"\x11RoundInfoResponse\x12\x1d\n" +
+	"\n" +
+	"round_info\x18\x01 \x01(\fR\troundInfo\"/\n" +
+	"\x0eRoundsResponse\x12\x1d\n" +
 	"\n" +
 	"round_info\x18\x01 \x01(\fR\troundInfo\"/\n" +
 	"\rSubmitRequest\x12\x1e\n" +
@@ -326,16 +435,20 @@ const file_obscura_mohito_v1_gateway_proto_rawDesc = "" +
 	"\x01t\x18\x01 \x01(\x06H\x00R\x01t\x88\x01\x01\x12\x19\n" +
 	"\x05index\x18\x02 \x01(\aH\x01R\x05index\x88\x01\x01B\x04\n" +
 	"\x02_tB\b\n" +
-	"\x06_index\"L\n" +
+	"\x06_index\"v\n" +
 	"\fFetchRequest\x12\x11\n" +
 	"\x01t\x18\x01 \x01(\x06H\x00R\x01t\x88\x01\x01\x12\x19\n" +
-	"\x05index\x18\x02 \x01(\aH\x01R\x05index\x88\x01\x01B\x04\n" +
+	"\x05index\x18\x02 \x01(\aH\x01R\x05index\x88\x01\x01\x12\x1c\n" +
+	"\await_ms\x18\x03 \x01(\aH\x02R\x06waitMs\x88\x01\x01B\x04\n" +
 	"\x02_tB\b\n" +
-	"\x06_index\"+\n" +
+	"\x06_indexB\n" +
+	"\n" +
+	"\b_wait_ms\"+\n" +
 	"\rFetchResponse\x12\x1a\n" +
-	"\bresponse\x18\x01 \x01(\fR\bresponse2\xfc\x01\n" +
+	"\bresponse\x18\x01 \x01(\fR\bresponse2\xcd\x02\n" +
 	"\aGateway\x12V\n" +
-	"\tRoundInfo\x12#.obscura.mohito.v1.RoundInfoRequest\x1a$.obscura.mohito.v1.RoundInfoResponse\x12M\n" +
+	"\tRoundInfo\x12#.obscura.mohito.v1.RoundInfoRequest\x1a$.obscura.mohito.v1.RoundInfoResponse\x12O\n" +
+	"\x06Rounds\x12 .obscura.mohito.v1.RoundsRequest\x1a!.obscura.mohito.v1.RoundsResponse0\x01\x12M\n" +
 	"\x06Submit\x12 .obscura.mohito.v1.SubmitRequest\x1a!.obscura.mohito.v1.SubmitResponse\x12J\n" +
 	"\x05Fetch\x12\x1f.obscura.mohito.v1.FetchRequest\x1a .obscura.mohito.v1.FetchResponseBJZHgithub.com/obscura-iot/obscura/services/proto/obscura/mohito/v1;mohitov1b\x06proto3"
 
@@ -351,24 +464,28 @@ func file_obscura_mohito_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_obscura_mohito_v1_gateway_proto_rawDescData
 }
 
-var file_obscura_mohito_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_obscura_mohito_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_obscura_mohito_v1_gateway_proto_goTypes = []any{
 	(*RoundInfoRequest)(nil),  // 0: obscura.mohito.v1.RoundInfoRequest
-	(*RoundInfoResponse)(nil), // 1: obscura.mohito.v1.RoundInfoResponse
-	(*SubmitRequest)(nil),     // 2: obscura.mohito.v1.SubmitRequest
-	(*SubmitResponse)(nil),    // 3: obscura.mohito.v1.SubmitResponse
-	(*FetchRequest)(nil),      // 4: obscura.mohito.v1.FetchRequest
-	(*FetchResponse)(nil),     // 5: obscura.mohito.v1.FetchResponse
+	(*RoundsRequest)(nil),     // 1: obscura.mohito.v1.RoundsRequest
+	(*RoundInfoResponse)(nil), // 2: obscura.mohito.v1.RoundInfoResponse
+	(*RoundsResponse)(nil),    // 3: obscura.mohito.v1.RoundsResponse
+	(*SubmitRequest)(nil),     // 4: obscura.mohito.v1.SubmitRequest
+	(*SubmitResponse)(nil),    // 5: obscura.mohito.v1.SubmitResponse
+	(*FetchRequest)(nil),      // 6: obscura.mohito.v1.FetchRequest
+	(*FetchResponse)(nil),     // 7: obscura.mohito.v1.FetchResponse
 }
 var file_obscura_mohito_v1_gateway_proto_depIdxs = []int32{
 	0, // 0: obscura.mohito.v1.Gateway.RoundInfo:input_type -> obscura.mohito.v1.RoundInfoRequest
-	2, // 1: obscura.mohito.v1.Gateway.Submit:input_type -> obscura.mohito.v1.SubmitRequest
-	4, // 2: obscura.mohito.v1.Gateway.Fetch:input_type -> obscura.mohito.v1.FetchRequest
-	1, // 3: obscura.mohito.v1.Gateway.RoundInfo:output_type -> obscura.mohito.v1.RoundInfoResponse
-	3, // 4: obscura.mohito.v1.Gateway.Submit:output_type -> obscura.mohito.v1.SubmitResponse
-	5, // 5: obscura.mohito.v1.Gateway.Fetch:output_type -> obscura.mohito.v1.FetchResponse
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
+	1, // 1: obscura.mohito.v1.Gateway.Rounds:input_type -> obscura.mohito.v1.RoundsRequest
+	4, // 2: obscura.mohito.v1.Gateway.Submit:input_type -> obscura.mohito.v1.SubmitRequest
+	6, // 3: obscura.mohito.v1.Gateway.Fetch:input_type -> obscura.mohito.v1.FetchRequest
+	2, // 4: obscura.mohito.v1.Gateway.RoundInfo:output_type -> obscura.mohito.v1.RoundInfoResponse
+	3, // 5: obscura.mohito.v1.Gateway.Rounds:output_type -> obscura.mohito.v1.RoundsResponse
+	5, // 6: obscura.mohito.v1.Gateway.Submit:output_type -> obscura.mohito.v1.SubmitResponse
+	7, // 7: obscura.mohito.v1.Gateway.Fetch:output_type -> obscura.mohito.v1.FetchResponse
+	4, // [4:8] is the sub-list for method output_type
+	0, // [0:4] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -379,15 +496,16 @@ func file_obscura_mohito_v1_gateway_proto_init() {
 	if File_obscura_mohito_v1_gateway_proto != nil {
 		return
 	}
-	file_obscura_mohito_v1_gateway_proto_msgTypes[3].OneofWrappers = []any{}
-	file_obscura_mohito_v1_gateway_proto_msgTypes[4].OneofWrappers = []any{}
+	file_obscura_mohito_v1_gateway_proto_msgTypes[1].OneofWrappers = []any{}
+	file_obscura_mohito_v1_gateway_proto_msgTypes[5].OneofWrappers = []any{}
+	file_obscura_mohito_v1_gateway_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_obscura_mohito_v1_gateway_proto_rawDesc), len(file_obscura_mohito_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Gateway_RoundInfo_FullMethodName = "/obscura.mohito.v1.Gateway/RoundInfo"
+	Gateway_Rounds_FullMethodName    = "/obscura.mohito.v1.Gateway/Rounds"
 	Gateway_Submit_FullMethodName    = "/obscura.mohito.v1.Gateway/Submit"
 	Gateway_Fetch_FullMethodName     = "/obscura.mohito.v1.Gateway/Fetch"
 )
@@ -54,8 +55,16 @@ const (
 // fails with UNAUTHENTICATED.
 type GatewayClient interface {
 	// RoundInfo returns the current round's M0 (spec §3.6 C1).
-	// UNAVAILABLE: no round has opened yet.
+	// UNAVAILABLE: no round has opened yet. A client that sends more than one
+	// command keeps Rounds open instead of asking before every command.
 	RoundInfo(ctx context.Context, in *RoundInfoRequest, opts ...grpc.CallOption) (*RoundInfoResponse, error)
+	// Rounds pushes each round's M0 as the round opens (spec O3): first the
+	// current round's, if its t is greater than `after`, then every later
+	// one. The gateway ends the stream with OK after a bounded time (about
+	// 20 s, below the edge's route timeout); the client opens it again with
+	// `after` set to the last t it received. Every message has the fixed M0
+	// size of RoundInfo.
+	Rounds(ctx context.Context, in *RoundsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RoundsResponse], error)
 	// Submit admits one command envelope M1 into the round it names (spec
 	// C1–C2) and returns the (t, index) ticket for fetching its response.
 	// INVALID_ARGUMENT: the envelope has the wrong size or is malformed.
@@ -64,8 +73,14 @@ type GatewayClient interface {
 	// round. UNAVAILABLE: round state unavailable; retry.
 	Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (*SubmitResponse, error)
 	// Fetch returns the response envelope M11 for a ticket from the user's
-	// mailbox (spec O13). NOT_FOUND: no response yet, poll again. ABORTED: the
-	// round was aborted; re-send the command in a later round.
+	// mailbox (spec O13). Responses are released per round, never per device:
+	// a response is returned only once every response of its round is in the
+	// mailboxes (or the round was aborted). With wait_ms > 0 the call is a
+	// long-poll: it is answered the moment the ticket's round is released, or
+	// with DEADLINE_EXCEEDED when wait_ms (capped at about 20 s, and at the
+	// call's own deadline) passes first — fetch again. With wait_ms = 0 it
+	// answers at once: NOT_FOUND, no response yet (the polling fallback).
+	// ABORTED: the round was aborted; re-send the command in a later round.
 	// INVALID_ARGUMENT: the ticket is incomplete.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 }
@@ -87,6 +102,25 @@ func (c *gatewayClient) RoundInfo(ctx context.Context, in *RoundInfoRequest, opt
 	}
 	return out, nil
 }
+
+func (c *gatewayClient) Rounds(ctx context.Context, in *RoundsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RoundsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Gateway_ServiceDesc.Streams[0], Gateway_Rounds_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RoundsRequest, RoundsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_RoundsClient = grpc.ServerStreamingClient[RoundsResponse]
 
 func (c *gatewayClient) Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (*SubmitResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -133,8 +167,16 @@ func (c *gatewayClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grp
 // fails with UNAUTHENTICATED.
 type GatewayServer interface {
 	// RoundInfo returns the current round's M0 (spec §3.6 C1).
-	// UNAVAILABLE: no round has opened yet.
+	// UNAVAILABLE: no round has opened yet. A client that sends more than one
+	// command keeps Rounds open instead of asking before every command.
 	RoundInfo(context.Context, *RoundInfoRequest) (*RoundInfoResponse, error)
+	// Rounds pushes each round's M0 as the round opens (spec O3): first the
+	// current round's, if its t is greater than `after`, then every later
+	// one. The gateway ends the stream with OK after a bounded time (about
+	// 20 s, below the edge's route timeout); the client opens it again with
+	// `after` set to the last t it received. Every message has the fixed M0
+	// size of RoundInfo.
+	Rounds(*RoundsRequest, grpc.ServerStreamingServer[RoundsResponse]) error
 	// Submit admits one command envelope M1 into the round it names (spec
 	// C1–C2) and returns the (t, index) ticket for fetching its response.
 	// INVALID_ARGUMENT: the envelope has the wrong size or is malformed.
@@ -143,8 +185,14 @@ type GatewayServer interface {
 	// round. UNAVAILABLE: round state unavailable; retry.
 	Submit(context.Context, *SubmitRequest) (*SubmitResponse, error)
 	// Fetch returns the response envelope M11 for a ticket from the user's
-	// mailbox (spec O13). NOT_FOUND: no response yet, poll again. ABORTED: the
-	// round was aborted; re-send the command in a later round.
+	// mailbox (spec O13). Responses are released per round, never per device:
+	// a response is returned only once every response of its round is in the
+	// mailboxes (or the round was aborted). With wait_ms > 0 the call is a
+	// long-poll: it is answered the moment the ticket's round is released, or
+	// with DEADLINE_EXCEEDED when wait_ms (capped at about 20 s, and at the
+	// call's own deadline) passes first — fetch again. With wait_ms = 0 it
+	// answers at once: NOT_FOUND, no response yet (the polling fallback).
+	// ABORTED: the round was aborted; re-send the command in a later round.
 	// INVALID_ARGUMENT: the ticket is incomplete.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	mustEmbedUnimplementedGatewayServer()
@@ -159,6 +207,9 @@ type UnimplementedGatewayServer struct{}
 
 func (UnimplementedGatewayServer) RoundInfo(context.Context, *RoundInfoRequest) (*RoundInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RoundInfo not implemented")
+}
+func (UnimplementedGatewayServer) Rounds(*RoundsRequest, grpc.ServerStreamingServer[RoundsResponse]) error {
+	return status.Error(codes.Unimplemented, "method Rounds not implemented")
 }
 func (UnimplementedGatewayServer) Submit(context.Context, *SubmitRequest) (*SubmitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Submit not implemented")
@@ -204,6 +255,17 @@ func _Gateway_RoundInfo_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Gateway_Rounds_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RoundsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GatewayServer).Rounds(m, &grpc.GenericServerStream[RoundsRequest, RoundsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_RoundsServer = grpc.ServerStreamingServer[RoundsResponse]
 
 func _Gateway_Submit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SubmitRequest)
@@ -261,6 +323,12 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Gateway_Fetch_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Rounds",
+			Handler:       _Gateway_Rounds_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "obscura/mohito/v1/gateway.proto",
 }

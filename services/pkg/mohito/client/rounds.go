@@ -1,0 +1,142 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/obscura-iot/obscura/services/pkg/clock"
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	mohitov1 "github.com/obscura-iot/obscura/services/proto/obscura/mohito/v1"
+)
+
+// feedIdle is how long the round feed stays open after the last NextRound: a user that
+// stops sending closes its stream when the gateway next ends it.
+const feedIdle = 30 * time.Second
+
+// roundFeed keeps the latest round a gateway pushed on its Rounds stream, for every user of
+// one GatewayClient. The stream runs while NextRound is used and stops when idle, when the
+// connection closes, or for good when the gateway does not push rounds (Unimplemented):
+// NextRound then polls RoundInfo.
+type roundFeed struct {
+	mu        sync.Mutex
+	ri        *mohito.RoundInfo
+	changed   chan struct{} // closed and replaced when ri changes or the feed stops
+	running   bool
+	unpushed  bool // the gateway has no Rounds: poll
+	lastUse   time.Time
+	lastError error
+}
+
+// NextRound returns the current round once its t is greater than after: from the rounds the
+// gateway pushes, without a call per command. Where the gateway cannot push (an older
+// gateway, or a proxy that does not carry server streams) it polls RoundInfo every poll.
+func (c *GatewayClient) NextRound(ctx context.Context, after uint64, poll time.Duration) (*mohito.RoundInfo, error) {
+	f := &c.rounds
+	for {
+		f.mu.Lock()
+		f.lastUse = time.Now()
+		ri, ch, unpushed := f.ri, f.changed, f.unpushed
+		if !f.running && !unpushed {
+			f.running = true
+			go c.feed()
+		}
+		f.mu.Unlock()
+		if unpushed {
+			ri, err := c.RoundInfo(ctx)
+			if err == nil && ri.T > after {
+				return ri, nil
+			}
+			if !clock.Sleep(ctx, poll) {
+				return nil, context.Cause(ctx)
+			}
+			continue
+		}
+		if ri != nil && ri.T > after {
+			return ri, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// feed holds the Rounds stream open, re-opening it when the gateway ends it, until the feed
+// is idle, the connection closes or the gateway turns out not to push rounds.
+func (c *GatewayClient) feed() {
+	f := &c.rounds
+	backoff := 50 * time.Millisecond
+	stop := func(unpushed bool, err error) {
+		f.mu.Lock()
+		f.running, f.lastError = false, err
+		f.unpushed = f.unpushed || unpushed
+		close(f.changed)
+		f.changed = make(chan struct{})
+		f.mu.Unlock()
+	}
+	for {
+		f.mu.Lock()
+		var after uint64
+		if f.ri != nil {
+			after = f.ri.T
+		}
+		idle := time.Since(f.lastUse) > feedIdle
+		f.mu.Unlock()
+		if idle {
+			stop(false, nil)
+			return
+		}
+		err := c.followRounds(after)
+		switch status.Code(err) {
+		case codes.OK:
+			backoff = 50 * time.Millisecond
+			continue
+		case codes.Unimplemented:
+			stop(true, err)
+			return
+		case codes.Canceled:
+			stop(false, err) // the connection is closing
+			return
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// followRounds reads one Rounds stream to its end (nil when the gateway ended it).
+func (c *GatewayClient) followRounds(after uint64) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := c.rpc.Rounds(c.auth(ctx), &mohitov1.RoundsRequest{After: &after})
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ri, err := mohito.ParseRoundInfo(resp.GetRoundInfo())
+		if err != nil {
+			return status.Error(codes.Internal, "malformed M0 on the rounds stream")
+		}
+		f := &c.rounds
+		f.mu.Lock()
+		if f.ri == nil || ri.T > f.ri.T {
+			f.ri = ri
+			close(f.changed)
+			f.changed = make(chan struct{})
+		}
+		f.mu.Unlock()
+	}
+}

@@ -1,0 +1,276 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// pushEnv is a gateway on a real NATS server (round-info bucket, release notices) with an
+// in-memory round store, served over TCP on loopback.
+type pushEnv struct {
+	g     *Gateway
+	nc    *nats.Conn
+	store *roundstate.Memory
+	alice *client.GatewayClient
+}
+
+func startPushGateway(t *testing.T) *pushEnv {
+	t.Helper()
+	n := testenv.StartNATS(t)
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := LoadDeployment("testdata/deployment.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := roundstate.NewMemory(64)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g, err := NewGateway(ctx, GatewayConfig{Deployment: d, JS: js, Store: store, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(testenv.Host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewGRPCServer()
+	g.Register(srv)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := client.DialGateway(l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &pushEnv{g: g, nc: nc, store: store, alice: client.NewGatewayClient(conn, "tok-alice")}
+}
+
+func (e *pushEnv) calls(method, code string) float64 {
+	return testutil.ToFloat64(e.g.cfg.Metrics.GatewayCalls.WithLabelValues(method, code))
+}
+
+// admit puts one of alice's commands into round t (status open) and returns its index.
+func (e *pushEnv) admit(t *testing.T, round uint64) uint32 {
+	t.Helper()
+	p := e.g.cfg.Deployment.Params
+	ctx := context.Background()
+	if err := e.store.SetStatus(ctx, round, roundstate.StatusOpen); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := e.store.Admit(ctx, round, "alice", p.Q, wellFormedM1(p, round))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx
+}
+
+type fetched struct {
+	m11 []byte
+	err error
+}
+
+// parked starts a long-poll Fetch and waits until the gateway holds it.
+func (e *pushEnv) parked(t *testing.T, round uint64, idx uint32, wait time.Duration) <-chan fetched {
+	t.Helper()
+	before := testutil.ToFloat64(e.g.cfg.Metrics.GatewayWaiting)
+	out := make(chan fetched, 1)
+	go func() {
+		m11, err := e.alice.FetchWait(context.Background(), round, idx, wait)
+		out <- fetched{m11, err}
+	}()
+	testenv.Eventually(t, 10*time.Second, "the Fetch to be parked", func() error {
+		if got := testutil.ToFloat64(e.g.cfg.Metrics.GatewayWaiting); got <= before {
+			return fmt.Errorf("%v parked", got)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestFetchIsAnsweredWhenTheRoundIsReleased: a long-poll Fetch is held while its round's
+// responses are being routed — also once its own response is in the mailbox, since responses
+// are released per round — and answered, with its M11, as soon as the responder announces
+// the release; the user made exactly one call for it (no polling).
+func TestFetchIsAnsweredWhenTheRoundIsReleased(t *testing.T) {
+	e := startPushGateway(t)
+	ctx := context.Background()
+	const round = 7
+	idx := e.admit(t, round)
+	got := e.parked(t, round, idx, 15*time.Second)
+
+	m11 := bytes.Repeat([]byte{0xa5}, e.g.cfg.Deployment.Params.UserResponseSize())
+	if err := e.store.PutResponse(ctx, "alice", round, idx, m11); err != nil {
+		t.Fatal(err)
+	}
+	// Another round's release is handled (the notice reached this gateway) ...
+	e.admit(t, round+1)
+	_ = e.store.SetStatus(ctx, round+1, roundstate.StatusDone)
+	AnnounceRelease(e.nc, round+1, roundstate.StatusDone)
+	testenv.Eventually(t, 10*time.Second, "the other round's release", func() error {
+		if e.g.rel.status(ctx, round+1) != roundstate.StatusDone {
+			return fmt.Errorf("not seen")
+		}
+		return nil
+	})
+	// ... and, with several backstop periods past, this round's call is still held: its
+	// response is in the mailbox but the round is not released.
+	time.Sleep(3 * releaseBackstop)
+	select {
+	case f := <-got:
+		t.Fatalf("Fetch returned before the round was released: %v", f.err)
+	default:
+	}
+
+	if err := e.store.SetStatus(ctx, round, roundstate.StatusDone); err != nil {
+		t.Fatal(err)
+	}
+	AnnounceRelease(e.nc, round, roundstate.StatusDone)
+	var f fetched
+	select {
+	case f = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Fetch not answered after the release")
+	}
+	if f.err != nil || !bytes.Equal(f.m11, m11) {
+		t.Fatalf("Fetch after release: %d bytes, %v", len(f.m11), f.err)
+	}
+	if n := e.calls("Fetch", "OK"); n != 1 {
+		t.Fatalf("%v Fetch calls for one response; want 1", n)
+	}
+	// Once released, a Fetch is answered at once, with or without a wait.
+	if b, err := e.alice.Fetch(ctx, round, idx); err != nil || !bytes.Equal(b, m11) {
+		t.Fatalf("Fetch of a released round: %v", err)
+	}
+}
+
+// TestFetchWaitExpires: a long-poll on a round that is never released ends with
+// DEADLINE_EXCEEDED and a message saying to fetch again; without a wait the same ticket is
+// NOT_FOUND at once, even with its response in the mailbox (not released yet).
+func TestFetchWaitExpires(t *testing.T) {
+	e := startPushGateway(t)
+	ctx := context.Background()
+	idx := e.admit(t, 3)
+	_ = e.store.PutResponse(ctx, "alice", 3, idx, make([]byte, e.g.cfg.Deployment.Params.UserResponseSize()))
+	_, err := e.alice.FetchWait(ctx, 3, idx, 300*time.Millisecond)
+	st, _ := status.FromError(err)
+	if st.Code() != codes.DeadlineExceeded || st.Message() != "round 3 not released within the wait of 300ms: fetch again" {
+		t.Fatalf("expired wait: %v", err)
+	}
+	if _, err := e.alice.Fetch(ctx, 3, idx); status.Code(err) != codes.NotFound {
+		t.Fatalf("Fetch without a wait of an unreleased round: %v", err)
+	}
+	// The caller's own deadline bounds the wait: the gateway answers before it.
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = e.alice.FetchWait(cctx, 3, idx, time.Minute)
+	if st, _ := status.FromError(err); st.Code() != codes.DeadlineExceeded || !bytes.Contains([]byte(st.Message()), []byte("not released")) {
+		t.Fatalf("wait past the call's deadline: %v", err)
+	}
+}
+
+// TestFetchLearnsOfAbortWithoutNotice: the coordinator aborts a round by its status only;
+// the gateway's backstop finds it and the parked call ends with ABORTED.
+func TestFetchLearnsOfAbortWithoutNotice(t *testing.T) {
+	e := startPushGateway(t)
+	idx := e.admit(t, 4)
+	got := e.parked(t, 4, idx, 15*time.Second)
+	_ = e.store.SetStatus(context.Background(), 4, roundstate.StatusAborted)
+	select {
+	case f := <-got:
+		if status.Code(f.err) != codes.Aborted {
+			t.Fatalf("Fetch of an aborted round: %v", f.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abort did not reach the parked Fetch")
+	}
+}
+
+// TestRoundsArePushed: NextRound returns the round as the coordinator publishes it, over
+// one Rounds stream — no RoundInfo call, and a later round arrives on the same stream.
+func TestRoundsArePushed(t *testing.T) {
+	e := startPushGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := e.g.cfg.Deployment.Params
+	m0 := func(round uint64) []byte {
+		ik, err := mohito.GenerateKey(p.Suite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ri := &mohito.RoundInfo{T: round, Params: p, IntegratorKey: ik.PublicKey(), ShufflerKey: ik.PublicKey()}
+		b, err := ri.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if err := e.g.rounds.put(ctx, 10, m0(10)); err != nil {
+		t.Fatal(err)
+	}
+	ri, err := e.alice.NextRound(ctx, 0, time.Hour)
+	if err != nil || ri.T != 10 {
+		t.Fatalf("first round: %v, %v", ri, err)
+	}
+	next := make(chan *mohito.RoundInfo, 1)
+	go func() {
+		ri, _ := e.alice.NextRound(ctx, 10, time.Hour)
+		next <- ri
+	}()
+	if err := e.g.rounds.put(ctx, 11, m0(11)); err != nil {
+		t.Fatal(err)
+	}
+	if ri := <-next; ri == nil || ri.T != 11 {
+		t.Fatalf("next round: %v", ri)
+	}
+	if n := e.calls("RoundInfo", "OK"); n != 0 {
+		t.Fatalf("%v RoundInfo calls; rounds should have been pushed", n)
+	}
+	if n := testutil.ToFloat64(e.g.cfg.Metrics.GatewayCalls.WithLabelValues("Rounds", "OK")); n > 1 {
+		t.Fatalf("%v Rounds streams ended; want the one stream still open", n)
+	}
+	// RoundInfo answers from the followed round, not the bucket.
+	if b, err := e.g.roundInfo(ctx); err != nil || !bytes.Equal(b[:10], m0(11)[:10]) {
+		t.Fatalf("RoundInfo: %v", err)
+	}
+}
+
+// FuzzReleaseNotice: the release notice is network input; it never panics, and it releases a
+// round only when it names one with the status done or aborted.
+func FuzzReleaseNotice(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(append([]byte{0, 0, 0, 0, 0, 0, 0, 7}, roundstate.StatusDone...))
+	f.Add(append([]byte{0, 0, 0, 0, 0, 0, 0, 7}, "open"...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := newReleases(roundstate.NewMemory(4))
+		r.onNotice(&nats.Msg{Data: data})
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		want := len(data) >= 8 && released(string(data[8:]))
+		if (len(r.done) == 1) != want {
+			t.Fatalf("notice %x: %d rounds released", data, len(r.done))
+		}
+	})
+}
