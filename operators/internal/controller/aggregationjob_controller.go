@@ -76,8 +76,8 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// Workloads live in the trust domains' namespaces, out of reach of owner references: the
 	// finalizer is what removes them when the job goes.
 	if runs {
-		if requeue, err := addFinalizer(ctx, r.Client, &job, WorkloadsFinalizer); requeue || err != nil {
-			return ctrl.Result{Requeue: requeue}, err
+		if stop, err := addFinalizer(ctx, r.Client, &job, WorkloadsFinalizer); stop || err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	before := job.Status.DeepCopy()
@@ -157,7 +157,7 @@ func (r *AggregationJobReconciler) evaluate(ctx context.Context, job *pdav1.Aggr
 		if k := d.td.Keys.SecretRef; k != nil && k.Epochs {
 			return *degraded(common.ReasonInvalidKey, "%s key: keys.secretRef.epochs applies to Mohito keys only; a PDA key bundle is one Secret entry", d.role), nil
 		}
-		if _, o, err := r.Keys.check(ctx, d.td.Namespace, d.role+" key", d.td.Keys, 0); err != nil || o != nil {
+		if _, o, err := r.Keys.check(ctx, d.td.Namespace, d.role+" key", d.td.Keys, nil); err != nil || o != nil {
 			return deref(o), err
 		}
 	}

@@ -238,7 +238,9 @@ func (r *AggregationJobReconciler) finalize(ctx context.Context, job *pdav1.Aggr
 	controllerutil.RemoveFinalizer(job, WorkloadsFinalizer)
 	if err := r.Update(ctx, job); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ctrl.Result{Requeue: apierrors.IsConflict(err)}, nil
+			// Gone, or changed since it was read: the watch event for the change reconciles
+			// it again with fresh data (as writeStatus does for a status conflict).
+			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("remove finalizer of aggregation job %s/%s: %w", job.Namespace, job.Name, err)
 	}

@@ -14,10 +14,75 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
+	mohitolib "github.com/obscura-iot/obscura/services/pkg/mohito"
 )
 
-// X25519KeySize is the length of an X25519 private key (Mohito's sk_I and sk_V).
+// X25519KeySize is the length of an X25519 private key (Mohito's sk_I and sk_V in the X25519
+// suite).
 const X25519KeySize = 32
+
+// MLKEM768X25519SeedSize is the length of a Mohito private key in the MLKEM768X25519 suite: the
+// 32-byte seed from which the hybrid KEM derives its ML-KEM-768 and X25519 keys (crypto/hpke), not
+// an expanded ML-KEM decapsulation key. It equals X25519KeySize, which is why a check of "32 bytes"
+// passed for both suites without checking either; keyFormat names and parses each explicitly.
+const MLKEM768X25519SeedSize = 32
+
+// keyFormat is what every entry of a key Secret must hold for the services that load it.
+type keyFormat struct {
+	name  string             // for messages: "X25519 private key"
+	size  int                // bytes after keys.Decode
+	parse func([]byte) error // the services' own parser, so the check cannot drift from them
+}
+
+// symmetricKey is a key format of size bytes in which any bytes are a key.
+func symmetricKey(size int, name string) *keyFormat {
+	return &keyFormat{name: name, size: size, parse: func([]byte) error { return nil }}
+}
+
+// mohitoSuites are the HPKE suites a Round's spec.suite names, with their private-key formats.
+var mohitoSuites = map[string]struct {
+	suite mohitolib.Suite
+	size  int
+	what  string
+}{
+	"X25519":         {mohitolib.SuiteX25519, X25519KeySize, "X25519 private key"},
+	"MLKEM768X25519": {mohitolib.SuiteMLKEM768X25519, MLKEM768X25519SeedSize, "MLKEM768X25519 private key seed"},
+}
+
+// mohitoKeyFormat is the format of Mohito private keys in suite (spec.suite of a Round; "" is the
+// default X25519) as mohito.ParsePrivateKey takes them.
+func mohitoKeyFormat(suite string) (*keyFormat, error) {
+	if suite == "" {
+		suite = "X25519"
+	}
+	s, ok := mohitoSuites[suite]
+	if !ok {
+		return nil, fmt.Errorf("suite %q has no key format (X25519 or MLKEM768X25519)", suite)
+	}
+	return &keyFormat{name: s.what, size: s.size, parse: func(b []byte) error {
+		_, err := mohitolib.ParsePrivateKey(s.suite, b)
+		return err
+	}}, nil
+}
+
+// vendorKeyFormat is the format of a vendor's private key: a Vendor can be selected by Rounds of
+// either suite, so its key must load in every one.
+func vendorKeyFormat() *keyFormat {
+	f := &keyFormat{name: "private key of every suite (X25519, MLKEM768X25519)", size: X25519KeySize}
+	f.parse = func(b []byte) error {
+		for _, name := range []string{"X25519", "MLKEM768X25519"} {
+			sf, _ := mohitoKeyFormat(name)
+			if len(b) != sf.size {
+				return fmt.Errorf("%s: want %d bytes", name, sf.size)
+			}
+			if err := sf.parse(b); err != nil {
+				return fmt.Errorf("%s: %v", name, err)
+			}
+		}
+		return nil
+	}
+	return f
+}
 
 // secretKeyIndex indexes objects by the Secrets their key references name, so that creating or
 // fixing a Secret re-reconciles the objects waiting for it.
@@ -32,10 +97,11 @@ type KeyCheck struct {
 }
 
 // check verifies that ref resolves in namespace ns and returns the key epochs of a Secret
-// reference (epoch 0 for a single key; nil for Vault, which the operator does not read). wantLen
-// > 0 also checks every key's length. It returns a degraded outcome when the reference is not
-// usable, and an error only when the API server could not answer.
-func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyReference, wantLen int) ([]int32, *outcome, error) {
+// reference (epoch 0 for a single key; nil for Vault, which the operator does not read). A
+// non-nil format also checks that every key decodes and parses as the services load it. It
+// returns a degraded outcome when the reference is not usable, and an error only when the API
+// server could not answer.
+func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyReference, format *keyFormat) ([]int32, *outcome, error) {
 	switch {
 	case ref.Vault != nil:
 		if ref.Vault.Address == "" && k.VaultAddress == "" {
@@ -54,13 +120,13 @@ func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyRefe
 			return nil, nil, fmt.Errorf("get key Secret %s/%s: %w", ns, ref.SecretRef.Name, err)
 		}
 		if ref.SecretRef.Epochs {
-			return checkEpochs(what, &s, wantLen)
+			return checkEpochs(what, &s, format)
 		}
 		key := ref.SecretRef.Key
 		if key == "" {
 			key = "private.key"
 		}
-		if o := checkKeyEntry(what, &s, key, wantLen); o != nil {
+		if o := checkKeyEntry(what, &s, key, format); o != nil {
 			return nil, o, nil
 		}
 		return []int32{0}, nil, nil
@@ -71,14 +137,14 @@ func (k KeyCheck) check(ctx context.Context, ns, what string, ref common.KeyRefe
 }
 
 // checkEpochs lists the epoch-<n>.key entries of a key ring Secret, ascending, and checks each.
-func checkEpochs(what string, s *corev1.Secret, wantLen int) ([]int32, *outcome, error) {
+func checkEpochs(what string, s *corev1.Secret, format *keyFormat) ([]int32, *outcome, error) {
 	var epochs []int32
 	for name := range s.Data {
 		n, ok := keys.ParseEpochFileName(name)
 		if !ok {
 			continue
 		}
-		if o := checkKeyEntry(what, s, name, wantLen); o != nil {
+		if o := checkKeyEntry(what, s, name, format); o != nil {
 			return nil, o, nil
 		}
 		epochs = append(epochs, int32(n))
@@ -91,9 +157,9 @@ func checkEpochs(what string, s *corev1.Secret, wantLen int) ([]int32, *outcome,
 	return epochs, nil, nil
 }
 
-// checkKeyEntry checks one entry of a key Secret: present, non-empty and, with wantLen > 0, a
-// key of that length in an encoding the services accept. Messages never show the content.
-func checkKeyEntry(what string, s *corev1.Secret, key string, wantLen int) *outcome {
+// checkKeyEntry checks one entry of a key Secret: present, non-empty and, with a format, a key
+// of that format in an encoding the services accept. Messages never show the content.
+func checkKeyEntry(what string, s *corev1.Secret, key string, format *keyFormat) *outcome {
 	v, ok := s.Data[key]
 	switch {
 	case !ok:
@@ -101,16 +167,19 @@ func checkKeyEntry(what string, s *corev1.Secret, key string, wantLen int) *outc
 	case len(v) == 0:
 		return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q is empty", what, s.Namespace, s.Name, key)
 	}
-	if wantLen > 0 {
+	if format != nil {
 		// What the services accept (services/pkg/keys): raw, hex or base64 text.
 		k, err := keys.Decode(v)
-		if err == nil && len(k) != wantLen {
+		if err == nil && len(k) != format.size {
 			err = fmt.Errorf("decodes to %d bytes", len(k))
+		}
+		if err == nil {
+			err = format.parse(k)
 		}
 		clear(k)
 		if err != nil {
-			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes: want a %d-byte private key (raw, hex or base64): %v",
-				what, s.Namespace, s.Name, key, len(v), wantLen, err)
+			return degraded(common.ReasonInvalidKey, "%s: Secret %s/%s key %q holds %d bytes: want a %d-byte %s (raw, hex or base64): %v",
+				what, s.Namespace, s.Name, key, len(v), format.size, format.name, err)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -248,6 +249,10 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
 	s.Spec.Weight = nil
 	update(t, s)
+	// One vendor with a shuffler is not enough: the services take every selected vendor as V*
+	// in turn, and the small vendor's rounds would abort without a shuffler of its own.
+	waitReadyMessage(t, rd, conds, ReasonNoShufflerAvailable, "vendor(s) small of the 2 selected")
+	create(t, shuffler(ns, "small-shuffler", "small"))
 
 	waitReady(t, rd, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
 	keySecret(t, ns, "integrator-key", X25519KeySize)
@@ -256,8 +261,8 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
 	waitEvent(t, rd, "Normal", common.ReasonReconciled)
-	if rd.Status.Vendors != 2 || rd.Status.Shufflers != 1 || rd.Status.PaddedCapacity != 160+200 {
-		t.Errorf("status vendors/shufflers/capacity = %d/%d/%d, want 2/1/360",
+	if rd.Status.Vendors != 2 || rd.Status.Shufflers != 2 || rd.Status.PaddedCapacity != 160+200 {
+		t.Errorf("status vendors/shufflers/capacity = %d/%d/%d, want 2/2/360",
 			rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity)
 	}
 
@@ -292,4 +297,20 @@ func readyCondition(conds []metav1.Condition) *metav1.Condition {
 		}
 	}
 	return nil
+}
+
+// waitReadyMessage waits until obj is not Ready for reason with a message containing want (for a
+// reason that stays the same while its message changes).
+func waitReadyMessage(t *testing.T, obj client.Object, conds func() []metav1.Condition, reason, want string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%T %s Ready=False/%s %q", obj, obj.GetName(), reason, want), func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := readyCondition(conds())
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason || !contains(c.Message, want) {
+			return fmt.Errorf("ready condition %+v", c)
+		}
+		return nil
+	})
 }

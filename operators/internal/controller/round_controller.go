@@ -32,7 +32,9 @@ const (
 	ReasonInvalidSelector = "InvalidSelector"
 	// ReasonNoVendorsSelected: spec.vendorSelector matches no Vendor.
 	ReasonNoVendorsSelected = "NoVendorsSelected"
-	// ReasonNoShufflerAvailable: no ready Shuffler with a positive weight serves a selected vendor.
+	// ReasonNoShufflerAvailable: some selected vendor has no healthy Shuffler with a positive
+	// weight. The coordinator takes every selected vendor as V* in turn (it does not skip an
+	// unavailable one), so that vendor's rounds would all abort.
 	ReasonNoShufflerAvailable = "NoShufflerAvailable"
 	// ReasonCapacityTooSmall: some vendor's K_v cannot hold base + δ + jitter, or C_v ≤ δ.
 	ReasonCapacityTooSmall = "CapacityTooSmall"
@@ -136,7 +138,11 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 	}
 	rd.Status.Shufflers = int32(len(shufflers))
 
-	epochs, o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, X25519KeySize)
+	format, err := mohitoKeyFormat(rd.Spec.Suite)
+	if err != nil {
+		return *degraded(common.ReasonInvalidKey, "integrator key: %v", err), nil, nil
+	}
+	epochs, o, err := r.Keys.check(ctx, rd.Namespace, "integrator key", rd.Spec.Keys, format)
 	if err != nil || o != nil {
 		return deref(o), nil, err
 	}
@@ -202,7 +208,9 @@ func checkCapacities(rd *mohitov1.Round, vendors []mohitov1.Vendor) *outcome {
 }
 
 // eligibleShufflers returns the ready Shufflers with a positive weight that run for a selected
-// vendor and match the series' shuffler selector.
+// vendor and match the series' shuffler selector. Every selected vendor needs one: the services
+// choose each vendor as V* in turn, and a round whose V* has no shuffler aborts — a Round that
+// reported Ready with one vendor uncovered aborted that vendor's share of rounds.
 func (r *RoundReconciler) eligibleShufflers(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) ([]mohitov1.Shuffler, *outcome, error) {
 	sel := labels.Everything()
 	if rd.Spec.ShufflerPolicy.Selector != nil {
@@ -221,15 +229,23 @@ func (r *RoundReconciler) eligibleShufflers(ctx context.Context, rd *mohitov1.Ro
 		selected[v.Name] = true
 	}
 	var out []mohitov1.Shuffler
+	covered := make(map[string]bool, len(vendors))
 	for _, s := range list.Items {
 		if selected[s.Spec.VendorRef.Name] && isHealthy(s.Status.Conditions) && s.Status.EffectiveWeight > 0 {
 			out = append(out, s)
+			covered[s.Spec.VendorRef.Name] = true
 		}
 	}
-	if len(out) == 0 {
+	var missing []string
+	for _, v := range vendors {
+		if !covered[v.Name] {
+			missing = append(missing, v.Name)
+		}
+	}
+	if len(missing) > 0 {
 		return nil, degraded(ReasonNoShufflerAvailable,
-			"no healthy Shuffler with a positive weight runs for the %d selected vendors; rounds cannot run without one (they are never processed without a shuffler, spec G7)",
-			len(vendors)), nil
+			"no healthy Shuffler with a positive weight runs for vendor(s) %s of the %d selected; each vendor is V* in turn and a round is never processed without its shuffler (spec G7), so those rounds would abort",
+			strings.Join(missing, ", "), len(vendors)), nil
 	}
 	return out, nil, nil
 }

@@ -84,8 +84,8 @@ func (r *SecurePipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// The garbler lives in another namespace, out of reach of owner references: the finalizer
 	// is what removes it when the pipeline goes.
 	if runs {
-		if requeue, err := addFinalizer(ctx, r.Client, &p, PipelineFinalizer); requeue || err != nil {
-			return ctrl.Result{Requeue: requeue}, err
+		if stop, err := addFinalizer(ctx, r.Client, &p, PipelineFinalizer); stop || err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	before := p.Status.DeepCopy()
@@ -167,11 +167,11 @@ func (r *SecurePipelineReconciler) checkSecrets(ctx context.Context, p *ppsv1.Se
 		if err != nil {
 			return nil, fmt.Errorf("get garbler key Secret %s/%s: %w", g.Namespace, k.SecretRef.Name, err)
 		}
-		if o := checkKeyEntry("garbler identity key", &s, orDefaultString(k.SecretRef.IdentityKey, "identity.key"), 0); o != nil {
+		if o := checkKeyEntry("garbler identity key", &s, orDefaultString(k.SecretRef.IdentityKey, "identity.key"), nil); o != nil {
 			return o, nil
 		}
 		// The sealing key is a 32-byte symmetric key (XChaCha20-Poly1305 envelope).
-		if o := checkKeyEntry("garbler sealing key", &s, orDefaultString(k.SecretRef.SealKey, "seal.key"), 32); o != nil {
+		if o := checkKeyEntry("garbler sealing key", &s, orDefaultString(k.SecretRef.SealKey, "seal.key"), symmetricKey(32, "XChaCha20-Poly1305 sealing key")); o != nil {
 			return o, nil
 		}
 	default:

@@ -206,7 +206,9 @@ func (r *SecurePipelineReconciler) finalize(ctx context.Context, p *ppsv1.Secure
 	controllerutil.RemoveFinalizer(p, PipelineFinalizer)
 	if err := r.Update(ctx, p); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return ctrl.Result{Requeue: apierrors.IsConflict(err)}, nil
+			// Gone, or changed since it was read: the watch event for the change reconciles
+			// it again with fresh data (as writeStatus does for a status conflict).
+			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("remove finalizer of secure pipeline %s/%s: %w", p.Namespace, p.Name, err)
 	}

@@ -53,9 +53,10 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// addFinalizer adds finalizer to obj unless it is there. A conflict asks for a requeue (the
-// next reconcile sees the newer object) rather than an error.
-func addFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) (requeue bool, err error) {
+// addFinalizer adds finalizer to obj unless it is there. A conflict ends this reconcile without
+// an error (stop): someone changed the object since it was read, and the watch event for that
+// change reconciles it again with fresh data — as writeStatus does for a status conflict.
+func addFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) (stop bool, err error) {
 	if controllerutil.ContainsFinalizer(obj, finalizer) {
 		return false, nil
 	}

@@ -98,7 +98,7 @@ func (r *VendorReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 func (r *VendorReconciler) evaluate(ctx context.Context, v *mohitov1.Vendor) (outcome, error) {
-	epochs, o, err := r.Keys.check(ctx, v.Namespace, "vendor key", v.Spec.Keys, X25519KeySize)
+	epochs, o, err := r.Keys.check(ctx, v.Namespace, "vendor key", v.Spec.Keys, vendorKeyFormat())
 	if err != nil || o != nil {
 		return deref(o), err
 	}
