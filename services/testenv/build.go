@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 )
 
 // RunWithBinary is a TestMain body for tests of a shipped binary: it builds the main package
@@ -20,11 +19,7 @@ func RunWithBinary(m interface{ Run() int }, pkg string, binary *string) {
 		os.Exit(1)
 	}
 	*binary = filepath.Join(dir, name)
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
-	cmd := exec.Command(gobin, "build", "-o", *binary, pkg)
+	cmd := exec.Command(GoTool(), "build", "-o", *binary, pkg)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build %s: %v\n", name, err)
@@ -34,4 +29,13 @@ func RunWithBinary(m interface{ Run() int }, pkg string, binary *string) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// GoTool is the go command that runs the tests: go test puts its own GOROOT/bin first in the
+// PATH of the test binary, so the first "go" in PATH is the toolchain building this test.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "go"
 }

@@ -31,8 +31,6 @@ type Vault struct {
 	RootToken string
 	// LogPath is the server's log (stdout and stderr), under the test's temporary directory.
 	LogPath string
-
-	client *vault.Client
 }
 
 // Addr returns "http://127.0.0.1:<port>", the value for VAULT_ADDR or --vault-addr.

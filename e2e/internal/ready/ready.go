@@ -27,7 +27,7 @@ func Check(u *unstructured.Unstructured) error {
 		if m["status"] == "True" && gen == u.GetGeneration() {
 			return nil
 		}
-		return fmt.Errorf("Ready=%v %v: %v", m["status"], m["reason"], m["message"])
+		return fmt.Errorf("condition Ready=%v %v: %v", m["status"], m["reason"], m["message"])
 	}
 	return fmt.Errorf("no Ready condition yet")
 }

@@ -118,7 +118,7 @@ func NATSSecretUsers(s *corev1.Secret) ([]NATSUser, error) {
 	src := s.Namespace + "/" + s.Name
 	account := s.Annotations[AnnotationNATSAccount]
 	if _, ok := natsAccountRank(account); !ok {
-		return nil, fmt.Errorf("Secret %s: annotation %s %q names no account the operator renders", src, AnnotationNATSAccount, account)
+		return nil, fmt.Errorf("credentials Secret %s: annotation %s %q names no account the operator renders", src, AnnotationNATSAccount, account)
 	}
 	users := []NATSUser{{Account: account, Name: string(s.Data[NATSUserKey]), Password: string(s.Data[NATSPasswordKey]), Source: src}}
 	if strings.HasPrefix(account, PPSAccountPrefix) {
@@ -127,7 +127,7 @@ func NATSSecretUsers(s *corev1.Secret) ([]NATSUser, error) {
 	}
 	if d, ok := s.Data[NATSDeviceUserKey]; ok {
 		if !strings.HasPrefix(account, "VENDOR") {
-			return nil, fmt.Errorf("Secret %s: only a vendor's credentials hold a device user", src)
+			return nil, fmt.Errorf("credentials Secret %s: only a vendor's credentials hold a device user", src)
 		}
 		users = append(users, NATSUser{Account: account, Name: string(d), Password: string(s.Data[NATSDevicePasswordKey]), Device: true, Source: src})
 	}
@@ -140,13 +140,13 @@ func ppsDeviceUsers(s *corev1.Secret, account, src string) ([]NATSUser, error) {
 	var subs []string
 	if a := s.Annotations[AnnotationPPSSubscribers]; a != "" {
 		if err := json.Unmarshal([]byte(a), &subs); err != nil {
-			return nil, fmt.Errorf("Secret %s: annotation %s: %v", src, AnnotationPPSSubscribers, err)
+			return nil, fmt.Errorf("credentials Secret %s: annotation %s: %v", src, AnnotationPPSSubscribers, err)
 		}
 	}
 	var fns []string
 	if fn := s.Annotations[AnnotationPPSFn]; fn != "" {
 		if err := ppscontract.ValidFnID(fn); err != nil {
-			return nil, fmt.Errorf("Secret %s: annotation %s: %v", src, AnnotationPPSFn, err)
+			return nil, fmt.Errorf("credentials Secret %s: annotation %s: %v", src, AnnotationPPSFn, err)
 		}
 		fns = []string{fn}
 	}

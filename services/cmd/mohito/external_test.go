@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,11 +36,7 @@ import (
 func buildMohito(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "mohito")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
-	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("build mohito: %v\n%s", err, out)
 	}

@@ -115,13 +115,6 @@ func readFlag(b byte) (bool, error) {
 	return b == 1, nil
 }
 
-func flagByte(ok bool) byte {
-	if ok {
-		return 1
-	}
-	return 0
-}
-
 // readElems reads n canonical elements.
 func readElems(b []byte, out ...*Elem) error {
 	for i, e := range out {

@@ -28,8 +28,7 @@ func threadCPU() time.Duration {
 }
 
 type stageClock struct {
-	cpu    time.Duration
-	counts mulCounts
+	cpu time.Duration
 }
 
 func startStage() *stageClock {

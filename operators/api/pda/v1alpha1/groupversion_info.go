@@ -15,6 +15,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "pda.obscura.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
+	//lint:ignore SA1019 kubebuilder's API layout: the kinds register themselves in init through this builder
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
 
 	// AddToScheme adds the kinds of this package to a runtime.Scheme.

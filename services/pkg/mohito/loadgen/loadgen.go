@@ -112,7 +112,6 @@ type roundAcc struct {
 	rep  roles.RoundReport
 	done time.Time
 	k    int
-	lat  []time.Duration
 }
 
 // DeviceCounts spreads total devices over vendors with a power-law skew.

@@ -98,8 +98,7 @@ func BenchmarkServiceProxy(b *testing.B) {
 	// Scalar multiplications per key at the proxy (one 500-item request, whose proofs are
 	// batch-verified, counted on this goroutine).
 	one := mk(9999)
-	var counts pda.MulCounts
-	counts = pda.CountMultiplications(func() {
+	counts := pda.CountMultiplications(func() {
 		g.ingest(e.ctx, p, suite, "participant-0", "pid", hex.EncodeToString(one.sid[:]), one.sid[:], w, one.items)
 	})
 	reqs := make([]req, 0, b.N)

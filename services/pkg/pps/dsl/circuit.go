@@ -101,8 +101,6 @@ func (g *gates) not(x cbit) cbit {
 	return wireOf(w)
 }
 
-func (g *gates) or(x, y cbit) cbit { return g.not(g.and(g.not(x), g.not(y))) }
-
 // muxBit is s ? t : f with one AND: f ⊕ (s ∧ (f ⊕ t)).
 func (g *gates) muxBit(s, t, f cbit) cbit { return g.xor(f, g.and(s, g.xor(f, t))) }
 

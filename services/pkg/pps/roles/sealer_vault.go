@@ -63,7 +63,7 @@ func (c VaultConfig) Validate() error {
 		errs = append(errs, errors.New("--vault-addr must be an http:// or https:// URL"))
 	}
 	if (c.Role == "") == (c.TokenFile == "") {
-		errs = append(errs, errors.New("Vault needs exactly one of --vault-role (Kubernetes auth) and --vault-token-file (token auth)"))
+		errs = append(errs, errors.New("exactly one of --vault-role (Kubernetes auth) and --vault-token-file (token auth) is needed for Vault"))
 	}
 	return errors.Join(errs...)
 }
