@@ -40,6 +40,7 @@ type brokerConfig struct {
 	pipelinesReload                     time.Duration
 	workers, chunkBytes, streamReplicas int
 	leaseTTL                            time.Duration
+	check                               string
 }
 
 func (c *brokerConfig) bind(f *envflag.Set) {
@@ -57,6 +58,7 @@ func (c *brokerConfig) bind(f *envflag.Set) {
 	f.Int(&c.chunkBytes, "chunk-bytes", roles.DefaultChunkBytes, "garbled stream chunk asked of the garbler, and the evaluator's read window (bytes)")
 	f.Int(&c.streamReplicas, "stream-replicas", 1, "replicas of the PPS_PUB, PPS_DEV and PPS_OUT streams (3 in production)")
 	f.Duration(&c.leaseTTL, "lease-ttl", 10*time.Second, "TTL of the scheduler lease: how long a crashed leader's ticks wait for a standby")
+	f.String(&c.check, "check", contract.CheckKKRT, "consistency check of faithful pipelines that name none: kkrt (KKRT batched OPRF, D16b) or oprf (OPRF-PSI, D16a)")
 }
 
 // validate checks the settings without reading anything.
@@ -92,6 +94,9 @@ func (c *brokerConfig) validate() error {
 	}
 	if c.leaseTTL < time.Second {
 		bad("--lease-ttl %s: want at least 1s", c.leaseTTL)
+	}
+	if c.check != contract.CheckKKRT && c.check != contract.CheckOPRF {
+		bad("--check %q: want %s or %s", c.check, contract.CheckKKRT, contract.CheckOPRF)
 	}
 	return daemon.JoinConfig(errs)
 }
@@ -169,10 +174,12 @@ func runBroker(args []string) error {
 		return nil
 	})
 	// Garble's data messages are at most a chunk (the margin covers the header and framing);
-	// a consistency-check reply grows with the function's input bits (5.3 MB for 9 × 288
-	// values), so the limit is the largest reply pps can encode.
+	// a consistency-check reply grows with the function's input bits (OPRF-PSI: 5.3 MB for
+	// 9 × 288 values; KKRT: 1.3 MB), so the limit is the largest reply pps can encode, and
+	// requests may be as large as the garbler accepts (a KKRT request is 68 B per position).
 	cc, err := grpc.NewClient(c.garblerAddr, grpc.WithTransportCredentials(credentials.NewTLS(sec.tls)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(c.chunkBytes+gc.MaxContext+(1<<20), pps.MaxPSIResponseSize+(1<<10)))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(c.chunkBytes+gc.MaxContext+(1<<20), pps.MaxPSIResponseSize+(1<<10), pps.MaxKKRTResponseSize+(1<<10))),
+			grpc.MaxCallSendMsgSize(roles.GarblerMaxRecvMsgSize())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
 	if err != nil {
 		return daemon.ConfigError(fmt.Errorf("--garbler-addr: %w", err))
@@ -188,7 +195,7 @@ func runBroker(args []string) error {
 		once.Do(func() {
 			b, err = roles.NewBroker(roles.BrokerOptions{NC: rt.NC, JS: rt.JS, Redis: rdb, Garbler: ppsv1.NewGarblerClient(cc),
 				Pipelines: sec.pipelines, Workers: c.workers, ChunkBytes: c.chunkBytes, StreamReplicas: c.streamReplicas,
-				LeaseTTL: c.leaseTTL, Logger: rt.Log, Registerer: rt.Registry})
+				LeaseTTL: c.leaseTTL, Check: c.check, Logger: rt.Log, Registerer: rt.Registry})
 		})
 		if b == nil {
 			return nil, nil, daemon.ConfigError(err)

@@ -22,7 +22,6 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
-	"github.com/obscura-iot/obscura/services/pkg/pps"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	"github.com/obscura-iot/obscura/services/pkg/pps/roles"
@@ -48,6 +47,7 @@ type garblerConfig struct {
 	identity, identityKeyFile, vaultID string
 	vault                              roles.VaultConfig
 	seedTTL                            time.Duration
+	kkrtSessionTTL                     time.Duration
 	chunkBytes                         int
 	metricsAddr, healthAddr, addrFile  string
 	logLevel                           string
@@ -77,6 +77,7 @@ func (c *garblerConfig) bind(f *envflag.Set) {
 	f.String(&v.JWTFile, "vault-jwt-file", keys.DefaultJWTFile, "service account token for the Kubernetes auth login")
 	f.String(&v.TransitMount, "vault-transit-mount", roles.DefaultTransitMount, "mount path of Vault's Transit engine")
 	f.Duration(&c.seedTTL, "seed-ttl", roles.DefaultSeedTTL, "how long retained round seeds live unless a function says otherwise (D8)")
+	f.Duration(&c.kkrtSessionTTL, "kkrt-session-ttl", roles.DefaultKKRTSessionTTL, "how long a broker's KKRT consistency-check session lives without a check (D16b)")
 	f.Int(&c.chunkBytes, "chunk-bytes", roles.DefaultChunkBytes, "garbled stream data message size (bytes)")
 	f.String(&c.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "Prometheus /metrics listen address")
 	f.String(&c.healthAddr, "health-addr", daemon.DefaultHealthAddr, "/healthz and /readyz listen address")
@@ -139,6 +140,9 @@ func (c *garblerConfig) validate() error {
 	}
 	if c.seedTTL < time.Second || c.seedTTL > roles.MaxSeedTTL {
 		bad("--seed-ttl %s: want 1s to %s", c.seedTTL, roles.MaxSeedTTL)
+	}
+	if c.kkrtSessionTTL < time.Second || c.kkrtSessionTTL > 7*24*time.Hour {
+		bad("--kkrt-session-ttl %s: want 1s to 168h", c.kkrtSessionTTL)
 	}
 	if c.chunkBytes < roles.MinChunkBytes || c.chunkBytes > roles.MaxChunkBytes {
 		bad("--chunk-bytes %d: want %d to %d", c.chunkBytes, roles.MinChunkBytes, roles.MaxChunkBytes)
@@ -301,9 +305,10 @@ func runGarbler(args []string) error {
 		return err
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(sec.tls)),
-		// The largest consistency check pps accepts (pps.MaxPSIElements positions: 4 bytes
-		// and a 32-byte element each) and its answer; the parking day needs 3 and 5 MB.
-		grpc.MaxRecvMsgSize(pps.MaxPSIElements*36+1<<10), grpc.MaxSendMsgSize(pps.MaxPSIResponseSize),
+		// The largest consistency check pps accepts (KKRT: pps.MaxKKRTRequestSize; OPRF-PSI:
+		// pps.MaxPSIElements positions of 36 bytes) and its answer; the parking day needs
+		// 5.6 and 1.3 MB (KKRT), 3 and 5 MB (OPRF-PSI).
+		grpc.MaxRecvMsgSize(roles.GarblerMaxRecvMsgSize()), grpc.MaxSendMsgSize(roles.GarblerMaxSendMsgSize()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	gb.Register(srv)
 	var serving atomic.Bool
@@ -372,7 +377,7 @@ func (c *garblerConfig) setup(ctx context.Context, log *slog.Logger, rdb *redis.
 		cancel()
 		if err == nil {
 			g, err := roles.NewGarbler(roles.GarblerOptions{Functions: c.functions, Redis: rdb, Sealer: sealer, Signer: signer, Logger: log,
-				Registerer: reg, SeedTTL: c.seedTTL, ChunkBytes: c.chunkBytes})
+				Registerer: reg, SeedTTL: c.seedTTL, ChunkBytes: c.chunkBytes, KKRTSessionTTL: c.kkrtSessionTTL})
 			if err != nil {
 				return nil, nil, daemon.ConfigError(err)
 			}

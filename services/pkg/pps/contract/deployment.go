@@ -14,6 +14,14 @@ const (
 	ModeHardened = "hardened" // H1 (D21): masked values, OT extension, no identity gates
 )
 
+// Consistency checks of a faithful function (the SecurePipeline's spec.check, the broker's
+// --check default): the KKRT batched OPRF over a base-OT session (D16b, the default) or the
+// OPRF-PSI on circl (D16a), 300–400× slower.
+const (
+	CheckKKRT = "kkrt"
+	CheckOPRF = "oprf"
+)
+
 // PipelinesFile is the file both the broker and the garbler read their functions from (the
 // operator renders it into a ConfigMap from the SecurePipeline resources; `obscura demo` and
 // the tests write it directly). Each party takes what it needs: the garbler never learns a
@@ -30,6 +38,9 @@ type Pipeline struct {
 	Source string `json:"source"`
 	// Mode is ModeFaithful or ModeHardened.
 	Mode string `json:"mode"`
+	// Check is the consistency check of a faithful function: CheckKKRT, CheckOPRF, or empty
+	// for the broker's default. A hardened function has none (it must be empty).
+	Check string `json:"check,omitempty"`
 	// Publishers maps every topic the program reads ((val "<topic>"), (window ...),
 	// (static ...)) to the device id of its publisher.
 	Publishers []PipelinePublisher `json:"publishers"`
@@ -83,6 +94,12 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.Mode != ModeFaithful && p.Mode != ModeHardened {
 		bad("mode %q, want %q or %q", p.Mode, ModeFaithful, ModeHardened)
+	}
+	switch {
+	case p.Check != "" && p.Check != CheckKKRT && p.Check != CheckOPRF:
+		bad("check %q, want %q, %q or empty", p.Check, CheckKKRT, CheckOPRF)
+	case p.Check != "" && p.Mode == ModeHardened:
+		bad("check %q: a hardened function has no consistency check (D21)", p.Check)
 	}
 	if p.Window.Duration <= 0 || p.Schedule.Duration <= 0 {
 		bad("window %s and schedule %s must be positive", p.Window, p.Schedule)

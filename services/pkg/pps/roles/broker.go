@@ -60,6 +60,10 @@ type Broker struct {
 	workers    chan struct{}
 
 	ot brokerOT // the OT-extension session of hardened executions (H1, D21)
+	// kkrt is the replica's KKRT consistency-check session with the garbler (D16b), over
+	// kkrtT; its checks are serialised.
+	kkrt  *pps.KKRTChecker
+	kkrtT *brokerKKRT
 }
 
 // BrokerOptions configure a Broker.
@@ -89,6 +93,9 @@ type BrokerOptions struct {
 	LeaseTTL   time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Check is the consistency check of faithful pipelines that do not name one:
+	// contract.CheckKKRT (default) or contract.CheckOPRF.
+	Check string
 	// Clock drives the schedule (default: the wall clock); Rand draws execution ids and the
 	// consistency check's seed and blinds (default crypto/rand).
 	Clock BrokerClock
@@ -271,6 +278,12 @@ func NewBroker(opt BrokerOptions) (*Broker, error) {
 	if opt.Workers < 0 || opt.ChunkBytes < 0 || opt.StreamReplicas < 0 || opt.LeaseTTL < 0 {
 		errs = append(errs, errors.New("broker: negative workers, chunk bytes, stream replicas or lease TTL"))
 	}
+	if opt.Check == "" {
+		opt.Check = contract.CheckKKRT
+	}
+	if opt.Check != contract.CheckKKRT && opt.Check != contract.CheckOPRF {
+		errs = append(errs, fmt.Errorf("broker: consistency check %q, want %q or %q", opt.Check, contract.CheckKKRT, contract.CheckOPRF))
+	}
 	set, err := compileBrokerPipelines(opt.Pipelines)
 	if err != nil {
 		errs = append(errs, err)
@@ -311,7 +324,9 @@ func NewBroker(opt BrokerOptions) (*Broker, error) {
 		opt: opt, log: opt.Logger, m: NewBrokerMetrics(opt.Registerer), clk: opt.Clock, rand: opt.Rand,
 		store: NewBrokerStore(opt.Redis, set.retention), set: set, gen: make(chan struct{}),
 		workers: make(chan struct{}, opt.Workers),
+		kkrtT:   &brokerKKRT{g: opt.Garbler},
 	}
+	b.kkrt = &pps.KKRTChecker{Garbler: b.kkrtT, Rand: opt.Rand}
 	b.publishFunctionStates()
 	return b, nil
 }

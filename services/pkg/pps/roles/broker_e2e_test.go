@@ -313,6 +313,10 @@ type btWorldOpts struct {
 	// mode is the pipeline's mode (default faithful); mixed, if set, is the body of a second
 	// pipeline of the other mode over the same publishers, with one subscriber of its own.
 	mode, mixed string
+	// check is the broker's default consistency check, pipelineCheck the pipeline's own
+	// (both empty: the defaults); garbler are options of the garbler.
+	check, pipelineCheck string
+	garbler              []garblerEnvOption
 }
 
 // startWorld runs n publishers and one subscriber of the pipeline computing body over their
@@ -336,6 +340,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	if o.mode != "" {
 		p.Mode = o.mode
 	}
+	p.Check = o.pipelineCheck
 	f, err := dsl.Compile(p.Source)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +365,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 		}
 		pipelines, fns = append(pipelines, p2), append(fns, f2.ID)
 	}
-	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, fns), g: newGarblerEnv(t), view: &btView{}, p: p, f: f, p2: p2, f2: f2, period: period,
+	w := &btWorld{brokerEnv: startBrokerEnvFor(t, devs, fns), g: newGarblerEnv(t, o.garbler...), view: &btView{}, p: p, f: f, p2: p2, f2: f2, period: period,
 		calls: map[string][]any{}}
 	start := time.Now().Truncate(period).Add(period / 6)
 	w.clk = clock.NewManual(start)
@@ -406,7 +411,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	_ = obs.Flush()
 
 	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: pipelines,
-		Clock: w.clk, ChunkBytes: 4096}, nil)
+		Clock: w.clk, ChunkBytes: 4096, Check: o.check}, nil)
 	if o.unregistered {
 		return w
 	}

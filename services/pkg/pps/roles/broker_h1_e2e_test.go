@@ -69,8 +69,9 @@ func TestBrokerHardenedEndToEndOverMQTT(t *testing.T) {
 			t.Errorf("execution record %+v", e)
 		}
 	}
-	if n := len(w.requests(ppsv1.Garbler_CheckConsistency_FullMethodName)); n != 0 {
-		t.Errorf("%d consistency checks in H1, want none", n)
+	if n := len(w.requests(ppsv1.Garbler_CheckConsistency_FullMethodName)) + len(w.requests(ppsv1.Garbler_EvaluateKKRT_FullMethodName)) +
+		len(w.requests(ppsv1.Garbler_SetupKKRT_FullMethodName)); n != 0 {
+		t.Errorf("%d consistency-check calls in H1, want none", n)
 	}
 	if n := len(w.requests(ppsv1.Garbler_OTSetup_FullMethodName)); n != 1 || w.b.OTSetups() != 1 {
 		t.Errorf("%d OTSetup calls (%d setups), want one session for both executions", n, w.b.OTSetups())
@@ -110,7 +111,7 @@ func TestBrokerMixedFaithfulAndHardened(t *testing.T) {
 	o := w.runTick(t, 9)
 	w.check(t, o, xs, nil)
 	checkOutput(t, w.sub2, w.f2, w.sub2.next(t), xs, nil)
-	if n := len(w.requests(ppsv1.Garbler_CheckConsistency_FullMethodName)); n != 1 {
+	if n := len(w.requests(ppsv1.Garbler_EvaluateKKRT_FullMethodName)) + len(w.requests(ppsv1.Garbler_CheckConsistency_FullMethodName)); n != 1 {
 		t.Errorf("%d consistency checks, want one (the faithful pipeline's)", n)
 	}
 	if n := len(w.requests(ppsv1.Garbler_OTSetup_FullMethodName)); n != 1 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -132,3 +134,87 @@ func (b *Broker) OTSetups() int {
 	defer b.ot.mu.Unlock()
 	return b.ot.setups
 }
+
+// brokerKKRT carries the KKRT consistency check (D16b) to the garbler for the replica's
+// pps.KKRTChecker: SetupKKRT once per session, EvaluateKKRT per check. The function and the
+// slots' publisher rounds of a check travel in its context (kkrtCall), since the checker's
+// transport interface carries the protocol messages only.
+type brokerKKRT struct {
+	g      ppsv1.GarblerClient
+	setups atomic.Int64 // SetupKKRT round trips that succeeded
+}
+
+// kkrtCall is one check's function, slots, and (filled in by EvaluateKKRT) the slots the
+// garbler reports erased.
+type kkrtCall struct {
+	fn     string
+	slots  []*ppsv1.SlotInput
+	erased []uint32
+}
+
+type kkrtCallKey struct{}
+
+func (t *brokerKKRT) SetupKKRT(ctx context.Context, m *ot.KKRTSetup) (*ot.KKRTSetupReply, error) {
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.g.SetupKKRT(ctx, &ppsv1.SetupKKRTRequest{Setup: b})
+	if err != nil {
+		return nil, err
+	}
+	var reply ot.KKRTSetupReply
+	if err := reply.UnmarshalBinary(resp.GetSetupReply()); err != nil {
+		return nil, err
+	}
+	t.setups.Add(1)
+	return &reply, nil
+}
+
+func (t *brokerKKRT) EvaluateKKRT(ctx context.Context, req *pps.KKRTCheckRequest) (*pps.KKRTCheckResponse, error) {
+	call, ok := ctx.Value(kkrtCallKey{}).(*kkrtCall)
+	if !ok {
+		return nil, errors.New("kkrt check without its function and slots")
+	}
+	b, err := req.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.g.EvaluateKKRT(ctx, &ppsv1.EvaluateKKRTRequest{FnId: call.fn, Slots: call.slots, KkrtRequest: b})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range resp.ErasedSlots {
+		if !slices.ContainsFunc(call.slots, func(in *ppsv1.SlotInput) bool { return in.Slot == s }) {
+			return nil, fmt.Errorf("garbler reports slot %d erased, which was not checked: %w", s, pps.ErrMalformed)
+		}
+	}
+	call.erased = resp.ErasedSlots
+	var out pps.KKRTCheckResponse
+	if err := out.UnmarshalBinary(resp.KkrtResponse); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// kkrtCheck runs one KKRT check of fn over recv. A garbler that no longer holds the session
+// (restart, eviction, idle expiry) answers ABORTED; the checker has then dropped its side,
+// and the check runs once more over a new session.
+func (b *Broker) kkrtCheck(ctx context.Context, fn string, checked []*ppsv1.SlotInput, exec pps.ExecID, recv []pps.ReceivedLabel) (bad []pps.Position, erased []uint32, err error) {
+	for attempt := 0; ; attempt++ {
+		call := &kkrtCall{fn: fn, slots: checked}
+		bad, err = b.kkrt.Check(context.WithValue(ctx, kkrtCallKey{}, call), exec, recv)
+		if err == nil {
+			return bad, call.erased, nil
+		}
+		if status.Code(err) == codes.Aborted && attempt == 0 {
+			b.log.Info("garbler does not hold the KKRT session, setting up again", "err", err)
+			continue
+		}
+		return nil, nil, err
+	}
+}
+
+// KKRTSetups is the number of KKRT consistency-check sessions this broker has set up with
+// the garbler (D16b).
+func (b *Broker) KKRTSetups() int { return int(b.kkrtT.setups.Load()) }

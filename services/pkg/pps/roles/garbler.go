@@ -67,6 +67,9 @@ type GarblerOptions struct {
 	// MaxRetained bounds how many skipped rounds' seeds one ratchet advance retains
 	// (default DefaultMaxRetained).
 	MaxRetained int
+	// KKRTSessionTTL is how long a KKRT consistency-check session lives without a check
+	// (default DefaultKKRTSessionTTL); its broker then sets up a new one.
+	KKRTSessionTTL time.Duration
 	// Rand supplies ephemeral keys, nonces and function keys (nil: crypto/rand). The
 	// garbling engine always draws Δ, π and the execution id from crypto/rand (D22).
 	Rand io.Reader
@@ -94,6 +97,8 @@ type Garbler struct {
 
 	// ots are the OT-extension sender sessions of H1 (D21), in memory only.
 	ots *otSessions
+	// kkrt are the KKRT consistency-check sessions (D16b), in memory only.
+	kkrt *kkrtSessions
 	// inputsSeen, set only by this package's tests, sees each execution's garbler inputs
 	// (both labels of every wire) so the broker's view can be checked against them.
 	inputsSeen func(fn string, in []gc.Input)
@@ -139,6 +144,12 @@ func NewGarbler(opts GarblerOptions) (*Garbler, error) {
 	if opts.MaxRetained < 0 || opts.MaxRetained > pps.DefaultMaxSkip {
 		errs = append(errs, fmt.Errorf("max retained %d: want 1 to %d", opts.MaxRetained, pps.DefaultMaxSkip))
 	}
+	if opts.KKRTSessionTTL == 0 {
+		opts.KKRTSessionTTL = DefaultKKRTSessionTTL
+	}
+	if opts.KKRTSessionTTL < time.Second || opts.KKRTSessionTTL > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("KKRT session TTL %s: want 1s to 168h", opts.KKRTSessionTTL))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("garbler: %w", err)
 	}
@@ -148,9 +159,11 @@ func NewGarbler(opts GarblerOptions) (*Garbler, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Reader
 	}
+	m := newGarblerMetrics(opts.Registerer)
 	return &Garbler{opts: opts, rdb: opts.Redis, sealer: opts.Sealer, signer: opts.Signer, log: opts.Logger,
-		m: newGarblerMetrics(opts.Registerer), rand: opts.Rand, fns: map[string]*compiledFn{},
-		ots: newOTSessions(MaxOTSessions)}, nil
+		m: m, rand: opts.Rand, fns: map[string]*compiledFn{},
+		ots:  newOTSessions(MaxOTSessions),
+		kkrt: newKKRTSessions(MaxKKRTSessions, opts.KKRTSessionTTL, m, opts.Logger.Info)}, nil
 }
 
 // Register registers the Garbler service on s.

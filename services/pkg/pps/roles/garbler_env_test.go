@@ -190,7 +190,7 @@ func serveGarbler(t *testing.T, g *Garbler, serverCA, clientCA *gtCA) (string, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.MaxRecvMsgSize(64<<20))
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)), grpc.MaxRecvMsgSize(GarblerMaxRecvMsgSize()), grpc.MaxSendMsgSize(GarblerMaxSendMsgSize()))
 	g.Register(srv)
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ln); close(done) }()
@@ -214,7 +214,7 @@ func (e *garblerEnv) dial(t *testing.T, clientCA, serverCA *gtCA) ppsv1.GarblerC
 func gtDial(t *testing.T, addr string, creds credentials.TransportCredentials) ppsv1.GarblerClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(GarblerMaxSendMsgSize()), grpc.MaxCallSendMsgSize(GarblerMaxRecvMsgSize())))
 	if err != nil {
 		t.Fatal(err)
 	}

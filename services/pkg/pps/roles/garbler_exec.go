@@ -69,6 +69,38 @@ func (s *slotSeeds) labels(slot int) (*[pps.ValueBits]pps.LabelPair, error) {
 	return &l, nil
 }
 
+// labelSource is a pps.LabelSource over the slots' seeds for positions in ascending order:
+// it derives one slot's 32 label pairs at a time and erases them when it moves on; done
+// erases the last.
+func (s *slotSeeds) labelSource() (source pps.LabelSource, done func()) {
+	var (
+		curSlot = -1
+		cur     *[pps.ValueBits]pps.LabelPair
+	)
+	done = func() {
+		if cur != nil {
+			clear(cur[:])
+		}
+	}
+	source = func(p pps.Position) (pps.LabelPair, error) {
+		if p.Slot() != curSlot {
+			done()
+			cur = nil
+			curSlot = p.Slot()
+			l, err := s.labels(curSlot)
+			if err != nil {
+				return pps.LabelPair{}, err
+			}
+			cur = l
+		}
+		if cur == nil {
+			return pps.LabelPair{}, pps.ErrRoundErased
+		}
+		return cur[p.Bit()], nil
+	}
+	return source, done
+}
+
 // slotSeeds checks the broker's slot inputs and fetches their round seeds, advancing the
 // publishers' ratchets (spec §8.1, D8).
 func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1.SlotInput) (*slotSeeds, error) {
@@ -152,33 +184,8 @@ func (g *Garbler) CheckConsistency(ctx context.Context, req *ppsv1.CheckConsiste
 		return nil, err
 	}
 	defer ss.zero()
-	var (
-		curSlot = -1
-		cur     *[pps.ValueBits]pps.LabelPair
-	)
-	defer func() {
-		if cur != nil {
-			clear(cur[:])
-		}
-	}()
-	source := func(p pps.Position) (pps.LabelPair, error) {
-		if p.Slot() != curSlot {
-			if cur != nil {
-				clear(cur[:])
-				cur = nil
-			}
-			curSlot = p.Slot()
-			l, err := ss.labels(curSlot)
-			if err != nil {
-				return pps.LabelPair{}, err
-			}
-			cur = l
-		}
-		if cur == nil {
-			return pps.LabelPair{}, pps.ErrRoundErased
-		}
-		return cur[p.Bit()], nil
-	}
+	source, done := ss.labelSource()
+	defer done()
 	resp, err := pps.RespondPSI(&psi, source)
 	if err != nil {
 		return nil, g.reject(codes.InvalidArgument, "malformed_psi", fmt.Errorf("consistency check: %w", err))

@@ -21,6 +21,11 @@ type garblerMetrics struct {
 	conflicts  prometheus.Counter
 	otSessions prometheus.Gauge
 	ots        prometheus.Counter
+	// The KKRT consistency check (D16b).
+	kkrtSessions  prometheus.Gauge
+	kkrtSetups    prometheus.Counter
+	kkrtEnded     *prometheus.CounterVec // reason (expired|evicted|dropped)
+	kkrtPositions prometheus.Counter
 }
 
 func newGarblerMetrics(reg prometheus.Registerer) *garblerMetrics {
@@ -57,11 +62,19 @@ func newGarblerMetrics(reg prometheus.Registerer) *garblerMetrics {
 			Help: "OT-extension sender sessions held in memory (hardened mode H1)."}),
 		ots: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_ots_total",
 			Help: "Correlated OTs answered for hardened-mode input labels."}),
+		kkrtSessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pps_garbler_kkrt_sessions",
+			Help: "KKRT consistency-check sessions held in memory."}),
+		kkrtSetups: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_kkrt_setups_total",
+			Help: "KKRT consistency-check sessions set up."}),
+		kkrtEnded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_garbler_kkrt_sessions_ended_total",
+			Help: "KKRT sessions dropped, by reason: expired (idle), evicted (table full), dropped (a batch out of order)."}, []string{"reason"}),
+		kkrtPositions: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_kkrt_positions_total",
+			Help: "Positions answered in KKRT consistency checks."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.setups, m.rejections, m.functions, m.revokes, m.checks, m.psiElems, m.erased,
 			m.executions, m.ands, m.bytes, m.garbleSecs, m.released, m.retained, m.conflicts,
-			m.otSessions, m.ots)
+			m.otSessions, m.ots, m.kkrtSessions, m.kkrtSetups, m.kkrtEnded, m.kkrtPositions)
 	}
 	return m
 }

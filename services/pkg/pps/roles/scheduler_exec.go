@@ -296,9 +296,10 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	return nil
 }
 
-// check is the consistency check of a faithful execution (spec §3.4, D16a) over the labels
-// of every slot still valid: slots the garbler reports erased and slots with a label that
-// is not one of the wire's two become nullified.
+// check is the consistency check of a faithful execution (spec §3.4) over the labels of
+// every slot still valid, with the pipeline's checker (its own, else the broker's default):
+// KKRT (D16b) over the replica's session, or the OPRF-PSI (D16a). Slots the garbler reports
+// erased and slots with a label that is not one of the wire's two become nullified.
 func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, slots []schedSlot, e *Execution) error {
 	var recv []pps.ReceivedLabel
 	var checked []*ppsv1.SlotInput
@@ -312,14 +313,28 @@ func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, 
 		}
 	}
 	t0 := time.Now()
-	psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
-	bad, err := (&pps.OPRFChecker{Garbler: psi, Rand: b.rand}).Check(ctx, exec, recv)
+	var (
+		bad    []pps.Position
+		erased []uint32
+		err    error
+	)
+	e.Checker = f.p.Check
+	if e.Checker == "" {
+		e.Checker = b.opt.Check
+	}
+	if e.Checker == contract.CheckOPRF {
+		psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
+		bad, err = (&pps.OPRFChecker{Garbler: psi, Rand: b.rand}).Check(ctx, exec, recv)
+		erased = psi.erased
+	} else {
+		bad, erased, err = b.kkrtCheck(ctx, f.f.ID, checked, exec, recv)
+	}
 	if err != nil {
-		return fmt.Errorf("consistency check: %w", err)
+		return fmt.Errorf("consistency check (%s): %w", e.Checker, err)
 	}
 	e.Check = time.Since(t0)
 	b.m.Latency.WithLabelValues(f.p.Name, "check").Observe(e.Check.Seconds())
-	for _, s := range psi.erased {
+	for _, s := range erased {
 		slots[s].reason = pps.Erased
 	}
 	for _, s := range pps.BadSlots(bad) {

@@ -309,8 +309,9 @@ type Execution struct {
 	Exec      string              `json:"exec"`
 	Tick      uint64              `json:"tick"`
 	At        time.Time           `json:"at"`
-	Status    string              `json:"status"`         // contract.StatusOK, StatusInsufficient, or "failed"
-	Mode      string              `json:"mode,omitempty"` // contract.ModeFaithful or ModeHardened
+	Status    string              `json:"status"`            // contract.StatusOK, StatusInsufficient, or "failed"
+	Mode      string              `json:"mode,omitempty"`    // contract.ModeFaithful or ModeHardened
+	Checker   string              `json:"checker,omitempty"` // faithful: contract.CheckKKRT or CheckOPRF
 	Round     uint64              `json:"round,omitempty"`
 	Epoch     uint64              `json:"epoch,omitempty"`
 	Valid     int                 `json:"valid"`

@@ -1217,6 +1217,223 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{17}
 }
 
+type SetupKKRTRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// setup is the broker's ot.KKRTSetup (MarshalBinary).
+	Setup         []byte `protobuf:"bytes,1,opt,name=setup,proto3" json:"setup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetupKKRTRequest) Reset() {
+	*x = SetupKKRTRequest{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetupKKRTRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetupKKRTRequest) ProtoMessage() {}
+
+func (x *SetupKKRTRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetupKKRTRequest.ProtoReflect.Descriptor instead.
+func (*SetupKKRTRequest) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SetupKKRTRequest) GetSetup() []byte {
+	if x != nil {
+		return x.Setup
+	}
+	return nil
+}
+
+type SetupKKRTResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// setup_reply is the garbler's ot.KKRTSetupReply (MarshalBinary).
+	SetupReply []byte `protobuf:"bytes,1,opt,name=setup_reply,json=setupReply,proto3" json:"setup_reply,omitempty"`
+	// session_id is the session the garbler now holds (16 bytes, the setup's).
+	SessionId     []byte `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetupKKRTResponse) Reset() {
+	*x = SetupKKRTResponse{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetupKKRTResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetupKKRTResponse) ProtoMessage() {}
+
+func (x *SetupKKRTResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetupKKRTResponse.ProtoReflect.Descriptor instead.
+func (*SetupKKRTResponse) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetupKKRTResponse) GetSetupReply() []byte {
+	if x != nil {
+		return x.SetupReply
+	}
+	return nil
+}
+
+func (x *SetupKKRTResponse) GetSessionId() []byte {
+	if x != nil {
+		return x.SessionId
+	}
+	return nil
+}
+
+type EvaluateKKRTRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	FnId  string                 `protobuf:"bytes,1,opt,name=fn_id,json=fnId,proto3" json:"fn_id,omitempty"`
+	Slots []*SlotInput           `protobuf:"bytes,2,rep,name=slots,proto3" json:"slots,omitempty"`
+	// kkrt_request is a pps.KKRTCheckRequest (MarshalBinary), at most
+	// pps.MaxKKRTRequestSize bytes.
+	KkrtRequest   []byte `protobuf:"bytes,3,opt,name=kkrt_request,json=kkrtRequest,proto3" json:"kkrt_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateKKRTRequest) Reset() {
+	*x = EvaluateKKRTRequest{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateKKRTRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateKKRTRequest) ProtoMessage() {}
+
+func (x *EvaluateKKRTRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateKKRTRequest.ProtoReflect.Descriptor instead.
+func (*EvaluateKKRTRequest) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *EvaluateKKRTRequest) GetFnId() string {
+	if x != nil {
+		return x.FnId
+	}
+	return ""
+}
+
+func (x *EvaluateKKRTRequest) GetSlots() []*SlotInput {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *EvaluateKKRTRequest) GetKkrtRequest() []byte {
+	if x != nil {
+		return x.KkrtRequest
+	}
+	return nil
+}
+
+type EvaluateKKRTResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kkrt_response is a pps.KKRTCheckResponse (MarshalBinary), at most
+	// pps.MaxKKRTResponseSize bytes.
+	KkrtResponse []byte `protobuf:"bytes,1,opt,name=kkrt_response,json=kkrtResponse,proto3" json:"kkrt_response,omitempty"`
+	// erased_slots: slots whose round seed the garbler no longer holds (or whose publisher's
+	// policy refuses the function); their positions get random tags.
+	ErasedSlots   []uint32 `protobuf:"varint,2,rep,packed,name=erased_slots,json=erasedSlots,proto3" json:"erased_slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateKKRTResponse) Reset() {
+	*x = EvaluateKKRTResponse{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateKKRTResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateKKRTResponse) ProtoMessage() {}
+
+func (x *EvaluateKKRTResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateKKRTResponse.ProtoReflect.Descriptor instead.
+func (*EvaluateKKRTResponse) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *EvaluateKKRTResponse) GetKkrtResponse() []byte {
+	if x != nil {
+		return x.KkrtResponse
+	}
+	return nil
+}
+
+func (x *EvaluateKKRTResponse) GetErasedSlots() []uint32 {
+	if x != nil {
+		return x.ErasedSlots
+	}
+	return nil
+}
+
 // Publisher rounds at or below before_round are released.
 type ReleaseRequest_Release struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1228,7 +1445,7 @@ type ReleaseRequest_Release struct {
 
 func (x *ReleaseRequest_Release) Reset() {
 	*x = ReleaseRequest_Release{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1457,7 @@ func (x *ReleaseRequest_Release) String() string {
 func (*ReleaseRequest_Release) ProtoMessage() {}
 
 func (x *ReleaseRequest_Release) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,11 +1574,25 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\aRelease\x12\x15\n" +
 	"\x06pub_id\x18\x01 \x01(\tR\x05pubId\x12!\n" +
 	"\fbefore_round\x18\x02 \x01(\x04R\vbeforeRound\"\x11\n" +
-	"\x0fReleaseResponse*B\n" +
+	"\x0fReleaseResponse\"(\n" +
+	"\x10SetupKKRTRequest\x12\x14\n" +
+	"\x05setup\x18\x01 \x01(\fR\x05setup\"S\n" +
+	"\x11SetupKKRTResponse\x12\x1f\n" +
+	"\vsetup_reply\x18\x01 \x01(\fR\n" +
+	"setupReply\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\fR\tsessionId\"~\n" +
+	"\x13EvaluateKKRTRequest\x12\x13\n" +
+	"\x05fn_id\x18\x01 \x01(\tR\x04fnId\x12/\n" +
+	"\x05slots\x18\x02 \x03(\v2\x19.obscura.pps.v1.SlotInputR\x05slots\x12!\n" +
+	"\fkkrt_request\x18\x03 \x01(\fR\vkkrtRequest\"^\n" +
+	"\x14EvaluateKKRTResponse\x12#\n" +
+	"\rkkrt_response\x18\x01 \x01(\fR\fkkrtResponse\x12!\n" +
+	"\ferased_slots\x18\x02 \x03(\rR\verasedSlots*B\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rMODE_FAITHFUL\x10\x01\x12\x11\n" +
-	"\rMODE_HARDENED\x10\x022\xc9\x04\n" +
+	"\rMODE_HARDENED\x10\x022\xf6\x05\n" +
 	"\aGarbler\x12D\n" +
 	"\x05Setup\x12\x1c.obscura.pps.v1.SetupRequest\x1a\x1d.obscura.pps.v1.SetupResponse\x12e\n" +
 	"\x10RegisterFunction\x12'.obscura.pps.v1.RegisterFunctionRequest\x1a(.obscura.pps.v1.RegisterFunctionResponse\x12G\n" +
@@ -1369,7 +1600,9 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\x10CheckConsistency\x12'.obscura.pps.v1.CheckConsistencyRequest\x1a(.obscura.pps.v1.CheckConsistencyResponse\x12I\n" +
 	"\x06Garble\x12\x1d.obscura.pps.v1.GarbleRequest\x1a\x1e.obscura.pps.v1.GarbleResponse0\x01\x12J\n" +
 	"\aRelease\x12\x1e.obscura.pps.v1.ReleaseRequest\x1a\x1f.obscura.pps.v1.ReleaseResponse\x12J\n" +
-	"\aOTSetup\x12\x1e.obscura.pps.v1.OTSetupRequest\x1a\x1f.obscura.pps.v1.OTSetupResponseBDZBgithub.com/obscura-iot/obscura/services/proto/obscura/pps/v1;ppsv1b\x06proto3"
+	"\aOTSetup\x12\x1e.obscura.pps.v1.OTSetupRequest\x1a\x1f.obscura.pps.v1.OTSetupResponse\x12P\n" +
+	"\tSetupKKRT\x12 .obscura.pps.v1.SetupKKRTRequest\x1a!.obscura.pps.v1.SetupKKRTResponse\x12Y\n" +
+	"\fEvaluateKKRT\x12#.obscura.pps.v1.EvaluateKKRTRequest\x1a$.obscura.pps.v1.EvaluateKKRTResponseBDZBgithub.com/obscura-iot/obscura/services/proto/obscura/pps/v1;ppsv1b\x06proto3"
 
 var (
 	file_obscura_pps_v1_garbler_proto_rawDescOnce sync.Once
@@ -1384,7 +1617,7 @@ func file_obscura_pps_v1_garbler_proto_rawDescGZIP() []byte {
 }
 
 var file_obscura_pps_v1_garbler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(Mode)(0),                        // 0: obscura.pps.v1.Mode
 	(*SetupRequest)(nil),             // 1: obscura.pps.v1.SetupRequest
@@ -1405,7 +1638,11 @@ var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(*GarbleResponse)(nil),           // 16: obscura.pps.v1.GarbleResponse
 	(*ReleaseRequest)(nil),           // 17: obscura.pps.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),          // 18: obscura.pps.v1.ReleaseResponse
-	(*ReleaseRequest_Release)(nil),   // 19: obscura.pps.v1.ReleaseRequest.Release
+	(*SetupKKRTRequest)(nil),         // 19: obscura.pps.v1.SetupKKRTRequest
+	(*SetupKKRTResponse)(nil),        // 20: obscura.pps.v1.SetupKKRTResponse
+	(*EvaluateKKRTRequest)(nil),      // 21: obscura.pps.v1.EvaluateKKRTRequest
+	(*EvaluateKKRTResponse)(nil),     // 22: obscura.pps.v1.EvaluateKKRTResponse
+	(*ReleaseRequest_Release)(nil),   // 23: obscura.pps.v1.ReleaseRequest.Release
 }
 var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	0,  // 0: obscura.pps.v1.RegisterFunctionRequest.mode:type_name -> obscura.pps.v1.Mode
@@ -1414,26 +1651,31 @@ var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	8,  // 3: obscura.pps.v1.GarbleRequest.slots:type_name -> obscura.pps.v1.SlotInput
 	11, // 4: obscura.pps.v1.GarbleRequest.nullified:type_name -> obscura.pps.v1.Nullified
 	15, // 5: obscura.pps.v1.GarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
-	19, // 6: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
-	1,  // 7: obscura.pps.v1.Garbler.Setup:input_type -> obscura.pps.v1.SetupRequest
-	3,  // 8: obscura.pps.v1.Garbler.RegisterFunction:input_type -> obscura.pps.v1.RegisterFunctionRequest
-	5,  // 9: obscura.pps.v1.Garbler.Revoke:input_type -> obscura.pps.v1.RevokeRequest
-	9,  // 10: obscura.pps.v1.Garbler.CheckConsistency:input_type -> obscura.pps.v1.CheckConsistencyRequest
-	12, // 11: obscura.pps.v1.Garbler.Garble:input_type -> obscura.pps.v1.GarbleRequest
-	17, // 12: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
-	13, // 13: obscura.pps.v1.Garbler.OTSetup:input_type -> obscura.pps.v1.OTSetupRequest
-	2,  // 14: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
-	4,  // 15: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
-	7,  // 16: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
-	10, // 17: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
-	16, // 18: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
-	18, // 19: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
-	14, // 20: obscura.pps.v1.Garbler.OTSetup:output_type -> obscura.pps.v1.OTSetupResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	23, // 6: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
+	8,  // 7: obscura.pps.v1.EvaluateKKRTRequest.slots:type_name -> obscura.pps.v1.SlotInput
+	1,  // 8: obscura.pps.v1.Garbler.Setup:input_type -> obscura.pps.v1.SetupRequest
+	3,  // 9: obscura.pps.v1.Garbler.RegisterFunction:input_type -> obscura.pps.v1.RegisterFunctionRequest
+	5,  // 10: obscura.pps.v1.Garbler.Revoke:input_type -> obscura.pps.v1.RevokeRequest
+	9,  // 11: obscura.pps.v1.Garbler.CheckConsistency:input_type -> obscura.pps.v1.CheckConsistencyRequest
+	12, // 12: obscura.pps.v1.Garbler.Garble:input_type -> obscura.pps.v1.GarbleRequest
+	17, // 13: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
+	13, // 14: obscura.pps.v1.Garbler.OTSetup:input_type -> obscura.pps.v1.OTSetupRequest
+	19, // 15: obscura.pps.v1.Garbler.SetupKKRT:input_type -> obscura.pps.v1.SetupKKRTRequest
+	21, // 16: obscura.pps.v1.Garbler.EvaluateKKRT:input_type -> obscura.pps.v1.EvaluateKKRTRequest
+	2,  // 17: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
+	4,  // 18: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
+	7,  // 19: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
+	10, // 20: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
+	16, // 21: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
+	18, // 22: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
+	14, // 23: obscura.pps.v1.Garbler.OTSetup:output_type -> obscura.pps.v1.OTSetupResponse
+	20, // 24: obscura.pps.v1.Garbler.SetupKKRT:output_type -> obscura.pps.v1.SetupKKRTResponse
+	22, // 25: obscura.pps.v1.Garbler.EvaluateKKRT:output_type -> obscura.pps.v1.EvaluateKKRTResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_obscura_pps_v1_garbler_proto_init() }
@@ -1451,7 +1693,7 @@ func file_obscura_pps_v1_garbler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_obscura_pps_v1_garbler_proto_rawDesc), len(file_obscura_pps_v1_garbler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	Garbler_Garble_FullMethodName           = "/obscura.pps.v1.Garbler/Garble"
 	Garbler_Release_FullMethodName          = "/obscura.pps.v1.Garbler/Release"
 	Garbler_OTSetup_FullMethodName          = "/obscura.pps.v1.Garbler/OTSetup"
+	Garbler_SetupKKRT_FullMethodName        = "/obscura.pps.v1.Garbler/SetupKKRT"
+	Garbler_EvaluateKKRT_FullMethodName     = "/obscura.pps.v1.Garbler/EvaluateKKRT"
 )
 
 // GarblerClient is the client API for Garbler service.
@@ -77,6 +79,19 @@ type GarblerClient interface {
 	// offset fails with ABORTED: the broker runs OTSetup again. INVALID_ARGUMENT: malformed
 	// setup. ALREADY_EXISTS: the session id is taken.
 	OTSetup(ctx context.Context, in *OTSetupRequest, opts ...grpc.CallOption) (*OTSetupResponse, error)
+	// SetupKKRT runs the base OTs of a KKRT consistency-check session (D16b): the broker (OPRF
+	// receiver) sends its ot.KKRTSetup, the garbler (OPRF sender) answers ot.KKRTSetupReply and
+	// keeps a pps.KKRTResponder in memory, keyed by the setup's session id, bounded in count
+	// and dropped after an idle expiry. One session per (broker replica, garbler) link.
+	// INVALID_ARGUMENT: malformed setup. ALREADY_EXISTS: the session id is taken.
+	SetupKKRT(ctx context.Context, in *SetupKKRTRequest, opts ...grpc.CallOption) (*SetupKKRTResponse, error)
+	// EvaluateKKRT answers one KKRT consistency check (spec §3.4, §8.4; D16b): a
+	// pps.KKRTCheckRequest in, a pps.KKRTCheckResponse out, with the slots' publisher rounds
+	// so the garbler can derive both labels of every position, as CheckConsistency. ABORTED:
+	// the request names a session the garbler does not hold (restart, eviction, expiry) or is
+	// not at its next batch; the broker runs SetupKKRT again. FAILED_PRECONDITION: a
+	// hardened-mode function.
+	EvaluateKKRT(ctx context.Context, in *EvaluateKKRTRequest, opts ...grpc.CallOption) (*EvaluateKKRTResponse, error)
 }
 
 type garblerClient struct {
@@ -166,6 +181,26 @@ func (c *garblerClient) OTSetup(ctx context.Context, in *OTSetupRequest, opts ..
 	return out, nil
 }
 
+func (c *garblerClient) SetupKKRT(ctx context.Context, in *SetupKKRTRequest, opts ...grpc.CallOption) (*SetupKKRTResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetupKKRTResponse)
+	err := c.cc.Invoke(ctx, Garbler_SetupKKRT_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *garblerClient) EvaluateKKRT(ctx context.Context, in *EvaluateKKRTRequest, opts ...grpc.CallOption) (*EvaluateKKRTResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvaluateKKRTResponse)
+	err := c.cc.Invoke(ctx, Garbler_EvaluateKKRT_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GarblerServer is the server API for Garbler service.
 // All implementations must embed UnimplementedGarblerServer
 // for forward compatibility.
@@ -203,6 +238,19 @@ type GarblerServer interface {
 	// offset fails with ABORTED: the broker runs OTSetup again. INVALID_ARGUMENT: malformed
 	// setup. ALREADY_EXISTS: the session id is taken.
 	OTSetup(context.Context, *OTSetupRequest) (*OTSetupResponse, error)
+	// SetupKKRT runs the base OTs of a KKRT consistency-check session (D16b): the broker (OPRF
+	// receiver) sends its ot.KKRTSetup, the garbler (OPRF sender) answers ot.KKRTSetupReply and
+	// keeps a pps.KKRTResponder in memory, keyed by the setup's session id, bounded in count
+	// and dropped after an idle expiry. One session per (broker replica, garbler) link.
+	// INVALID_ARGUMENT: malformed setup. ALREADY_EXISTS: the session id is taken.
+	SetupKKRT(context.Context, *SetupKKRTRequest) (*SetupKKRTResponse, error)
+	// EvaluateKKRT answers one KKRT consistency check (spec §3.4, §8.4; D16b): a
+	// pps.KKRTCheckRequest in, a pps.KKRTCheckResponse out, with the slots' publisher rounds
+	// so the garbler can derive both labels of every position, as CheckConsistency. ABORTED:
+	// the request names a session the garbler does not hold (restart, eviction, expiry) or is
+	// not at its next batch; the broker runs SetupKKRT again. FAILED_PRECONDITION: a
+	// hardened-mode function.
+	EvaluateKKRT(context.Context, *EvaluateKKRTRequest) (*EvaluateKKRTResponse, error)
 	mustEmbedUnimplementedGarblerServer()
 }
 
@@ -233,6 +281,12 @@ func (UnimplementedGarblerServer) Release(context.Context, *ReleaseRequest) (*Re
 }
 func (UnimplementedGarblerServer) OTSetup(context.Context, *OTSetupRequest) (*OTSetupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OTSetup not implemented")
+}
+func (UnimplementedGarblerServer) SetupKKRT(context.Context, *SetupKKRTRequest) (*SetupKKRTResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetupKKRT not implemented")
+}
+func (UnimplementedGarblerServer) EvaluateKKRT(context.Context, *EvaluateKKRTRequest) (*EvaluateKKRTResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvaluateKKRT not implemented")
 }
 func (UnimplementedGarblerServer) mustEmbedUnimplementedGarblerServer() {}
 func (UnimplementedGarblerServer) testEmbeddedByValue()                 {}
@@ -374,6 +428,42 @@ func _Garbler_OTSetup_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Garbler_SetupKKRT_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetupKKRTRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GarblerServer).SetupKKRT(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Garbler_SetupKKRT_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GarblerServer).SetupKKRT(ctx, req.(*SetupKKRTRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Garbler_EvaluateKKRT_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvaluateKKRTRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GarblerServer).EvaluateKKRT(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Garbler_EvaluateKKRT_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GarblerServer).EvaluateKKRT(ctx, req.(*EvaluateKKRTRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Garbler_ServiceDesc is the grpc.ServiceDesc for Garbler service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -404,6 +494,14 @@ var Garbler_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OTSetup",
 			Handler:    _Garbler_OTSetup_Handler,
+		},
+		{
+			MethodName: "SetupKKRT",
+			Handler:    _Garbler_SetupKKRT_Handler,
+		},
+		{
+			MethodName: "EvaluateKKRT",
+			Handler:    _Garbler_EvaluateKKRT_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
