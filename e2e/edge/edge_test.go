@@ -148,16 +148,19 @@ func call(ctx context.Context, c *http.Client, addr, token string) (int, string,
 	return resp.StatusCode, st, nil
 }
 
-func TestEdgeTLSAndPerClientRateLimit(t *testing.T) {
-	envoyYAML, files := render(t, "-f", "charts/obscura/values-local.yaml")
+// startEdge renders the chart's edge with values, points its upstream at upstream (host:port
+// on loopback) and starts Envoy; it returns Envoy, the chart's certificate files and the
+// rendered envoy.yaml.
+func startEdge(t *testing.T, upstream string, values ...string) (*testenv.Envoy, map[string][]byte, string) {
+	t.Helper()
+	envoyYAML, files := render(t, values...)
 	certDir := t.TempDir()
 	for k, v := range files {
 		if err := os.WriteFile(filepath.Join(certDir, k), v, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	gw := startGatewayStub(t)
-	_, gwPort, _ := net.SplitHostPort(gw.addr)
+	_, gwPort, _ := net.SplitHostPort(upstream)
 
 	// Rewrite ports and certificate paths only; keep Go's template delimiters out of the rest.
 	for _, p := range []int{edgePort, healthPort, adminPort, upstreamPort} {
@@ -175,7 +178,12 @@ func TestEdgeTLSAndPerClientRateLimit(t *testing.T) {
 		"port_value: "+strconv.Itoa(upstreamPort), "port_value: "+gwPort,
 		"/etc/envoy/tls", certDir,
 	).Replace(envoyYAML)
-	e := testenv.StartEnvoy(t, conf, 2)
+	return testenv.StartEnvoy(t, conf, 2), files, envoyYAML
+}
+
+func TestEdgeTLSAndPerClientRateLimit(t *testing.T) {
+	gw := startGatewayStub(t)
+	e, files, _ := startEdge(t, gw.addr, "-f", "charts/obscura/values-local.yaml")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
