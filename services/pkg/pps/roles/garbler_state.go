@@ -181,32 +181,20 @@ func (g *Garbler) publisherSeeds(ctx context.Context, pub string, rounds []uint6
 			fresh = map[uint64]pps.Seed{old: rt.Seed()}
 			rt.Zero()
 		}
+		// Rounds behind the ratchet come from their retained records, read in one MGET (the
+		// records stay sealed in Redis; each is opened under its own key as before).
+		var behind []uint64
 		for _, r := range rounds {
 			if s, ok := fresh[r]; ok {
 				out.seeds[r] = s
 				continue
 			}
-			if r >= old {
-				continue // beyond MaxSkip: erased
-			}
-			pt, err := g.open(ctx, tx, seedKey(pub, r))
-			if errors.Is(err, errNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			sr, err := decodeSeedRecord(pt)
-			clear(pt)
-			if err != nil {
-				return err
-			}
-			if sr.Round != r {
-				sr.Seed.Zero()
-				return fmt.Errorf("seed record of round %d holds round %d: %w", r, sr.Round, ErrSealed)
-			}
-			out.seeds[r] = sr.Seed
-			sr.Seed.Zero()
+			if r < old {
+				behind = append(behind, r)
+			} // r ≥ old and not fresh: beyond MaxSkip, erased
+		}
+		if err := g.openRetained(ctx, tx, pub, behind, out.seeds); err != nil {
+			return err
 		}
 		zeroSeeds(fresh)
 		if len(writes) == 0 {
@@ -228,6 +216,51 @@ func (g *Garbler) publisherSeeds(ctx context.Context, pub string, rounds []uint6
 		return nil, fmt.Errorf("ratchet of publisher %s: %w", pub, err)
 	}
 	return out, nil
+}
+
+// openRetained reads the retained seed records of pub's rounds with one MGET and opens
+// each under its own key into seeds; a round without a record (erased, expired) is left
+// out.
+func (g *Garbler) openRetained(ctx context.Context, c redis.Cmdable, pub string, rounds []uint64, seeds map[uint64]pps.Seed) error {
+	if len(rounds) == 0 {
+		return nil
+	}
+	keys := make([]string, len(rounds))
+	for i, r := range rounds {
+		keys[i] = seedKey(pub, r)
+	}
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil {
+		return fmt.Errorf("redis mget: %w", err)
+	}
+	if len(vals) != len(keys) {
+		return fmt.Errorf("redis mget: %d values for %d keys", len(vals), len(keys))
+	}
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		sealed, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("redis mget %s: a %T", keys[i], v)
+		}
+		pt, err := g.sealer.Open(ctx, []byte(sealed), []byte(keys[i]))
+		if err != nil {
+			return fmt.Errorf("open %s: %w", keys[i], err)
+		}
+		sr, err := decodeSeedRecord(pt)
+		clear(pt)
+		if err != nil {
+			return err
+		}
+		if sr.Round != rounds[i] {
+			sr.Seed.Zero()
+			return fmt.Errorf("seed record of round %d holds round %d: %w", rounds[i], sr.Round, ErrSealed)
+		}
+		seeds[rounds[i]] = sr.Seed
+		sr.Seed.Zero()
+	}
+	return nil
 }
 
 // releasePublisher erases the retained seeds of pub's rounds ≤ before, and moves the

@@ -9,8 +9,12 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
@@ -323,5 +327,113 @@ func TestGarblerRedisScanForwardSecrecy(t *testing.T) {
 	}
 	if ex.header.Valid != uint32(len(f.Layout.Slots)-len(dSlots)) {
 		t.Fatalf("%d valid slots", ex.header.Valid)
+	}
+}
+
+// gtCmdCounter counts the Redis commands a client sends, by name, pipelines included.
+type gtCmdCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *gtCmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *gtCmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *gtCmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *gtCmdCounter) add(cmd redis.Cmder) {
+	c.mu.Lock()
+	c.n[cmd.Name()]++
+	c.mu.Unlock()
+}
+func (c *gtCmdCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// The retained seeds of rounds behind a publisher's ratchet are read with one MGET per
+// publisher (not one GET per round) and opened under their own keys: the seeds equal the
+// publisher's own ratchet, a round whose record is gone (released, expired) and a round
+// beyond MaxSkip are still left out (erased), and a record copied under another round's key
+// still does not open.
+func TestGarblerRetainedSeedsReadInOneMGET(t *testing.T) {
+	e := newGarblerEnv(t)
+	f := e.register(t, gtSumFn)
+	p := e.setupPublisher(t, f.ID)
+	cnt := &gtCmdCounter{n: map[string]int{}}
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(cnt)
+	g, err := NewGarbler(GarblerOptions{Redis: rdb, Sealer: e.sealer, Signer: e.signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	allow := func(*contract.Policy) bool { return true }
+	const n = 50
+	var rounds []uint64
+	for r := range uint64(n) {
+		rounds = append(rounds, r)
+	}
+	// The first request advances the ratchet to round n-1 and retains rounds 0..n-2.
+	rs, err := g.publisherSeeds(ctx, p.dev.id, rounds, time.Hour, allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.zero()
+	cnt.take()
+
+	// Round 7's record is erased, round 9's replaced by round 8's (it must not open); the
+	// second request reads rounds 0..n-1 and one far beyond the ratchet.
+	if err := e.redis.Client().Del(ctx, seedKey(p.dev.id, 7)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ask := append(slices.Clone(rounds), n+pps.DefaultMaxSkip+1)
+	rs, err = g.publisherSeeds(ctx, p.dev.id, ask, time.Hour, allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.zero()
+	if c := cnt.take(); c["mget"] != 1 || c["get"] != 1 { // the one GET is the publisher's record
+		t.Errorf("redis commands %v: want one MGET of the retained seeds and one GET of the ratchet", c)
+	}
+	for _, r := range ask {
+		seed, ok := rs.seeds[r]
+		switch {
+		case r == 7 || r > n:
+			if ok {
+				t.Errorf("round %d: a seed, want erased", r)
+			}
+		case !ok:
+			t.Errorf("round %d: no seed", r)
+		default:
+			if _, want := p.ratchetAt(t, r); seed != want {
+				t.Errorf("round %d: seed differs from the publisher's ratchet", r)
+			}
+		}
+	}
+
+	moved, err := e.redis.Client().Get(ctx, seedKey(p.dev.id, 8)).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.redis.Client().Set(ctx, seedKey(p.dev.id, 9), moved, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.publisherSeeds(ctx, p.dev.id, []uint64{9}, time.Hour, allow); !errors.Is(err, ErrSealed) {
+		t.Errorf("a record copied under another round's key: %v, want ErrSealed", err)
 	}
 }
