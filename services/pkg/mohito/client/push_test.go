@@ -65,7 +65,7 @@ func TestCommandsCostABoundedNumberOfCalls(t *testing.T) {
 		close(stop)
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), c, stop)
-	if err := sim.Check(c, recs); err != nil {
+	if err := sim.Check(c, recs, 8); err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) < 8 || aborted.Load() != 0 {

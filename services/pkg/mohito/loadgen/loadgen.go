@@ -294,7 +294,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		s.CommandsPerS = float64(s.Commands) / planned
 	}
 	s.LatencyP50MS, s.LatencyP99MS = ms(pct(all, 0.5)), ms(pct(all, 0.99))
-	s.ExactlyOnce = sim.Check(c, okOnly(recs)) == nil
+	s.ExactlyOnce = sim.Check(c, okOnly(recs), 1) == nil
 	if s.Seconds > 0 {
 		s.WallCommandsPerS = float64(s.Commands) / s.Seconds
 	}

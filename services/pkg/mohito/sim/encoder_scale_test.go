@@ -123,7 +123,7 @@ func TestEncoderRescaleMidRun(t *testing.T) {
 	if n > kills {
 		t.Fatalf("%d rounds aborted while the encoders were rescaled (at most %d, one per kill)", n, kills)
 	}
-	if err := sim.Check(c, recs); err != nil {
+	if err := sim.Check(c, recs, 12); err != nil {
 		t.Fatal(err)
 	}
 

@@ -74,7 +74,7 @@ func TestKeyEpochRotation(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if err := sim.Check(c, recs); err != nil {
+	if err := sim.Check(c, recs, 8); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.aborted.Load(); n != 0 {
