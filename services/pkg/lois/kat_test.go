@@ -35,13 +35,13 @@ type katSeed struct {
 }
 
 type katStream struct {
-	Seed   string   `json:"seed"`
-	Dir    uint8    `json:"dir"`
-	SID    uint16   `json:"sid"`
-	Epoch  uint32   `json:"epoch"`
-	Key    string   `json:"key"`
-	IDs    []string `json:"ids"`
-	KSs    []string `json:"keystreams"`
+	Seed  string   `json:"seed"`
+	Dir   uint8    `json:"dir"`
+	SID   uint16   `json:"sid"`
+	Epoch uint32   `json:"epoch"`
+	Key   string   `json:"key"`
+	IDs   []string `json:"ids"`
+	KSs   []string `json:"keystreams"`
 }
 
 type katPacket struct {
