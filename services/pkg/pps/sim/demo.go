@@ -269,6 +269,7 @@ type worldOptions struct {
 	subscribers []*client.Device
 	workers     int // the broker's concurrent executions (1 serialises them, as the paper did)
 	garblerReg  prometheus.Registerer
+	check       string // the broker's consistency check (empty: its default, KKRT)
 }
 
 // world is one process holding every trust domain of a PPS deployment, each with its own
@@ -517,7 +518,7 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 		ps = append(ps, f.p.Contract)
 	}
 	if w.broker, err = roles.NewBroker(roles.BrokerOptions{NC: w.nc, JS: js, Redis: brdb, Garbler: ppsv1.NewGarblerClient(w.cc),
-		Pipelines: ps, Workers: o.workers, Clock: w.clk}); err != nil {
+		Pipelines: ps, Workers: o.workers, Clock: w.clk, Check: o.check}); err != nil {
 		return nil, err
 	}
 	bctx, bstop := context.WithCancel(context.Background())
