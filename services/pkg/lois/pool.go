@@ -5,17 +5,23 @@ package lois
 // when popped; a pool is never refilled by reusing indices (D-20) — only Add of a new epoch
 // brings pairs in.
 type Pool struct {
-	ring []poolEntry
+	ring []Pair
 	head int
 	n    int
+	// epochs holds, per added batch, the sequence number after its last pair and its stop
+	// time: one entry per epoch instead of one per pair keeps a pair at 24 bytes (spec §5
+	// memory model).
+	epochs []poolEpoch
+	popped uint64 // pairs taken or dropped so far
+	added  uint64
 	// LowWater is the level below which NeedsReplenish reports true (spec §3.12).
 	LowWater int
 	// Expired counts pairs dropped unused because their epoch reached expiry − margin.
 	Expired uint64
 }
 
-type poolEntry struct {
-	p      Pair
+type poolEpoch struct {
+	end    uint64
 	stopAt int64
 }
 
@@ -26,22 +32,33 @@ func LowWaterMark(pps float64) int { return max(64, int(2*pps*5)) }
 // Add appends the stream's pairs of partition replica/replicas, usable until stopAt (unix
 // seconds; the stream's expiry minus the sender's safety margin).
 func (p *Pool) Add(s *Stream, replicas, replica int, stopAt int64) {
+	p.reserve(int(s.N)/max(1, replicas) + 1)
 	s.Each(replicas, replica, func(_ uint32, pr Pair) bool {
-		p.push(poolEntry{pr, stopAt})
+		p.push(pr)
 		return true
 	})
+	p.epochs = append(p.epochs, poolEpoch{p.added, stopAt})
 }
 
-func (p *Pool) push(e poolEntry) {
+// reserve grows the ring to hold extra more pairs, exactly: a DI's memory is mostly pools.
+func (p *Pool) reserve(extra int) {
+	if p.n+extra <= len(p.ring) {
+		return
+	}
+	grown := make([]Pair, p.n+extra)
+	for i := range p.n {
+		grown[i] = p.ring[(p.head+i)%len(p.ring)]
+	}
+	p.ring, p.head = grown, 0
+}
+
+func (p *Pool) push(e Pair) {
 	if p.n == len(p.ring) {
-		grown := make([]poolEntry, max(64, 2*len(p.ring)))
-		for i := range p.n {
-			grown[i] = p.ring[(p.head+i)%len(p.ring)]
-		}
-		p.ring, p.head = grown, 0
+		p.reserve(max(64, p.n))
 	}
 	p.ring[(p.head+p.n)%len(p.ring)] = e
 	p.n++
+	p.added++
 }
 
 // Pop takes the oldest usable pair at time now (unix seconds). Pairs whose epoch stopped are
@@ -49,21 +66,28 @@ func (p *Pool) push(e poolEntry) {
 // packet, never reuses a keystream.
 func (p *Pool) Pop(now int64) (pr Pair, ok bool) {
 	for p.n > 0 {
+		for len(p.epochs) > 1 && p.epochs[0].end <= p.popped {
+			p.epochs = p.epochs[1:]
+		}
 		e := &p.ring[p.head]
 		p.head++
 		if p.head == len(p.ring) {
 			p.head = 0
 		}
 		p.n--
-		pr, stop := e.p, e.stopAt
-		*e = poolEntry{}
-		if now < stop {
+		p.popped++
+		pr = *e
+		*e = Pair{} // a used keystream does not linger in memory
+		if now < p.epochs[0].stopAt {
 			return pr, true
 		}
 		p.Expired++
 	}
-	return pr, false
+	return Pair{}, false
 }
+
+// Bytes is the pool's memory: 24 bytes per slot of its ring plus its epoch list.
+func (p *Pool) Bytes() int { return len(p.ring)*SegmentSize + cap(p.epochs)*16 }
 
 // Len is the number of pairs left (including ones that may have expired).
 func (p *Pool) Len() int { return p.n }

@@ -53,9 +53,9 @@ func newNormaliser(mtu int) normaliser {
 	return normaliser{rnd: mrand.NewChaCha8(seed), maxMSS: uint16(mtu - fixedHdr - OptionLen)}
 }
 
+// apply leaves the TCP checksum to the caller's single update (hide).
 func (n *normaliser) apply(pkt []byte, tcpHdr int) error {
 	opts := pkt[tcpOptions : ipHdrLen+tcpHdr]
-	old := tcpHeadSum(pkt, opts)
 	syn := pkt[tcpFlags]&flagSYN != 0
 	for i := 0; i < len(opts); {
 		switch k := opts[i]; k {
@@ -82,7 +82,6 @@ func (n *normaliser) apply(pkt []byte, tcpHdr int) error {
 		}
 		i += l
 	}
-	adjustTCP(pkt, old, tcpHeadSum(pkt, opts))
 	binary.BigEndian.PutUint16(pkt[ipID:], uint16(n.rnd.Uint64()))
 	binary.BigEndian.PutUint16(pkt[ipFlags:], 0x4000) // DF, no fragment
 	pkt[ipTTL] = NormalTTL
@@ -126,16 +125,21 @@ func (d *Device) HideUpload(buf []byte, off int, now int64) (int, error) {
 	if pool == nil {
 		return off, ErrUnknownSID
 	}
+	p, ok := pool.Pop(now)
+	if !ok {
+		return off, ErrExhausted
+	}
+	optLen := 0
+	if !d.cfg.PaperMode {
+		optLen = th - tcpFixed
+	}
+	old := tcpHeadSum(pkt, pkt[tcpOptions:tcpOptions+optLen])
 	if !d.cfg.PaperMode {
 		if err := d.norm.apply(pkt, th); err != nil {
 			return off, err
 		}
 	}
-	p, ok := pool.Pop(now)
-	if !ok {
-		return off, ErrExhausted
-	}
-	return hide(buf, off, &p, tcpSport, tcpDport, d.cfg.UnifiedPort, d.cfg.mask(), d.cfg.ExID), nil
+	return hide(buf, off, &p, tcpSport, tcpDport, d.cfg.UnifiedPort, d.cfg.mask(), d.cfg.ExID, old, optLen), nil
 }
 
 // RecoverDownload restores the packet buf[off:] (DI download) and returns its new offset,
@@ -154,11 +158,8 @@ func (d *Device) RecoverDownload(buf []byte, off int) (int, uint16, error) {
 }
 
 func (d *Device) recoverWith(buf []byte, off int, ks *[16]byte, sid uint16) (int, uint16, error) {
-	n := unhide(buf, off, ks, tcpDport, d.cfg.mask())
+	n := unhide(buf, off, ks, tcpDport, d.cfg.mask(), tcpSport, sid)
 	pkt := buf[n:]
-	old := tcpHeadSum(pkt, nil)
-	binary.BigEndian.PutUint16(pkt[tcpSport:], sid)
-	adjustTCP(pkt, old, tcpHeadSum(pkt, nil))
 	if pkt[tcpFlags]&PadMarker == PadMarker {
 		return n, sid, ErrPad
 	}
@@ -263,7 +264,7 @@ func (s *Server) RecoverUpload(buf []byte, off int) (int, uint16, error) {
 	if !ok {
 		return off, 0, ErrUnknownID
 	}
-	n := unhide(buf, off, &ks, tcpSport, s.cfg.mask())
+	n := unhide(buf, off, &ks, tcpSport, s.cfg.mask(), 0, 0)
 	if buf[n+tcpFlags]&PadMarker == PadMarker {
 		return n, sid, ErrPad
 	}
@@ -293,20 +294,23 @@ func (s *Server) HideDownload(buf []byte, off int, pools map[uint16]*Pool, now i
 	if pool == nil {
 		return off, ErrUnknownSID
 	}
+	p, ok := pool.Pop(now)
+	if !ok {
+		return off, ErrExhausted
+	}
+	optLen := 0
+	if !s.cfg.PaperMode {
+		optLen = th - tcpFixed
+	}
+	old := tcpHeadSum(pkt, pkt[tcpOptions:tcpOptions+optLen])
 	if !s.cfg.PaperMode {
 		if err := s.norm.apply(pkt, th); err != nil {
 			return off, err
 		}
 	}
-	p, ok := pool.Pop(now)
-	if !ok {
-		return off, ErrExhausted
-	}
-	old := tcpHeadSum(pkt, nil)
 	copy(pkt[ipSrc:], s.cfg.CIP[:])
 	binary.BigEndian.PutUint16(pkt[tcpSport:], sid)
-	adjustTCP(pkt, old, tcpHeadSum(pkt, nil))
-	return hide(buf, off, &p, tcpDport, tcpSport, s.cfg.UnifiedPort, s.cfg.mask(), s.cfg.ExID), nil
+	return hide(buf, off, &p, tcpDport, tcpSport, s.cfg.UnifiedPort, s.cfg.mask(), s.cfg.ExID, old, optLen), nil
 }
 
 // Maglev is the consistent-hash backend table of one service (D-16): built only from the

@@ -70,37 +70,50 @@ func ParseID(pkt []byte, exID uint16) (uint64, error) {
 	return binary.BigEndian.Uint64(o[4:]), nil
 }
 
+// sum16 is the one's-complement sum of b as big-endian 16-bit words, accumulated over 32-bit
+// words (2³² ≡ 1 mod 2¹⁶−1, so folding the carries later gives the same checksum).
 func sum16(b []byte) uint32 {
-	var s uint32
+	var s uint64
 	for len(b) >= 8 {
-		s += uint32(binary.BigEndian.Uint16(b)) + uint32(binary.BigEndian.Uint16(b[2:])) +
-			uint32(binary.BigEndian.Uint16(b[4:])) + uint32(binary.BigEndian.Uint16(b[6:]))
+		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
 		b = b[8:]
 	}
-	for len(b) >= 2 {
-		s += uint32(binary.BigEndian.Uint16(b))
+	if len(b) >= 4 {
+		s += uint64(binary.BigEndian.Uint32(b))
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		s += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint32(b[0]) << 8
+		s += uint64(b[0]) << 8
 	}
-	return s
+	s = s>>32 + s&0xFFFFFFFF
+	s = s>>32 + s&0xFFFFFFFF
+	return uint32(s)
 }
 
 func fold(s uint32) uint16 {
-	s = s>>16 + s&0xFFFF
-	s = s>>16 + s&0xFFFF
-	return uint16(s)
+	x := uint64(s)
+	x = x>>16 + x&0xFFFF
+	x = x>>16 + x&0xFFFF
+	return uint16(x)
 }
 
 // tcpHeadSum is the one's-complement sum of everything in the TCP checksum that a transform
 // may change: the pseudo-header (addresses, protocol, TCP length) and the fixed TCP header
 // without its checksum field. extra adds the option area that is being inserted or removed.
 func tcpHeadSum(pkt []byte, extra []byte) uint32 {
-	tcpLen := uint32(len(pkt) - ipHdrLen)
-	s := sum16(pkt[ipSrc:ipDst+4]) + protoTCP + tcpLen
-	s += sum16(pkt[ipHdrLen:tcpCsum]) + uint32(binary.BigEndian.Uint16(pkt[tcpCsum+2:]))
-	return s + sum16(extra)
+	_ = pkt[fixedHdr-1]
+	s := uint64(binary.BigEndian.Uint32(pkt[ipSrc:])) + uint64(binary.BigEndian.Uint32(pkt[ipDst:])) +
+		protoTCP + uint64(len(pkt)-ipHdrLen) +
+		uint64(binary.BigEndian.Uint32(pkt[tcpSport:])) + uint64(binary.BigEndian.Uint32(pkt[tcpSeq:])) +
+		uint64(binary.BigEndian.Uint32(pkt[tcpAck:])) + uint64(binary.BigEndian.Uint32(pkt[tcpDoff:])) +
+		uint64(binary.BigEndian.Uint16(pkt[tcpCsum+2:])) + uint64(sum16(extra))
+	s = s>>32 + s&0xFFFFFFFF
+	s = s>>32 + s&0xFFFFFFFF
+	return uint32(s)
 }
 
 // adjustTCP applies RFC 1624 eqn 3: HC' = ~(~HC + ~m + m').
@@ -123,16 +136,21 @@ func ChecksumsValid(pkt []byte) bool {
 	if fold(sum16(pkt[:ipHdrLen])) != 0xFFFF {
 		return false
 	}
-	s := sum16(pkt[ipSrc:ipDst+4]) + protoTCP + uint32(len(pkt)-ipHdrLen) + sum16(pkt[ipHdrLen:])
-	return fold(s) == 0xFFFF
+	return fold(fullTCPSum(pkt)) == 0xFFFF
+}
+
+func fullTCPSum(pkt []byte) uint32 {
+	s := uint64(sum16(pkt[ipSrc:ipDst+4])) + protoTCP + uint64(len(pkt)-ipHdrLen) + uint64(sum16(pkt[ipHdrLen:]))
+	s = s>>32 + s&0xFFFFFFFF
+	s = s>>32 + s&0xFFFFFFFF
+	return uint32(s)
 }
 
 // FixChecksums recomputes both checksums from scratch (for packets a role builds itself).
 func FixChecksums(pkt []byte) {
 	setIPChecksum(pkt)
 	pkt[tcpCsum], pkt[tcpCsum+1] = 0, 0
-	s := sum16(pkt[ipSrc:ipDst+4]) + protoTCP + uint32(len(pkt)-ipHdrLen) + sum16(pkt[ipHdrLen:])
-	binary.BigEndian.PutUint16(pkt[tcpCsum:], ^fold(s))
+	binary.BigEndian.PutUint16(pkt[tcpCsum:], ^fold(fullTCPSum(pkt)))
 }
 
 // xorFields XORs the keystream into the fields of the map in spec §3.8: source address,
@@ -151,10 +169,12 @@ func xorFields(pkt []byte, ks *[KeystreamSize]byte, portOff int, mask byte) {
 }
 
 // hide encrypts the header of buf[off:] with p, puts port into setPortOff (U), inserts the
-// option and fixes lengths and checksums. It returns the new offset (off − OptionLen).
-func hide(buf []byte, off int, p *Pair, xorPortOff, setPortOff int, port uint16, mask byte, exID uint16) int {
+// option and fixes lengths and checksums. It returns the new offset (off − OptionLen). old is
+// tcpHeadSum of the packet as it arrived, taken over its first optLen option bytes: a caller
+// that rewrote those options (normalisation) or other header fields in between gets a single
+// checksum update for everything.
+func hide(buf []byte, off int, p *Pair, xorPortOff, setPortOff int, port uint16, mask byte, exID uint16, old uint32, optLen int) int {
 	pkt := buf[off:]
-	old := tcpHeadSum(pkt, nil)
 	xorFields(pkt, &p.KS, xorPortOff, mask)
 	binary.BigEndian.PutUint16(pkt[setPortOff:], port)
 	n := off - OptionLen
@@ -166,17 +186,21 @@ func hide(buf []byte, off int, p *Pair, xorPortOff, setPortOff int, port uint16,
 	binary.BigEndian.PutUint64(o[4:], p.ID)
 	binary.BigEndian.PutUint16(pkt[ipTotLen:], uint16(len(pkt)))
 	pkt[tcpDoff] += OptionLen / 4 << 4
-	adjustTCP(pkt, old, tcpHeadSum(pkt, o))
+	adjustTCP(pkt, old, tcpHeadSum(pkt, pkt[tcpOptions:tcpOptions+OptionLen+optLen]))
 	setIPChecksum(pkt)
 	return n
 }
 
 // unhide removes the option of buf[off:] and decrypts the header with ks. It returns the new
-// offset (off + OptionLen).
-func unhide(buf []byte, off int, ks *[KeystreamSize]byte, xorPortOff int, mask byte) int {
+// offset (off + OptionLen). If setPortOff > 0 that port is set to port (DI download restores
+// the SID as the source port) within the same checksum update.
+func unhide(buf []byte, off int, ks *[KeystreamSize]byte, xorPortOff int, mask byte, setPortOff int, port uint16) int {
 	pkt := buf[off:]
 	old := tcpHeadSum(pkt, pkt[tcpOptions:tcpOptions+OptionLen])
 	xorFields(pkt, ks, xorPortOff, mask)
+	if setPortOff > 0 {
+		binary.BigEndian.PutUint16(pkt[setPortOff:], port)
+	}
 	n := off + OptionLen
 	copy(buf[n:n+fixedHdr], pkt[:fixedHdr]) // copy handles the overlap like memmove
 	pkt = buf[n:]
