@@ -488,6 +488,7 @@ func (b *Broker) runRegistrations(ctx context.Context) error {
 			wait = min(2*wait, 5*time.Second)
 		}
 		b.registered.Store(true)
+		b.prepareKKRT(ctx)
 		for ctx.Err() == nil {
 			if b.revokeRemoved(ctx) == nil {
 				break
@@ -501,6 +502,28 @@ func (b *Broker) runRegistrations(ctx context.Context) error {
 			return nil
 		case <-gen:
 		}
+	}
+}
+
+// prepareKKRT sets up the replica's KKRT session (D16b) ahead of the first check, once,
+// when a registered faithful pipeline checks with KKRT: the base OTs (512 each side) then
+// stay off the first execution's path. A failure is only logged: the first check sets up.
+func (b *Broker) prepareKKRT(ctx context.Context) {
+	if b.kkrtT.setups.Load() > 0 {
+		return
+	}
+	for _, f := range b.current().fns {
+		check := f.p.Check
+		if check == "" {
+			check = b.opt.Check
+		}
+		if st, _ := f.state(); f.hardened || st != FunctionRegistered || check != contract.CheckKKRT {
+			continue
+		}
+		if err := b.kkrt.Setup(ctx); err != nil {
+			b.log.Warn("KKRT session setup ahead of the first check", "err", err)
+		}
+		return
 	}
 }
 
