@@ -178,9 +178,14 @@ func (s *service) run(name string, setup func(ctx context.Context) (func(ctx con
 }
 
 // ensureProxyDomain creates the proxy domain's streams and buckets, kept for two windows and
-// the grace.
+// the grace. A live pool kept for another time means the roles of the job disagree on its window:
+// a configuration error (exit 2), never a silent change of the stream.
 func (s *service) ensureProxyDomain(ctx context.Context) error {
-	return pdaroles.EnsureProxyDomain(ctx, s.JS, s.job.PoolRetention())
+	err := pdaroles.EnsureProxyDomain(ctx, s.JS, s.job.PoolRetention())
+	if errors.Is(err, pdaroles.ErrRetentionChange) {
+		return configErr(err)
+	}
+	return err
 }
 
 // redisPing is ready when the role's Redis answers.

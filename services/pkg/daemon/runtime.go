@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -164,6 +165,11 @@ func (rt *Runtime) setup(ctx context.Context, role Role) (func(context.Context) 
 		cancel()
 		if err == nil {
 			return run, checks, nil
+		}
+		if errors.Is(err, ErrConfig) {
+			// A setup that finds the configuration wrong (against what NATS holds) will not
+			// succeed by retrying: the process exits with status 2.
+			return nil, nil, err
 		}
 		rt.Health.SetReady(false, err.Error())
 		rt.Log.Warn("setup not complete, retrying", "err", err)

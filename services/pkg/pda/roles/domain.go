@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,55 @@ import (
 const Dedup = 10 * time.Minute
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	streamDefaults(&cfg)
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// ErrRetentionChange: a role's job asks for another retention than the live pool stream's. The
+// pool's max age follows the job's window and grace (Job.PoolRetention), so the roles of one job
+// disagree on the window — a role started with another --window used to rewrite the max age of
+// the stream every role shares, silently, cutting or stretching how long pooled items live.
+var ErrRetentionChange = errors.New("the live stream keeps messages for another time than this role's job")
+
+// ensureRetainedStream creates cfg's stream, or checks that the live one has cfg's max age
+// before updating the rest of its configuration: a role never changes a live stream's
+// retention.
+func ensureRetainedStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	streamDefaults(&cfg)
+	for range 3 {
+		s, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// CreateStream refuses a stream that another role created meanwhile with another
+			// configuration; the next pass compares against it.
+			if _, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+		if live := s.CachedInfo().Config.MaxAge; live != cfg.MaxAge {
+			return fmt.Errorf("%w: stream %s keeps messages for %v, this role's job for %v (2 × --window + --grace): every role of a job must run with one window and grace; a role does not change a live stream's retention (to change a job's window, stop its roles and delete the stream, losing what it pools)",
+				ErrRetentionChange, cfg.Name, live, cfg.MaxAge)
+		}
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("ensure stream %s: created and deleted concurrently", cfg.Name)
+}
+
+// streamDefaults fills what every PDA stream shares: file storage, the duplicate window, the
+// message size limit.
+func streamDefaults(cfg *jetstream.StreamConfig) {
 	cfg.Storage = jetstream.FileStorage
 	cfg.Duplicates = Dedup
 	if cfg.MaxAge > 0 {
@@ -27,10 +77,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	if cfg.MaxMsgSize == 0 {
 		cfg.MaxMsgSize = 8 << 20
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-	}
-	return nil
 }
 
 func ensureKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
@@ -43,9 +89,10 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetst
 
 // EnsureProxyDomain creates the proxy domain's streams and bucket (in the PDA_PROXY
 // account). retain must exceed a window plus its grace (Job.PoolRetention): the pool holds a
-// window's items until the mixer seals it.
+// window's items until the mixer seals it. A live pool stream with another max age is left as it
+// is and reported as ErrRetentionChange.
 func EnsureProxyDomain(ctx context.Context, js jetstream.JetStream, retain time.Duration) error {
-	if err := ensureStream(ctx, js, jetstream.StreamConfig{Name: contract.PoolStream, Subjects: []string{"pda.v1.pool.*"},
+	if err := ensureRetainedStream(ctx, js, jetstream.StreamConfig{Name: contract.PoolStream, Subjects: []string{"pda.v1.pool.*"},
 		MaxAge: retain}); err != nil {
 		return err
 	}
