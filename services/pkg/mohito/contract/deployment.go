@@ -10,22 +10,25 @@ const DeploymentKey = "deployment.json"
 // Durations are Go duration strings. The services decode it strictly: an unknown field is an
 // error.
 type DeploymentFile struct {
-	Series           string             `json:"series"`
-	Mode             string             `json:"mode"`  // Hardened (default) | PaperLiteral (rejected: benchmark-only, not served)
-	Suite            string             `json:"suite"` // X25519 (default) | MLKEM768X25519
-	CommandsPerUser  int                `json:"commandsPerUser"`
-	Delta            uint64             `json:"delta"`
-	CommandSize      int                `json:"commandSize"`
-	ResponseSize     int                `json:"responseSize"`
-	Period           string             `json:"period"`
-	ShufflerTimeout  string             `json:"shufflerTimeout"`
-	ResponseDeadline string             `json:"responseDeadline"`
-	AsyncWindow      int                `json:"asyncWindow"`
-	Encoders         int                `json:"encoders"`
-	OutBatch         int                `json:"outBatch"`
-	ResponseQuantum  int                `json:"responseQuantum"`
-	CapacityDraw     string             `json:"capacityDraw"` // Random (default) | Fixed
-	Vendors          []DeploymentVendor `json:"vendors"`
+	Series           string `json:"series"`
+	Mode             string `json:"mode"`  // Hardened (default) | PaperLiteral (rejected: benchmark-only, not served)
+	Suite            string `json:"suite"` // X25519 (default) | MLKEM768X25519
+	CommandsPerUser  int    `json:"commandsPerUser"`
+	Delta            uint64 `json:"delta"`
+	CommandSize      int    `json:"commandSize"`
+	ResponseSize     int    `json:"responseSize"`
+	Period           string `json:"period"`
+	ShufflerTimeout  string `json:"shufflerTimeout"`
+	ResponseDeadline string `json:"responseDeadline"`
+	// DeviceAnswerAfter is the devices' fixed answer offset after a delivery
+	// (G7); empty means responseDeadline/4, at most responseDeadline/2.
+	DeviceAnswerAfter string             `json:"deviceAnswerAfter,omitempty"`
+	AsyncWindow       int                `json:"asyncWindow"`
+	Encoders          int                `json:"encoders"`
+	OutBatch          int                `json:"outBatch"`
+	ResponseQuantum   int                `json:"responseQuantum"`
+	CapacityDraw      string             `json:"capacityDraw"` // Random (default) | Fixed
+	Vendors           []DeploymentVendor `json:"vendors"`
 }
 
 // DeploymentVendor is one vendor of a DeploymentFile.

@@ -56,7 +56,8 @@ type agentRound struct {
 	vr        *mohito.VendorRound
 	infoMsgs  []jetstream.Msg
 	answered  map[int]bool
-	all       chan struct{}
+	sentAt    time.Time // when S_v's commands went to the devices
+	released  bool      // S_v^resp is being built: later answers are late
 	table     []byte          // M5, once complete
 	tableMsgs []jetstream.Msg // its chunks, acked after S_v^resp is durable
 	delivered bool
@@ -158,7 +159,7 @@ func (a *VendorAgent) handle(ctx context.Context, m jetstream.Msg) natsx.Outcome
 			if err != nil {
 				return natsx.Drop
 			}
-			r = &agentRound{vr: vr, answered: map[int]bool{}, all: make(chan struct{}), first: time.Now()}
+			r = &agentRound{vr: vr, answered: map[int]bool{}, first: time.Now()}
 			a.rounds[p.T] = r
 			for t, old := range a.rounds {
 				if time.Since(old.first) > staleAfter {
@@ -262,8 +263,8 @@ func (a *VendorAgent) next(now time.Time) (uint64, *agentRound) {
 	return nt, next
 }
 
-// deliver decodes S_v at every active device's q ids, sends every device one
-// M6, waits for the responses until the fixed deadline and sends S_v^resp.
+// send decodes S_v at every active device's q ids and sends every device one
+// M6; collect then sends S_v^resp at the fixed release.
 func (a *VendorAgent) send(t uint64, r *agentRound, m5 []byte, msgs []jetstream.Msg) bool {
 	d := &a.cfg.Deployment
 	start := time.Now()
@@ -288,32 +289,45 @@ func (a *VendorAgent) send(t uint64, r *agentRound, m5 []byte, msgs []jetstream.
 		}
 	}
 	_ = a.cfg.NC.Flush()
+	a.mu.Lock()
+	r.sentAt = time.Now()
+	a.mu.Unlock()
 	a.cfg.Metrics.StageSeconds.WithLabelValues("vendor_decode").Observe(time.Since(start).Seconds())
 	return true
 }
 
-// collect waits for the device responses until the deadline and sends S_v^resp.
+// collect sends S_v^resp at the round's fixed release: the response deadline
+// after S_v's commands went to the devices, never earlier (spec G7, O12).
+// Releasing "as soon as every device answered" told every observer of the
+// vendor's traffic, and the integrator receiving the table, whether a device
+// had spent time executing a real command. The release depends only on when
+// the integrator's S_v arrived, which the integrator knows anyway; a device
+// that has not answered by then (off, or slower than the deadline) costs only
+// its own slots, which stay random (O11).
 func (a *VendorAgent) collect(ctx context.Context, t uint64, r *agentRound, msgs []jetstream.Msg) {
 	d := &a.cfg.Deployment
 	start := time.Now()
 	fail := func(err error) {
 		a.cfg.Log.Warn("response table failed", "t", t, "err", err)
 	}
-	// A fixed deadline, not "as soon as the last device answered", would
-	// hide device timing fully (G7); waiting for all with a deadline keeps
-	// the demo fast and the set of senders identical every round.
-	tm := time.NewTimer(d.ResponseDeadline)
+	a.mu.Lock()
+	release := r.sentAt.Add(d.ResponseDeadline)
+	a.mu.Unlock()
+	tm := time.NewTimer(time.Until(release))
 	select {
-	case <-r.all:
 	case <-tm.C:
 	case <-ctx.Done():
 		tm.Stop()
 		return
 	}
-	tm.Stop()
 	a.mu.Lock()
+	r.released = true
+	missing := len(r.vr.Active()) - len(r.answered)
 	rt, capacity, err := r.vr.EncodeResponses(d.Quantum, rand.Reader)
 	a.mu.Unlock()
+	if missing > 0 {
+		a.cfg.Metrics.Dropped.WithLabelValues("device_no_answer").Add(float64(missing))
+	}
 	if err != nil {
 		fail(err)
 		return
@@ -347,13 +361,17 @@ func (a *VendorAgent) onResponse(m *nats.Msg) {
 	if r == nil || r.answered[di] {
 		return
 	}
+	if r.released {
+		a.cfg.Metrics.Dropped.WithLabelValues("device_response_late").Inc()
+		return
+	}
 	// Every device is active, so its active position is its index.
 	if err := r.vr.AcceptResponse(di, m.Data); err != nil {
 		a.cfg.Metrics.Dropped.WithLabelValues("device_response").Inc()
 		return
 	}
 	r.answered[di] = true
-	if len(r.answered) == len(r.vr.Active()) {
-		close(r.all)
+	if !r.sentAt.IsZero() {
+		a.cfg.Metrics.StageSeconds.WithLabelValues("device_answer").Observe(time.Since(r.sentAt).Seconds())
 	}
 }

@@ -106,6 +106,9 @@ func deploymentFrom(f *contract.DeploymentFile) (Deployment, error) {
 		ShufflerTimeout:  dur("shufflerTimeout", f.ShufflerTimeout),
 		ResponseDeadline: dur("responseDeadline", f.ResponseDeadline),
 	}
+	if f.DeviceAnswerAfter != "" {
+		d.DeviceAnswerAfter = dur("deviceAnswerAfter", f.DeviceAnswerAfter)
+	}
 	if len(f.Vendors) == 0 {
 		bad("vendors must list at least one vendor")
 	}

@@ -50,7 +50,18 @@ func TestParseDeploymentErrors(t *testing.T) {
 	if d, err := ParseDeployment([]byte(doc("Fixed", v0))); err != nil || d.Policy[0].Width != 0 {
 		t.Fatalf("Fixed draw must have width 0: %v %+v", err, d.Policy)
 	}
+	answer := func(after string) string {
+		return strings.Replace(doc("Random", v0), `"responseDeadline":"1s"`, `"responseDeadline":"1s","deviceAnswerAfter":"`+after+`"`, 1)
+	}
+	if d, err := ParseDeployment([]byte(doc("Random", v0))); err != nil || d.AnswerAfter() != 250*time.Millisecond {
+		t.Fatalf("default device answer offset: %v %v, want a quarter of the 1s deadline", err, d.AnswerAfter())
+	}
+	if d, err := ParseDeployment([]byte(answer("400ms"))); err != nil || d.AnswerAfter() != 400*time.Millisecond {
+		t.Fatalf("deviceAnswerAfter 400ms: %v %v", err, d.AnswerAfter())
+	}
 	cases := []struct{ name, doc, want string }{
+		{"answer offset past half the deadline", answer("600ms"), "response-deadline/2"},
+		{"answer offset not a duration", answer("soon"), "deviceAnswerAfter"},
 		{"unknown field", strings.Replace(doc("Random", v0), `"series"`, `"bogus":1,"series"`, 1), "unknown field"},
 		{"unsorted vendors", doc("Random", v1+","+v0), "sorted by index"},
 		{"gap in indices", doc("Random", v1), "contiguous"},

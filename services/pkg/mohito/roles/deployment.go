@@ -26,7 +26,10 @@ type Deployment struct {
 
 	Round            time.Duration // T, the collection period
 	ShufflerTimeout  time.Duration // abort when V* does not answer in time (G7)
-	ResponseDeadline time.Duration // vendor's fixed deadline for device responses (O12)
+	ResponseDeadline time.Duration // vendor's fixed release of S_v^resp after it received S_v (O12, G7)
+	// DeviceAnswerAfter is when devices answer after a delivery, whatever they
+	// executed (G7); 0 means ResponseDeadline/4. See [Deployment.AnswerAfter].
+	DeviceAnswerAfter time.Duration
 
 	VendorNames      []string // display names (optional, logs and status only)
 	ResponseCapacity []int    // declared response-table capacity per vendor (informational: tables are sized by Quantum)
@@ -53,10 +56,24 @@ func (d *Deployment) Validate() error {
 	if d.Round <= 0 || d.ShufflerTimeout <= 0 || d.ResponseDeadline <= 0 {
 		errs = append(errs, errors.New("round, shuffler-timeout and response-deadline must be > 0"))
 	}
+	if d.DeviceAnswerAfter < 0 || d.ResponseDeadline > 0 && d.AnswerAfter() > d.ResponseDeadline/2 {
+		errs = append(errs, fmt.Errorf("device answer offset %v must be in (0, response-deadline/2 = %v]: the rest of the deadline is the devices' transit slack", d.DeviceAnswerAfter, d.ResponseDeadline/2))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid deployment: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// AnswerAfter is the fixed offset after a delivery at which every device
+// answers, whatever it executed (spec G7): DeviceAnswerAfter, or a quarter of
+// the response deadline when unset. A command that takes longer to execute
+// makes its device late; the agent drops answers that miss its release.
+func (d *Deployment) AnswerAfter() time.Duration {
+	if d.DeviceAnswerAfter > 0 {
+		return d.DeviceAnswerAfter
+	}
+	return d.ResponseDeadline / 4
 }
 
 // Batches is the number of M4 batches of a list of n entries.

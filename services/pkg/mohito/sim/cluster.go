@@ -45,6 +45,9 @@ type Config struct {
 	OnRound          func(roles.RoundReport)
 	OnDone           func(t uint64, k int)
 	KeyRetention     int // W of spec O16 (default roles.DefaultKeyRetention)
+	// Execute is how long a device takes to execute a real command (a slow
+	// actuator); dummy slots cost nothing to execute.
+	Execute time.Duration
 }
 
 // Cluster is a running simulated deployment.
@@ -413,11 +416,13 @@ func (c *Cluster) startDevices(ctx context.Context, v int) error {
 			tr = m
 		}
 		devs[d] = client.NewDevice(DeviceID(v, d), &c.secrets[v][d], p, tr, func(cmd *mohito.Command) []byte {
+			time.Sleep(c.cfg.Execute)
 			c.mu.Lock()
 			c.delivered[string(cmd.Payload)]++
 			c.mu.Unlock()
 			return append([]byte("ack:"), cmd.Payload...)
 		})
+		devs[d].AnswerAfter = c.cfg.Deployment.AnswerAfter()
 		if err := devs[d].Start(); err != nil {
 			return err
 		}
