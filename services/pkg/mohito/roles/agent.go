@@ -56,8 +56,8 @@ type agentRound struct {
 	vr        *mohito.VendorRound
 	infoMsgs  []jetstream.Msg
 	answered  map[int]bool
-	sentAt    time.Time // when S_v's commands went to the devices
-	released  bool      // S_v^resp is being built: later answers are late
+	sentAt    time.Time       // when S_v's commands went to the devices
+	released  bool            // S_v^resp is being built: later answers are late
 	table     []byte          // M5, once complete
 	tableMsgs []jetstream.Msg // its chunks, acked after S_v^resp is durable
 	delivered bool
