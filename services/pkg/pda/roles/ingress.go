@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pda"
@@ -154,14 +157,14 @@ func (g *Ingress) windowOpen(ctx context.Context, w uint64) (bool, error) {
 func (g *Ingress) handleSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := g.identity(r)
 	if !ok {
-		http.Error(w, "unknown participant", http.StatusForbidden)
+		g.refuse(w, http.StatusForbidden, RejectUnknownParticipant, "unknown participant")
 		return
 	}
 	win := g.job.WindowAt(g.now())
 	if s := r.URL.Query().Get("window"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			http.Error(w, "bad window", http.StatusBadRequest)
+			g.refuse(w, http.StatusBadRequest, RejectBadWindow, "bad window")
 			return
 		}
 		win = v
@@ -169,36 +172,43 @@ func (g *Ingress) handleSession(w http.ResponseWriter, r *http.Request) {
 	open, err := g.windowOpen(r.Context(), win)
 	if err != nil {
 		g.log.Warn("window state unavailable", "err", err)
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	if !open {
+		g.m.Rejected.WithLabelValues(RejectWindowClosed).Inc()
 		writeJSON(w, http.StatusConflict, map[string]string{"reason": contract.ReasonWindowClosed})
 		return
 	}
 	suite, err := g.job.Suite(win)
 	if err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	var sid pda.SessionID
 	if _, err := rand.Read(sid[:]); err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	fresh, err := g.store.OpenSession(r.Context(), hex.EncodeToString(sid[:]), g.sec.Pseudonym(id), win, g.cfg.SessionTTL)
 	if err != nil || !fresh {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	pp := suite.Params()
 	ppb, err := pp.MarshalBinary()
 	if err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	g.m.Sessions.Inc()
 	writeJSON(w, http.StatusOK, contract.SessionResponse{Window: win, Session: hex.EncodeToString(sid[:]), Params: base64.StdEncoding.EncodeToString(ppb)})
+}
+
+// refuse answers a request with code and msg and counts it in pda_proxy_rejected_total.
+func (g *Ingress) refuse(w http.ResponseWriter, code int, reason, msg string) {
+	g.m.Rejected.WithLabelValues(reason).Inc()
+	http.Error(w, msg, code)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -224,39 +234,40 @@ func reasonOf(err error) string {
 func (g *Ingress) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	id, ok := g.identity(r)
 	if !ok {
-		http.Error(w, "unknown participant", http.StatusForbidden)
+		g.refuse(w, http.StatusForbidden, RejectUnknownParticipant, "unknown participant")
 		return
 	}
 	sidHex := r.URL.Query().Get("session")
 	sidRaw, err := hex.DecodeString(sidHex)
 	if err != nil || len(sidRaw) != pda.SessionIDSize {
-		http.Error(w, "bad session", http.StatusBadRequest)
+		g.refuse(w, http.StatusBadRequest, RejectBadSession, "bad session")
 		return
 	}
 	ctx := r.Context()
 	pid := g.sec.Pseudonym(id)
 	owner, win, found, err := g.store.Session(ctx, sidHex)
 	if err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	if !found || owner != pid { // a session id is usable only by the participant it was issued to
-		http.Error(w, "unknown session", http.StatusForbidden)
+		g.refuse(w, http.StatusForbidden, RejectUnknownSession, "unknown session")
 		return
 	}
 	open, err := g.windowOpen(ctx, win)
 	if err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	if !open {
 		g.m.Items.WithLabelValues(contract.ReasonWindowClosed).Inc()
+		g.m.Rejected.WithLabelValues(RejectWindowClosed).Inc()
 		writeJSON(w, http.StatusConflict, map[string]string{"reason": contract.ReasonWindowClosed})
 		return
 	}
 	p, err := g.proxy(win)
 	if err != nil {
-		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		g.refuse(w, http.StatusServiceUnavailable, RejectUnavailable, "unavailable")
 		return
 	}
 	suite, _ := g.job.Suite(win)
@@ -267,10 +278,13 @@ func (g *Ingress) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		subs, err = records.Split(body, size, g.cfg.MaxBatch)
 	}
 	if err != nil || len(subs) == 0 {
-		http.Error(w, fmt.Sprintf("body must be 1..%d submissions of %d bytes", g.cfg.MaxBatch, size), http.StatusBadRequest)
+		g.refuse(w, http.StatusBadRequest, RejectBadBody, fmt.Sprintf("body must be 1..%d submissions of %d bytes", g.cfg.MaxBatch, size))
 		return
 	}
 	resp, status := g.ingest(ctx, p, suite, id, pid, sidHex, sidRaw, win, subs)
+	if status == http.StatusServiceUnavailable {
+		g.m.Rejected.WithLabelValues(RejectUnavailable).Inc()
+	}
 	writeJSON(w, status, resp)
 }
 
@@ -366,7 +380,7 @@ func (g *Ingress) Serve(ctx context.Context, l net.Listener, tlsCfg *tls.Config)
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	cfg.MinVersion = tls.VersionTLS13
 	srv := &http.Server{Handler: g.Handler(), TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug)}
+		ErrorLog: log.New(handshakeCounter{g.m.Rejected.WithLabelValues(RejectTLSHandshake), slog.NewLogLogger(g.log.Handler(), slog.LevelDebug)}, "", 0)}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -378,4 +392,20 @@ func (g *Ingress) Serve(ctx context.Context, l net.Listener, tlsCfg *tls.Config)
 		return nil
 	}
 	return err
+}
+
+// handshakeCounter is the HTTPS server's error log: it counts the failed TLS handshakes (no,
+// an expired or an untrusted client certificate — net/http reports them only there) and passes
+// every line on to the structured log.
+type handshakeCounter struct {
+	failed prometheus.Counter
+	next   *log.Logger
+}
+
+func (h handshakeCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("TLS handshake error")) {
+		h.failed.Inc()
+	}
+	h.next.Print(string(p))
+	return len(p), nil
 }

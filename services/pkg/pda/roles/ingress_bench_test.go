@@ -29,7 +29,7 @@ type proxyBenchEnv struct {
 	ingressCfg IngressConfig
 }
 
-func newProxyBenchEnv(b *testing.B) *proxyBenchEnv {
+func newProxyBenchEnv(b testing.TB) *proxyBenchEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	pw := func(u string) string { return u + "-secret" }

@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // keys, no participant identities (T-PRIV-11).
 type Metrics struct {
 	Items       *prometheus.CounterVec // proxy: items by outcome (accepted or a reason code)
+	Rejected    *prometheus.CounterVec // proxy: requests refused (not 200), by reason (ProxyReasons)
 	Sessions    prometheus.Counter
 	Sealed      prometheus.Counter     // mixer: windows sealed
 	Mixed       prometheus.Counter     // mixer: items forwarded
@@ -23,6 +24,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Items:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_proxy_items_total", Help: "Submitted items by outcome."}, []string{"outcome"}),
+		Rejected:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pda_proxy_rejected_total", Help: "Participant requests the proxy ingress refused (HTTP 400, 403, 409, 503 or a failed TLS handshake), by reason."}, []string{"reason"}),
 		Sessions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_proxy_sessions_total", Help: "Participant sessions opened."}),
 		Sealed:      prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_mixer_windows_sealed_total", Help: "Windows sealed and forwarded."}),
 		Mixed:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_mixer_items_total", Help: "Items shuffled and forwarded to the DB."}),
@@ -36,7 +38,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Results:     prometheus.NewCounter(prometheus.CounterOpts{Name: "pda_shard_results_total", Help: "Shard result documents written."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Items, m.Sessions, m.Sealed, m.Mixed, m.Late, m.Opened, m.Entries, m.Reveals, m.Oracle, m.Consistent, m.Inconsisent, m.Results)
+		reg.MustRegister(m.Items, m.Rejected, m.Sessions, m.Sealed, m.Mixed, m.Late, m.Opened, m.Entries, m.Reveals, m.Oracle, m.Consistent, m.Inconsisent, m.Results)
+	}
+	for _, r := range ProxyReasons {
+		m.Rejected.WithLabelValues(r) // every reason is exported from the start, at 0
 	}
 	return m
 }
+
+// Reasons of pda_proxy_rejected_total: why the ingress refused a participant's request as a
+// whole (docs/pda.md). Items refused inside an accepted request are counted in
+// pda_proxy_items_total by their own reason (contract.Reason*).
+const (
+	RejectTLSHandshake       = "TLS_HANDSHAKE"       // no, an expired or an untrusted client certificate
+	RejectUnknownParticipant = "UNKNOWN_PARTICIPANT" // 403: certificate CN not on --participants
+	RejectBadWindow          = "BAD_WINDOW"          // 400: ?window= is not a number
+	RejectBadSession         = "BAD_SESSION"         // 400: ?session= is not a session id
+	RejectUnknownSession     = "UNKNOWN_SESSION"     // 403: no such session, or another participant's
+	RejectBadBody            = "BAD_BODY"            // 400: body not 1..max-batch submissions of the window's size
+	RejectWindowClosed       = "WINDOW_CLOSED"       // 409: the window is closed, sealed or not open yet
+	RejectUnavailable        = "UNAVAILABLE"         // 503: Redis, the window bucket or the pool failed
+)
+
+// ProxyReasons lists every reason of pda_proxy_rejected_total.
+var ProxyReasons = []string{RejectTLSHandshake, RejectUnknownParticipant, RejectBadWindow, RejectBadSession,
+	RejectUnknownSession, RejectBadBody, RejectWindowClosed, RejectUnavailable}
