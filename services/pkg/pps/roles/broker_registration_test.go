@@ -92,6 +92,69 @@ func TestBrokerRevokesRemovedSubscriber(t *testing.T) {
 	}
 }
 
+// A pipeline removed from the set loses its subscribers (D14): the broker revokes each with
+// the garbler (a new key epoch, relayed to no one), drops them from S_C and forgets the
+// function; when the pipeline comes back, its output is masked under an epoch the old
+// subscriber does not hold, so it cannot unmask it.
+func TestBrokerRevokesSubscribersOfRemovedPipeline(t *testing.T) {
+	w := startWorldWith(t, btWorldOpts{n: 3, body: "sum"})
+	xs := btValues(3)
+	publish := func(round uint64) {
+		for i, p := range w.pubs {
+			seed, _ := p.seed(t, round)
+			p.publish(t, round, pps.PublishLabels(&seed, xs[i:i+1]))
+		}
+	}
+	publish(0)
+	o := w.runTick(t, 3)
+	w.check(t, o, xs, nil)
+
+	if err := w.b.SetPipelines(nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the removed pipeline's subscriber revoked", func() error {
+		subs, err := w.b.Store().Subscribers(w.ctx(), w.f.ID)
+		if err != nil || len(subs) != 0 {
+			return fmt.Errorf("S_C = %v, %v", subs, err)
+		}
+		fns, err := w.b.Store().SubscribedFunctions(w.ctx())
+		if err != nil || slices.Contains(fns, w.f.ID) {
+			return fmt.Errorf("subscribed functions %v, %v", fns, err)
+		}
+		return nil
+	})
+	revokes := w.requests(ppsv1.Garbler_Revoke_FullMethodName)
+	if len(revokes) != 1 || revokes[0].(*ppsv1.RevokeRequest).FnId != w.f.ID || revokes[0].(*ppsv1.RevokeRequest).DeviceId != w.sub.d.id {
+		t.Errorf("revocations sent %v, want the one subscriber of the removed function", revokes)
+	}
+	if v := testutil.ToFloat64(w.b.m.Revoked); v != 1 {
+		t.Errorf("%v revocations counted, want 1", v)
+	}
+	select {
+	case m := <-w.sub.downs:
+		t.Errorf("the revoked subscriber was sent %s", m)
+	default:
+	}
+
+	if err := w.b.SetPipelines([]contract.Pipeline{w.p}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "function registered again", func() error {
+		if _, st, reason, _ := w.b.FunctionStatus(w.p.Name); st != FunctionRegistered {
+			return fmt.Errorf("status %s %s", st, reason)
+		}
+		return nil
+	})
+	publish(1)
+	o = w.runTick(t, 6)
+	if o.Status != contract.StatusOK || o.Epoch == 0 {
+		t.Fatalf("output %+v, want ok under a new epoch", o)
+	}
+	if _, err := w.sub.sub.Unmask(o.Epoch, o.Round, o.Masked, o.Bits); !errors.Is(err, pps.ErrEpoch) {
+		t.Errorf("the old subscriber unmasks the returned pipeline's output: %v, want ErrEpoch", err)
+	}
+}
+
 // A function on which the broker and the garbler compile different circuits is refused —
 // its status says why, the refusal is counted and logged, no tick runs it — and the broker
 // keeps running. The garbler here is the real one; its RegisterFunction answer is altered in

@@ -159,14 +159,21 @@ func (b *Broker) down(id string, msg []byte) error {
 
 // revokeRemoved revokes, for every registered function, each subscriber in S_C that the
 // pipeline no longer lists (D14): the garbler starts a new key epoch and the broker relays
-// the new grants to the remaining subscribers.
+// the new grants to the remaining subscribers. A function whose pipeline was removed
+// loses every subscriber: its epoch key then belongs to no one, so if the pipeline comes
+// back its old subscribers cannot unmask its outputs.
 func (b *Broker) revokeRemoved(ctx context.Context) error {
 	var errs []error
+	current := map[string]bool{}
 	for _, f := range b.current().fns {
+		current[f.f.ID] = true
 		if st, _ := f.state(); st != FunctionRegistered {
 			continue
 		}
 		subs, err := b.store.Subscribers(ctx, f.f.ID)
+		if err == nil && len(subs) > 0 {
+			err = b.store.MarkSubscribed(ctx, f.f.ID)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -175,7 +182,32 @@ func (b *Broker) revokeRemoved(ctx context.Context) error {
 			if f.subs[id] {
 				continue
 			}
-			if err := b.revoke(ctx, f, id); err != nil {
+			if err := b.revoke(ctx, f.f.ID, f.p.Name, f.subs, func(e uint64) { f.mu.Lock(); f.epoch = e; f.mu.Unlock() }, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	fns, err := b.store.SubscribedFunctions(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, fn := range fns {
+		if current[fn] {
+			continue
+		}
+		subs, err := b.store.Subscribers(ctx, fn)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		failed := false
+		for _, id := range subs {
+			if err := b.revoke(ctx, fn, "(removed)", nil, func(uint64) {}, id); err != nil {
+				errs, failed = append(errs, err), true
+			}
+		}
+		if !failed {
+			if err := b.store.ForgetSubscribed(ctx, fn); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -183,28 +215,30 @@ func (b *Broker) revokeRemoved(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (b *Broker) revoke(ctx context.Context, f *brokerFunction, id string) error {
-	resp, err := b.opt.Garbler.Revoke(ctx, &ppsv1.RevokeRequest{FnId: f.f.ID, DeviceId: id})
+// revoke revokes subscriber id of function fn (pipeline names it in logs) with the
+// garbler and relays the new epoch's grants to the subscribers keep still lists.
+func (b *Broker) revoke(ctx context.Context, fn, pipeline string, keep map[string]bool, setEpoch func(uint64), id string) error {
+	resp, err := b.opt.Garbler.Revoke(ctx, &ppsv1.RevokeRequest{FnId: fn, DeviceId: id})
 	if err != nil && !brokerPermanent(err) {
-		b.log.Warn("revoke subscriber, retrying", "pipeline", f.p.Name, "err", err)
+		b.log.Warn("revoke subscriber, retrying", "pipeline", pipeline, "err", err)
 		return err
 	}
+	epoch := uint64(0)
 	if err == nil {
 		for _, g := range resp.Regrants {
-			if !f.subs[g.DeviceId] {
+			if !keep[g.DeviceId] {
 				continue // never relay a new epoch to a device the pipeline does not list
 			}
 			if err := b.down(g.DeviceId, g.Message); err != nil {
 				return fmt.Errorf("relay regrant: %w", err)
 			}
 		}
-		f.mu.Lock()
-		f.epoch = resp.Epoch
-		f.mu.Unlock()
+		epoch = resp.Epoch
+		setEpoch(epoch)
 	} else {
-		b.log.Warn("garbler refused a revocation; dropping the subscriber", "pipeline", f.p.Name, "code", status.Code(err).String())
+		b.log.Warn("garbler refused a revocation; dropping the subscriber", "pipeline", pipeline, "code", status.Code(err).String())
 	}
 	b.m.Revoked.Inc()
-	b.log.Info("subscriber revoked", "pipeline", f.p.Name, "epoch", f.epoch)
-	return b.store.RemoveSubscriber(ctx, f.f.ID, id)
+	b.log.Info("subscriber revoked", "pipeline", pipeline, "fn", fn, "epoch", epoch)
+	return b.store.RemoveSubscriber(ctx, fn, id)
 }

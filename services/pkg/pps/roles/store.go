@@ -67,6 +67,11 @@ func storeMaskKey(id string, r uint64) string  { return "pps:mask:" + id + ":" +
 func storeFnKey(fn string) string              { return "pps:fn:" + fn }
 func storeSubsKey(fn string) string            { return "pps:fn:" + fn + ":subs" }
 func storeExecsKey(fn string) string           { return "pps:fn:" + fn + ":execs" }
+
+// storeSubscribedKey is the set of functions with a subscriber set: a function whose
+// pipeline was removed is still found there, so its subscribers can be revoked.
+const storeSubscribedKey = "pps:fns:subscribed"
+
 func storeRound(r uint64) string               { return fmt.Sprintf("%020d", r) }
 func storeTick(t uint64) string                { return fmt.Sprintf("%020d", t) }
 func storeParseRound(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
@@ -279,8 +284,40 @@ func (s *BrokerStore) FunctionStatus(ctx context.Context, fn string) (status, re
 
 // AddSubscriber adds device id to S_C of function fn.
 func (s *BrokerStore) AddSubscriber(ctx context.Context, fn, id string) error {
-	if err := s.rdb.SAdd(ctx, storeSubsKey(fn), id).Err(); err != nil {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, storeSubsKey(fn), id)
+		p.SAdd(ctx, storeSubscribedKey, fn)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("add subscriber: %w", err)
+	}
+	return nil
+}
+
+// SubscribedFunctions returns the functions that have (or had) subscribers.
+func (s *BrokerStore) SubscribedFunctions(ctx context.Context) ([]string, error) {
+	v, err := s.rdb.SMembers(ctx, storeSubscribedKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read subscribed functions: %w", err)
+	}
+	return v, nil
+}
+
+// MarkSubscribed lists fn among the subscribed functions (for subscribers stored before
+// the list existed).
+func (s *BrokerStore) MarkSubscribed(ctx context.Context, fn string) error {
+	return s.rdb.SAdd(ctx, storeSubscribedKey, fn).Err()
+}
+
+// ForgetSubscribed drops fn from the subscribed functions if it has no subscriber left.
+func (s *BrokerStore) ForgetSubscribed(ctx context.Context, fn string) error {
+	n, err := s.rdb.SCard(ctx, storeSubsKey(fn)).Result()
+	if err != nil {
+		return fmt.Errorf("forget subscribed function: %w", err)
+	}
+	if n == 0 {
+		return s.rdb.SRem(ctx, storeSubscribedKey, fn).Err()
 	}
 	return nil
 }
