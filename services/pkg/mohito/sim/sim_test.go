@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
@@ -106,6 +107,37 @@ func TestRoundsExactlyOnce(t *testing.T) {
 		t.Fatalf("%d commands, %d aborted rounds", len(recs), h.aborted.Load())
 	}
 	t.Logf("%d commands over %d rounds, all delivered exactly once", len(recs), h.planned.Load())
+}
+
+// TestRoundsExactlyOncePostQuantum (issue 15 item 13) runs the services with the
+// post-quantum suite MLKEM768X25519 (the deployment file's suite: MLKEM768X25519): keys of
+// that suite for the integrator and every vendor, 24 planned rounds, every command answered
+// exactly once, no round aborted. Nothing ran the suite through the services before.
+func TestRoundsExactlyOncePostQuantum(t *testing.T) {
+	h := start(t, []int{2, 3}, 6, 1, func(c *sim.Config) {
+		c.Deployment.Params.Suite = mohito.SuiteMLKEM768X25519
+	})
+	if s := h.cluster.IntegratorKeys().Suite(); s != mohito.SuiteMLKEM768X25519 {
+		t.Fatalf("integrator key ring of suite %v", s)
+	}
+	for v := range 2 {
+		if s := h.cluster.VendorKeys(v).Suite(); s != mohito.SuiteMLKEM768X25519 {
+			t.Fatalf("vendor %d key ring of suite %v", v, s)
+		}
+	}
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		waitFor(t, 90*time.Second, "24 planned rounds", func() bool { return h.planned.Load() >= 24 })
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs, 6); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.aborted.Load(); n != 0 {
+		t.Fatalf("%d rounds aborted", n)
+	}
+	t.Logf("MLKEM768X25519: %d commands over %d rounds, exactly once", len(recs), h.planned.Load())
 }
 
 var _ = context.Background
