@@ -71,18 +71,22 @@ func BenchmarkDIUpload(b *testing.B) {
 			dev := NewDevice(Config{CIP: bCIP}, dt)
 			pairs := benchPairs(1<<16, 1)
 			pool := &Pool{}
-			dev.Up[80] = pool
+			dev.Up.Set(80, pool)
 			buf := rawPacket(bDIP, bCIP, 40000, 80, size)
 			var hdr [fixedHdr]byte
 			copy(hdr[:], buf[Headroom:])
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := startCPU()
+			defer cpu.report(b)
 			for range b.N {
 				if pool.n == 0 {
+					cpu.pause() // outside StopTimer, whose ReadMemStats is not the transform's cost
 					b.StopTimer()
 					refill(pool, pairs)
 					b.StartTimer()
+					cpu.resume()
 				}
 				copy(buf[Headroom:], hdr[:])
 				if _, err := dev.HideUpload(buf, Headroom, bNow); err != nil {
@@ -102,7 +106,16 @@ type receiverBench struct {
 	buf   []byte
 }
 
+// benchTables caches the receiver tables by size: building 10⁶ entries dominates setup, and
+// the benchmark function runs once per b.N round.
+var benchTables = map[int]*receiverBench{}
+
 func newReceiverBench(b *testing.B, entries int, wire []byte) *receiverBench {
+	if c := benchTables[entries]; c != nil {
+		rb := &receiverBench{table: c.table, pairs: c.pairs, buf: wire}
+		copy(rb.hdr[:], wire)
+		return rb
+	}
 	rb := &receiverBench{buf: wire}
 	rb.table, _ = NewDVT(DVTConfig{TableCapacity: entries, Key: [16]byte{1}})
 	rb.pairs = benchPairs(entries, 2)
@@ -113,6 +126,7 @@ func newReceiverBench(b *testing.B, entries int, wire []byte) *receiverBench {
 	}
 	mrand.New(mrand.NewPCG(1, 2)).Shuffle(len(rb.pairs), func(i, j int) { rb.pairs[i], rb.pairs[j] = rb.pairs[j], rb.pairs[i] })
 	copy(rb.hdr[:], wire)
+	benchTables[entries] = rb
 	return rb
 }
 
@@ -126,7 +140,7 @@ func wirePacket(size int, download bool) []byte {
 		buf := rawPacket([4]byte{10, 0, 0, 1}, bDIP, 8080, 40000, size)
 		pool := &Pool{}
 		refill(pool, []Pair{p})
-		n, err := s.HideDownload(buf, Headroom, map[uint16]*Pool{80: pool}, bNow)
+		n, err := s.HideDownload(buf, Headroom, pools80(pool), bNow)
 		if err != nil {
 			panic(err)
 		}
@@ -135,7 +149,7 @@ func wirePacket(size int, download bool) []byte {
 	dev := NewDevice(cfg, dt)
 	pool := &Pool{}
 	refill(pool, []Pair{p})
-	dev.Up[80] = pool
+	dev.Up.Set(80, pool)
 	buf := rawPacket(bDIP, bCIP, 40000, 80, size)
 	n, err := dev.HideUpload(buf, Headroom, bNow)
 	if err != nil {
@@ -148,15 +162,19 @@ func (rb *receiverBench) run(b *testing.B, size int, fn func(buf []byte) error) 
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU()
+	defer cpu.report(b)
 	k := 0
 	for range b.N {
 		if k == len(rb.pairs) {
+			cpu.pause()
 			b.StopTimer()
 			for _, p := range rb.pairs {
 				rb.table.Insert(p.ID, &p.KS, 80, bNow+3600)
 			}
 			k = 0
 			b.StartTimer()
+			cpu.resume()
 		}
 		copy(rb.buf, rb.hdr[:])
 		binary.BigEndian.PutUint64(rb.buf[tcpOptions+4:], rb.pairs[k].ID)
@@ -164,6 +182,10 @@ func (rb *receiverBench) run(b *testing.B, size int, fn func(buf []byte) error) 
 		if err := fn(rb.buf); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.StopTimer()
+	for _, p := range rb.pairs[:k] { // leave the cached table whole for the next round
+		rb.table.Insert(p.ID, &p.KS, 80, bNow+3600)
 	}
 }
 
@@ -180,7 +202,7 @@ func BenchmarkCI(b *testing.B) {
 			rb := newReceiverBench(b, c.entries, wire)
 			ci := NewCloud(Config{CIP: bCIP}, rb.table, [16]byte{7})
 			mg, _ := NewMaglev([]Backend{{IP: [4]byte{10, 0, 0, 1}, Port: 8080}, {IP: [4]byte{10, 0, 0, 2}, Port: 8080}})
-			ci.Backends[80] = mg
+			ci.SetBackends(80, mg)
 			rb.run(b, c.size, func(buf []byte) error { _, err := ci.Forward(buf); return err })
 		})
 	}
@@ -193,11 +215,10 @@ func BenchmarkSIUpload(b *testing.B) {
 			wire := wirePacket(size, false)
 			binary.BigEndian.PutUint16(wire[tcpDport:], 8080) // as CI leaves it
 			copy(wire[ipDst:], []byte{10, 0, 0, 1})
-			buf := make([]byte, len(wire)+Headroom)
-			copy(buf, wire)
+			buf := append([]byte(nil), wire...)
 			rb := newReceiverBench(b, 1e4, buf)
 			si := NewServer(Config{CIP: bCIP}, rb.table, map[uint16]uint16{8080: 80})
-			rb.run(b, size, func(buf []byte) error { _, _, err := si.RecoverUpload(buf, 0); return err })
+			rb.run(b, size, func(buf []byte) error { _, _, err := si.RecoverUpload(buf, 0); return ignorePad(err) })
 		})
 	}
 }
@@ -207,11 +228,10 @@ func BenchmarkDIDownload(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			wire := wirePacket(size, true)
-			buf := make([]byte, len(wire)+Headroom)
-			copy(buf, wire)
+			buf := append([]byte(nil), wire...)
 			rb := newReceiverBench(b, 1e4, buf)
 			dev := NewDevice(Config{CIP: bCIP}, rb.table)
-			rb.run(b, size, func(buf []byte) error { _, _, err := dev.RecoverDownload(buf, 0); return err })
+			rb.run(b, size, func(buf []byte) error { _, _, err := dev.RecoverDownload(buf, 0); return ignorePad(err) })
 		})
 	}
 }
@@ -224,18 +244,22 @@ func BenchmarkSIDownload(b *testing.B) {
 			si := NewServer(Config{CIP: bCIP}, dt, map[uint16]uint16{8080: 80})
 			pairs := benchPairs(1<<16, 3)
 			pool := &Pool{}
-			pools := map[uint16]*Pool{80: pool}
+			pools := pools80(pool)
 			buf := rawPacket([4]byte{10, 0, 0, 1}, bDIP, 8080, 40000, size)
 			var hdr [fixedHdr]byte
 			copy(hdr[:], buf[Headroom:])
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := startCPU()
+			defer cpu.report(b)
 			for range b.N {
 				if pool.n == 0 {
+					cpu.pause() // outside StopTimer, whose ReadMemStats is not the transform's cost
 					b.StopTimer()
 					refill(pool, pairs)
 					b.StartTimer()
+					cpu.resume()
 				}
 				copy(buf[Headroom:], hdr[:])
 				if _, err := si.HideDownload(buf, Headroom, pools, bNow); err != nil {
@@ -256,6 +280,8 @@ func BenchmarkBaselineGCM(b *testing.B) {
 			nonce := make([]byte, aead.NonceSize())
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu := startCPU()
+			defer cpu.report(b)
 			for b.Loop() {
 				nonce[0]++
 				aead.Seal(pkt[:0], nonce, pkt[:size], nil)
@@ -279,6 +305,8 @@ func BenchmarkBaselineCBCHMAC(b *testing.B) {
 			var tag [sha1.Size]byte
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu := startCPU()
+			defer cpu.report(b)
 			for b.Loop() {
 				iv[0]++
 				setIV.SetIV(iv)
@@ -298,6 +326,7 @@ func BenchmarkKeystreamInit(b *testing.B) {
 		for _, n := range []int{1e4, 1e5, 1e6} {
 			b.Run(fmt.Sprintf("id=%dbit/n=%d", idBytes*8, n), func(b *testing.B) {
 				key := [32]byte{byte(n)}
+				cpu := startCPU()
 				for b.Loop() {
 					d, _ := NewDVT(DVTConfig{TableCapacity: n, Dedup: true, Key: [16]byte{1}})
 					generate(&key, uint32(n), idBytes, func(_ uint32, id uint64, ks []byte) bool {
@@ -305,6 +334,7 @@ func BenchmarkKeystreamInit(b *testing.B) {
 						return true
 					})
 				}
+				cpu.report(b)
 				mops := float64(n) * float64(b.N) / b.Elapsed().Seconds() / 1e6
 				b.ReportMetric(mops, "MOPS")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/keystream")
@@ -334,6 +364,8 @@ func BenchmarkLookup(b *testing.B) {
 		}{{"sequential", ids}, {"random", shuffled}} {
 			b.Run(fmt.Sprintf("n=%d/%s", n, order.name), func(b *testing.B) {
 				k := 0
+				cpu := startCPU()
+				defer cpu.report(b)
 				for b.Loop() {
 					if _, _, _, ok := d.Lookup(order.ids[k]); !ok {
 						b.Fatal("miss")
@@ -380,4 +412,19 @@ func BenchmarkDIMemory(b *testing.B) {
 			b.ReportMetric(heap/1e6, "heapMB/1e4ks")
 		})
 	}
+}
+
+func pools80(p *Pool) *Pools {
+	ps := &Pools{}
+	ps.Set(80, p)
+	return ps
+}
+
+// ignorePad: the bench packets decrypt under random keystreams, so some carry the pad
+// marker; the transform has run in full either way.
+func ignorePad(err error) error {
+	if err == ErrPad {
+		return nil
+	}
+	return err
 }

@@ -76,9 +76,9 @@ func NewDVT(cfg DVTConfig) (*DVT, error) {
 }
 
 func (d *DVT) link() {
-	d.tables = append(d.tables, newTable(&d.g, !d.cfg.Fingerprint16, true))
+	d.tables = append(d.tables, newTable(&d.g, &d.key, !d.cfg.Fingerprint16, true))
 	if d.cfg.Dedup {
-		d.filters = append(d.filters, newTable(&d.fg, false, false))
+		d.filters = append(d.filters, newTable(&d.fg, &d.fkey, false, false))
 	}
 }
 
@@ -104,11 +104,14 @@ func (d *DVT) ksHash(ks *[16]byte) (uint32, uint32, uint16) {
 
 // Lookup returns the keystream and service of id without consuming it.
 func (d *DVT) Lookup(id uint64) (ks [16]byte, sid uint16, loc Loc, ok bool) {
+	if id == 0 { // never issued; in exact mode 0 marks an empty slot
+		return ks, 0, Loc{}, false
+	}
 	b1, b2, f := d.hash(id)
 	for t := len(d.tables) - 1; t >= 0; t-- {
 		tb := d.tables[t]
 		if s := tb.find(b1, b2, f, id); s >= 0 {
-			return tb.ks[s], tb.sid[s], Loc{tb, int32(s)}, true
+			return tb.val[s].ks, tb.val[s].sid, Loc{tb, int32(s)}, true
 		}
 	}
 	return ks, 0, Loc{}, false
@@ -138,7 +141,7 @@ func (d *DVT) Consume(loc Loc) {
 		return
 	}
 	if d.cfg.Dedup {
-		d.filterDelete(d.indexOf(t), &t.ks[loc.slot])
+		d.filterDelete(d.indexOf(t), &t.val[loc.slot].ks)
 	}
 	t.clearSlot(uint32(loc.slot))
 	t.count--
@@ -193,6 +196,9 @@ func (d *DVT) GC(now int64) int {
 // mode: a live entry with the same bucket pair and fingerprint), which keeps positive lookups
 // exact.
 func (d *DVT) Insert(id uint64, ks *[16]byte, sid uint16, expiry int64) error {
+	if id == 0 {
+		return ErrDuplicateID // reserved (§3.3)
+	}
 	b1, b2, f := d.hash(id)
 	for _, t := range d.tables {
 		if t.find(b1, b2, f, id) >= 0 {
@@ -207,6 +213,9 @@ func (d *DVT) Insert(id uint64, ks *[16]byte, sid uint16, expiry int64) error {
 func (d *DVT) InsertChecked(id uint64, ks *[16]byte, sid uint16, expiry int64) error {
 	if !d.cfg.Dedup {
 		return fmt.Errorf("lois dvt: InsertChecked needs Dedup")
+	}
+	if id == 0 {
+		return ErrDuplicateID // reserved (§3.3)
 	}
 	b1, b2, f := d.hash(id)
 	for _, t := range d.tables {
@@ -299,13 +308,13 @@ type DVTStats struct {
 // Stats reports the table count, live entries and memory.
 func (d *DVT) Stats() DVTStats {
 	st := DVTStats{Tables: len(d.tables)}
-	per := 2 + 2 + 16
+	per := 2 + 2 + 16 // f, SID, ks
 	if !d.cfg.Fingerprint16 {
-		per += 8
+		per = 8 + 2 + 16 // id, SID, ks
 	}
 	for _, t := range d.tables {
 		st.Entries += t.count
-		st.Slots += len(t.fp)
+		st.Slots += t.slots()
 	}
 	st.Bytes = st.Slots * per
 	return st

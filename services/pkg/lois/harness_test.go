@@ -74,7 +74,7 @@ type world struct {
 	dev      *lois.Device
 	ci       *lois.Cloud
 	si       []*lois.Server
-	siPools  []map[uint16]*lois.Pool
+	siPools  []*lois.Pools
 	sids     []uint16
 	registry *lois.DVT
 	up, down map[uint16]*lois.Stream
@@ -98,6 +98,9 @@ func newWorld(t testing.TB, paper bool, sids []uint16, n uint32, replicas int) *
 	w.dev = lois.NewDevice(cfg, diT)
 	w.ci = lois.NewCloud(cfg, ciT, [16]byte{7})
 	ports := map[uint16]uint16{}
+	for _, sid := range sids {
+		ports[portOff+sid] = sid
+	}
 	var backends []lois.Backend
 	for r := range replicas {
 		backends = append(backends, lois.Backend{IP: [4]byte{10, 0, 0, byte(1 + r)}})
@@ -105,10 +108,9 @@ func newWorld(t testing.TB, paper bool, sids []uint16, n uint32, replicas int) *
 	for range replicas {
 		siT, _ := lois.NewDVT(tcfg)
 		w.si = append(w.si, lois.NewServer(cfg, siT, ports))
-		w.siPools = append(w.siPools, map[uint16]*lois.Pool{})
+		w.siPools = append(w.siPools, &lois.Pools{})
 	}
 	for _, sid := range sids {
-		ports[portOff+sid] = sid
 		bs := make([]lois.Backend, len(backends))
 		for i, b := range backends {
 			bs[i] = lois.Backend{IP: b.IP, Port: portOff + sid}
@@ -117,7 +119,7 @@ func newWorld(t testing.TB, paper bool, sids []uint16, n uint32, replicas int) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.ci.Backends[sid] = mg
+		w.ci.SetBackends(sid, mg)
 		for _, d := range []lois.Dir{lois.Up, lois.Down} {
 			s := &lois.Stream{Key: lois.StreamKey(seed, d, sid, 1), Dir: d, SID: sid, Epoch: 1, N: n, Expiry: expiry}
 			if _, err := w.registry.Register(s); err != nil {
@@ -125,8 +127,8 @@ func newWorld(t testing.TB, paper bool, sids []uint16, n uint32, replicas int) *
 			}
 			if d == lois.Up {
 				w.up[sid] = s
-				w.dev.Up[sid] = &lois.Pool{}
-				w.dev.Up[sid].Add(s, 1, 0, expiry-margin)
+				w.dev.Up.Set(sid, &lois.Pool{})
+				w.dev.Up.Get(sid).Add(s, 1, 0, expiry-margin)
 				must(t, ciT.Install(s))
 				for _, si := range w.si {
 					must(t, si.Up.Install(s))
@@ -137,7 +139,7 @@ func newWorld(t testing.TB, paper bool, sids []uint16, n uint32, replicas int) *
 				for r := range w.si {
 					p := &lois.Pool{}
 					p.Add(s, replicas, r, expiry-margin)
-					w.siPools[r][sid] = p
+					w.siPools[r].Set(sid, p)
 				}
 			}
 		}
@@ -166,4 +168,10 @@ func (w *world) upload(buf []byte, off int) ([]byte, int, error) {
 	r := int(be.IP[3]) - 1
 	off, _, err = w.si[r].RecoverUpload(buf, off)
 	return buf[off:], r, err
+}
+
+func pools5(p *lois.Pool) *lois.Pools {
+	ps := &lois.Pools{}
+	ps.Set(5, p)
+	return ps
 }

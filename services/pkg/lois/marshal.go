@@ -44,17 +44,17 @@ func (d *DVT) MarshalBinary() ([]byte, error) {
 		b = binary.BigEndian.AppendUint32(b, uint32(t.inserted))
 		b = binary.BigEndian.AppendUint32(b, uint32(t.consumed))
 		b = binary.BigEndian.AppendUint64(b, uint64(t.maxExpiry))
-		for s, f := range t.fp {
-			if f == 0 {
+		for s := range uint32(t.slots()) {
+			if !t.occupied(s) {
 				continue
 			}
-			b = binary.BigEndian.AppendUint32(b, uint32(s))
-			b = binary.BigEndian.AppendUint16(b, f)
-			b = binary.BigEndian.AppendUint16(b, t.sid[s])
+			b = binary.BigEndian.AppendUint32(b, s)
+			b = binary.BigEndian.AppendUint16(b, t.fpAt(s))
+			b = binary.BigEndian.AppendUint16(b, t.val[s].sid)
 			if t.id != nil {
 				b = binary.BigEndian.AppendUint64(b, t.id[s])
 			}
-			b = append(b, t.ks[s][:]...)
+			b = append(b, t.val[s].ks[:]...)
 		}
 	}
 	return b, nil
@@ -127,7 +127,7 @@ func UnmarshalDVT(b []byte, maxEntries int) (*DVT, error) {
 				it.id = binary.BigEndian.Uint64(b[8:])
 				o += 8
 				b1, b2, f2 := d.hash(it.id)
-				if bk := s / slotsPerBucket; f2 != f || (bk != b1 && bk != b2) {
+				if bk := s / slotsPerBucket; it.id == 0 || f2 != f || (bk != b1 && bk != b2) {
 					return bad("entry not at its hash")
 				}
 			}

@@ -109,14 +109,18 @@ func sizeGeometry(maxItems int) geometry {
 	return g
 }
 
-// table is one PK Vacuum table, or (with vals false) one Vacuum filter of the DVF. Slots are
-// struct-of-arrays so a 16-bit-fingerprint table costs 20 bytes per slot (f, SID, ks) and an
-// exact table 28 (f, SID, id, ks); the id column exists only in exact mode (D-7).
+// table is one PK Vacuum table, or (with vals false) one Vacuum filter of the DVF. In 16-bit
+// mode a slot is its fingerprint (fp); in exact mode it is the whole id (D-7), 0 marking an
+// empty slot because id 0 is never issued (§3.3), and the fingerprint that steers evictions
+// is recomputed from the id. A bucket's keys are contiguous (4 × 8 bytes share one cache
+// line), and the value (keystream, SID) sits in a separate array touched only on a hit, so a
+// lookup costs about three cache lines: 26 bytes per slot exact, 20 in 16-bit mode.
 type table struct {
-	fp  []uint16
-	sid []uint16
-	id  []uint64   // exact mode only
-	ks  [][16]byte // nil for a filter
+	fp  []uint16  // 16-bit mode and filters
+	id  []uint64  // exact mode
+	val []slotVal // nil for a filter
+	g   *geometry
+	key *sipKey
 	// bookkeeping for the DVT's expiry and consumption rules (§3.6.2, D-17, D-18)
 	count     int
 	inserted  int
@@ -124,17 +128,41 @@ type table struct {
 	maxExpiry int64
 }
 
-func newTable(g *geometry, exact, vals bool) *table {
+type slotVal struct {
+	ks  [16]byte
+	sid uint16
+}
+
+func newTable(g *geometry, key *sipKey, exact, vals bool) *table {
 	s := int(g.m) * slotsPerBucket
-	t := &table{fp: make([]uint16, s)}
-	if vals {
-		t.sid = make([]uint16, s)
-		t.ks = make([][16]byte, s)
-	}
+	t := &table{g: g, key: key}
 	if exact {
 		t.id = make([]uint64, s)
+	} else {
+		t.fp = make([]uint16, s)
+	}
+	if vals {
+		t.val = make([]slotVal, s)
 	}
 	return t
+}
+
+func (t *table) slots() int { return max(len(t.fp), len(t.id)) }
+
+func (t *table) occupied(s uint32) bool {
+	if t.id != nil {
+		return t.id[s] != 0
+	}
+	return t.fp[s] != 0
+}
+
+// fpAt is the fingerprint of the resident of slot s.
+func (t *table) fpAt(s uint32) uint16 {
+	if t.id != nil {
+		_, f := t.g.bucketFP(t.key.sum64(t.id[s]))
+		return f
+	}
+	return t.fp[s]
 }
 
 // item is a slot's content while it moves.
@@ -146,9 +174,9 @@ type item struct {
 }
 
 func (t *table) get(s uint32) item {
-	it := item{f: t.fp[s]}
-	if t.ks != nil {
-		it.sid, it.ks = t.sid[s], t.ks[s]
+	it := item{f: t.fpAt(s)}
+	if t.val != nil {
+		it.sid, it.ks = t.val[s].sid, t.val[s].ks
 	}
 	if t.id != nil {
 		it.id = t.id[s]
@@ -157,29 +185,30 @@ func (t *table) get(s uint32) item {
 }
 
 func (t *table) put(s uint32, it item) {
-	t.fp[s] = it.f
-	if t.ks != nil {
-		t.sid[s], t.ks[s] = it.sid, it.ks
-	}
 	if t.id != nil {
 		t.id[s] = it.id
+	} else {
+		t.fp[s] = it.f
+	}
+	if t.val != nil {
+		t.val[s] = slotVal{it.ks, it.sid}
 	}
 }
 
 func (t *table) clearSlot(s uint32) {
-	t.fp[s] = 0
-	if t.ks != nil {
-		t.ks[s] = [16]byte{} // a consumed keystream does not linger in memory
-		t.sid[s] = 0
-	}
 	if t.id != nil {
 		t.id[s] = 0
+	} else {
+		t.fp[s] = 0
+	}
+	if t.val != nil {
+		t.val[s] = slotVal{} // a consumed keystream does not linger in memory
 	}
 }
 
 func (t *table) emptySlot(b uint32) int {
 	for j := uint32(0); j < slotsPerBucket; j++ {
-		if t.fp[b*slotsPerBucket+j] == 0 {
+		if !t.occupied(b*slotsPerBucket + j) {
 			return int(b*slotsPerBucket + j)
 		}
 	}
@@ -189,20 +218,36 @@ func (t *table) emptySlot(b uint32) int {
 func (t *table) load(b uint32) int {
 	n := 0
 	for j := uint32(0); j < slotsPerBucket; j++ {
-		if t.fp[b*slotsPerBucket+j] != 0 {
+		if t.occupied(b*slotsPerBucket + j) {
 			n++
 		}
 	}
 	return n
 }
 
-// find returns the slot of (f, id) among the 8 candidate slots, or -1. In 16-bit mode the id is
-// not stored and f alone decides (spec §3.6.1: exact for live ids, false matches for others).
+// find returns the slot of (f, id) among the 8 candidate slots, or -1. In 16-bit mode f alone
+// decides (spec §3.6.1: exact for live ids, false matches for others); in exact mode the id
+// (never 0: the DVT refuses to look 0 up).
 func (t *table) find(b1, b2 uint32, f uint16, id uint64) int {
+	if t.id != nil {
+		k1 := t.id[b1*slotsPerBucket : b1*slotsPerBucket+slotsPerBucket]
+		for j, x := range k1 {
+			if x == id {
+				return int(b1*slotsPerBucket) + j
+			}
+		}
+		k2 := t.id[b2*slotsPerBucket : b2*slotsPerBucket+slotsPerBucket]
+		for j, x := range k2 {
+			if x == id {
+				return int(b2*slotsPerBucket) + j
+			}
+		}
+		return -1
+	}
 	for _, b := range [2]uint32{b1, b2} {
 		base := b * slotsPerBucket
 		for j := uint32(0); j < slotsPerBucket; j++ {
-			if t.fp[base+j] == f && (t.id == nil || t.id[base+j] == id) {
+			if t.fp[base+j] == f {
 				return int(base + j)
 			}
 		}
@@ -250,7 +295,7 @@ func (t *table) insert(g *geometry, r *rng, it item, b1 uint32) (ok bool, victim
 		// One-step look-ahead: can a resident move to its own alternate bucket?
 		for j := uint32(0); j < slotsPerBucket; j++ {
 			s := b*slotsPerBucket + j
-			a := g.alt(b, t.fp[s])
+			a := g.alt(b, t.fpAt(s))
 			if e := t.emptySlot(a); e >= 0 {
 				t.put(uint32(e), t.get(s))
 				t.put(s, cur)

@@ -143,12 +143,13 @@ func checkInvariants(t *testing.T, d *DVT, model map[uint64][16]byte) {
 	seen := map[[3]uint32]bool{}
 	for ti, tb := range d.tables {
 		n := 0
-		for s, f := range tb.fp {
-			if f == 0 {
+		for s := range uint32(tb.slots()) {
+			if !tb.occupied(s) {
 				continue
 			}
+			f := tb.fpAt(s)
 			n++
-			b := uint32(s / slotsPerBucket)
+			b := s / slotsPerBucket
 			if tb.id != nil {
 				b1, b2, f2 := d.hash(tb.id[s])
 				if f2 != f || (b != b1 && b != b2) {
@@ -160,7 +161,7 @@ func checkInvariants(t *testing.T, d *DVT, model map[uint64][16]byte) {
 				t.Fatalf("two live entries share bucket pair and fingerprint %v", pair)
 			}
 			seen[pair] = true
-			if d.cfg.Dedup && !d.filters[ti].has(d, &tb.ks[s]) {
+			if d.cfg.Dedup && !d.filters[ti].has(d, &tb.val[s].ks) {
 				t.Fatalf("table %d: keystream fingerprint not in its aligned DVF filter", ti)
 			}
 		}

@@ -81,7 +81,7 @@ func TestKeystreamNeverReused(t *testing.T) {
 			binary.BigEndian.PutUint16(buf[off+20:], portOff+sid)
 			noff, err := w.si[rep].HideDownload(buf, off, w.siPools[rep], now)
 			if errors.Is(err, lois.ErrExhausted) {
-				if w.siPools[rep][5].Len()+w.siPools[rep][6].Len() != 0 {
+				if w.siPools[rep].Get(5).Len()+w.siPools[rep].Get(6).Len() != 0 {
 					continue
 				}
 				break
@@ -161,7 +161,7 @@ func TestMultiCloudDI(t *testing.T) {
 	const clouds = 40
 	var devs []*lois.Device
 	var servers []*lois.Server
-	var pools []map[uint16]*lois.Pool
+	var pools []*lois.Pools
 	for c := range clouds {
 		seed := [32]byte{byte(c), 1}
 		cfg := lois.Config{CIP: [4]byte{203, 0, 113, byte(c)}}
@@ -173,7 +173,7 @@ func TestMultiCloudDI(t *testing.T) {
 		p.Add(s, 1, 0, expiry)
 		devs = append(devs, lois.NewDevice(cfg, dt))
 		servers = append(servers, lois.NewServer(cfg, st, map[uint16]uint16{8005: 5}))
-		pools = append(pools, map[uint16]*lois.Pool{5: p})
+		pools = append(pools, pools5(p))
 	}
 	r := chacha("t16")
 	for i := range 40 * clouds {

@@ -92,7 +92,7 @@ func (n *normaliser) apply(pkt []byte, tcpHdr int) error {
 // its per-service pools and recovers download headers through its download DVT.
 type Device struct {
 	cfg  Config
-	Up   map[uint16]*Pool // by SID
+	Up   Pools // by SID
 	Down *DVT
 	norm normaliser
 }
@@ -100,7 +100,7 @@ type Device struct {
 // NewDevice returns a DI for the cloud of cfg with empty pools and download table.
 func NewDevice(cfg Config, down *DVT) *Device {
 	cfg.fill()
-	return &Device{cfg: cfg, Up: map[uint16]*Pool{}, Down: down, norm: newNormaliser(cfg.MTU)}
+	return &Device{cfg: cfg, Down: down, norm: newNormaliser(cfg.MTU)}
 }
 
 // HideUpload protects the packet buf[off:] in place (DI upload, Step 1) and returns its new
@@ -121,7 +121,7 @@ func (d *Device) HideUpload(buf []byte, off int, now int64) (int, error) {
 	if th-tcpFixed > MaxOrigOptions {
 		return off, ErrNoRoom
 	}
-	pool := d.Up[binary.BigEndian.Uint16(pkt[tcpDport:])]
+	pool := d.Up.Get(binary.BigEndian.Uint16(pkt[tcpDport:]))
 	if pool == nil {
 		return off, ErrUnknownSID
 	}
@@ -194,7 +194,7 @@ type Backend struct {
 type Cloud struct {
 	cfg      Config
 	Table    *DVT
-	Backends map[uint16]*Maglev // by SID
+	backends bySID[*Maglev]
 	flowKey  sipKey
 }
 
@@ -202,9 +202,12 @@ type Cloud struct {
 // the same one, because ECMP spreads a flow's packets over replicas (D-16).
 func NewCloud(cfg Config, table *DVT, flowKey [16]byte) *Cloud {
 	cfg.fill()
-	return &Cloud{cfg: cfg, Table: table, Backends: map[uint16]*Maglev{},
+	return &Cloud{cfg: cfg, Table: table,
 		flowKey: sipKey{binary.LittleEndian.Uint64(flowKey[:8]), binary.LittleEndian.Uint64(flowKey[8:])}}
 }
+
+// SetBackends installs the Maglev table of service sid.
+func (c *Cloud) SetBackends(sid uint16, mg *Maglev) { c.backends.set(sid, mg) }
 
 // Forward routes the packet pkt in place and returns the backend it now addresses.
 func (c *Cloud) Forward(pkt []byte) (Backend, error) {
@@ -219,7 +222,7 @@ func (c *Cloud) Forward(pkt []byte) (Backend, error) {
 	if !ok {
 		return Backend{}, ErrUnknownID
 	}
-	mg := c.Backends[sid]
+	mg := c.backends.get(sid)
 	if mg == nil {
 		return Backend{}, ErrUnknownSID
 	}
@@ -243,14 +246,18 @@ func (c *Cloud) Forward(pkt []byte) (Backend, error) {
 type Server struct {
 	cfg   Config
 	Up    *DVT
-	sidOf map[uint16]uint16 // P_srv → SID
+	sidOf bySID[uint32] // P_srv → SID + 1 (0: not a LOIS service)
 	norm  normaliser
 }
 
 // NewServer returns an SI whose services listen on the ports of ports (P_srv → SID).
 func NewServer(cfg Config, up *DVT, ports map[uint16]uint16) *Server {
 	cfg.fill()
-	return &Server{cfg: cfg, Up: up, sidOf: ports, norm: newNormaliser(cfg.MTU)}
+	s := &Server{cfg: cfg, Up: up, norm: newNormaliser(cfg.MTU)}
+	for port, sid := range ports {
+		s.sidOf.set(port, uint32(sid)+1)
+	}
+	return s
 }
 
 // RecoverUpload restores buf[off:] for the local stack and returns its new offset and the
@@ -274,7 +281,7 @@ func (s *Server) RecoverUpload(buf []byte, off int) (int, uint16, error) {
 // HideDownload protects the server's reply buf[off:] (SIP:P_srv → DIP:DPort): it is first
 // translated back to CIP:SID (direct server return, spec §3.8), then hidden with a pair from
 // pools (this session's, this replica's partition) and returned with offset off − OptionLen.
-func (s *Server) HideDownload(buf []byte, off int, pools map[uint16]*Pool, now int64) (int, error) {
+func (s *Server) HideDownload(buf []byte, off int, pools *Pools, now int64) (int, error) {
 	pkt := buf[off:]
 	th, err := parse(pkt)
 	if err != nil {
@@ -286,11 +293,12 @@ func (s *Server) HideDownload(buf []byte, off int, pools map[uint16]*Pool, now i
 	if th-tcpFixed > MaxOrigOptions {
 		return off, ErrNoRoom
 	}
-	sid, ok := s.sidOf[binary.BigEndian.Uint16(pkt[tcpSport:])]
-	if !ok {
+	sid1 := s.sidOf.get(binary.BigEndian.Uint16(pkt[tcpSport:]))
+	if sid1 == 0 {
 		return off, ErrUnknownSID
 	}
-	pool := pools[sid]
+	sid := uint16(sid1 - 1)
+	pool := pools.Get(sid)
 	if pool == nil {
 		return off, ErrUnknownSID
 	}

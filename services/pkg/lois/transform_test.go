@@ -189,7 +189,7 @@ func TestXORMapping(t *testing.T) {
 			buf, off := packet(dip, cip, 1000, 5, 0, 0, 0, nil, nil)
 			orig := bytes.Clone(buf[off:])
 			noff, err := w.dev.HideUpload(buf, off, now)
-			if err != nil || w.dev.Up[5].Len() != len(pairs)-k-1 {
+			if err != nil || w.dev.Up.Get(5).Len() != len(pairs)-k-1 {
 				t.Fatal(err)
 			}
 			wire := buf[noff:]
@@ -292,7 +292,7 @@ func TestUnknownIDsRejected(t *testing.T) {
 		if err != nil {
 			// pools run dry after 1024: refill is not the point here
 			buf, off = packet(dip, cip, 1000, 5, 1, 2, 0x10, nil, nil)
-			w.dev.Up[5].Add(w.up[5], 1, 0, expiry-margin)
+			w.dev.Up.Get(5).Add(w.up[5], 1, 0, expiry-margin)
 			off, err = w.dev.HideUpload(buf, off, now)
 			must(t, err)
 		}
