@@ -108,6 +108,10 @@ func (d *DVT) Lookup(id uint64) (ks [16]byte, sid uint16, loc Loc, ok bool) {
 		return ks, 0, Loc{}, false
 	}
 	b1, b2, f := d.hash(id)
+	return d.lookupHashed(id, b1, b2, f)
+}
+
+func (d *DVT) lookupHashed(id uint64, b1, b2 uint32, f uint16) (ks [16]byte, sid uint16, loc Loc, ok bool) {
 	for t := len(d.tables) - 1; t >= 0; t-- {
 		tb := d.tables[t]
 		if s := tb.find(b1, b2, f, id); s >= 0 {

@@ -222,6 +222,11 @@ func (c *Cloud) Forward(pkt []byte) (Backend, error) {
 	if !ok {
 		return Backend{}, ErrUnknownID
 	}
+	return c.route(pkt, &ks, sid, loc)
+}
+
+// route finishes Forward once the keystream is found.
+func (c *Cloud) route(pkt []byte, ks *[16]byte, sid uint16, loc Loc) (Backend, error) {
 	mg := c.backends.get(sid)
 	if mg == nil {
 		return Backend{}, ErrUnknownSID
