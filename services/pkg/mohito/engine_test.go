@@ -284,21 +284,33 @@ func (w *world) attacks(attackers map[int]bool) []attack {
 			return m1
 		}})
 	}
-	// Same-round replay of one M1 by two colluding users: same z, delivered once.
+	// Same-round replay of one M1 under three users' tokens (issue 15 #1:
+	// the G2 "M·e_v burst" by replay alone). Every copy passes G2's share
+	// check, so V* must recognise the copies itself: all of them are
+	// invalid, the first included, none reaches a device, and no burst
+	// or duplicate z tells the integrator the victim's vendor.
 	ru1, rd := pick()
 	ru2, _ := pick()
+	ru3, _ := pick()
 	var replayed []byte
-	for i, uu := range []int{ru1, ru2} {
-		list = append(list, attack{name: fmt.Sprintf("replay-same-round#%d", i), group: "replay", user: uu, build: func(ri *RoundInfo) []byte {
+	var replayID [16]byte
+	rand.Read(replayID[:])
+	for i, uu := range []int{ru1, ru2, ru3} {
+		list = append(list, attack{name: fmt.Sprintf("replay-same-round#%d", i), user: uu, build: func(ri *RoundInfo) []byte {
 			if replayed == nil {
 				var err error
-				replayed, _, err = IssueCommand(ri, &w.creds[rd.v][rd.d], 1, []byte("replay"), w.now, rand.Reader)
+				replayed, _, err = IssueCommandID(ri, &w.creds[rd.v][rd.d], 1, replayID, []byte("replay"), w.now, rand.Reader)
 				if err != nil {
 					panic(err)
 				}
 			}
 			return replayed
-		}})
+		}, check: invalid(func(tb testing.TB, res *roundResult, idx int) {
+			notDelivered(&replayID)(tb, res, idx)
+			if res.stats.Replayed != 3 {
+				tb.Fatalf("V* invalidated %d copies of the replayed envelope, want all 3", res.stats.Replayed)
+			}
+		})})
 	}
 	return list
 }

@@ -2,6 +2,7 @@ package mohito
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -85,6 +86,8 @@ type ShuffleRound struct {
 	received int // distinct indices accepted
 	layers   []*OuterLayer
 	seen     []bool
+	byInner  map[[sha256.Size]byte]uint32 // digest of an inner layer → first index carrying it
+	replayed int                          // indices invalidated as copies of another
 	check    *CheckVector
 	open2    []CheckOpening
 	valid    []bool
@@ -100,6 +103,9 @@ type ShuffleRound struct {
 // vendor count are the G5 security metric.
 type ShuffleStats struct {
 	K, Valid, N, Fakes, S, BurstVendors int
+	// Replayed counts the messages invalidated as copies of one envelope
+	// (every copy, the first included).
+	Replayed int
 }
 
 // NewRound starts V*'s state for round ri. rand is the permutation and
@@ -142,8 +148,40 @@ func (r *ShuffleRound) Accept(index uint32, layer *OuterLayer) error {
 		return fmt.Errorf("%w: %d twice", ErrIndex, index)
 	}
 	r.seen[index] = true
-	r.layers[index] = layer
+	r.layers[index] = r.firstCopy(index, layer)
 	r.received++
+	return nil
+}
+
+// firstCopy returns layer, or nil (invalid) when another index of the round
+// carries the same envelope: a replayed M1 — the same bytes under other
+// tokens, or re-forwarded by the integrator — opens to the same layer, and
+// its one-hot shares pass G2, so k copies would force a burst for the
+// victim's vendor and decrypt to one (z, v) at the integrator, telling it the
+// vendor. Every copy is invalidated, the first one included, so which copy
+// arrived first does not matter and none reaches the shuffle. Copies are
+// recognised by their inner layer ⟨m⟩_I, a fresh HPKE ciphertext per
+// envelope: two honest envelopes never share it, and only V* sees it, so
+// nobody can make another user's envelope collide with theirs. Callers hold
+// r.mu.
+func (r *ShuffleRound) firstCopy(index uint32, layer *OuterLayer) *OuterLayer {
+	if layer == nil {
+		return nil
+	}
+	if r.byInner == nil {
+		r.byInner = map[[sha256.Size]byte]uint32{}
+	}
+	digest := sha256.Sum256(layer.Inner)
+	first, dup := r.byInner[digest]
+	if !dup {
+		r.byInner[digest] = index
+		return layer
+	}
+	if r.layers[first] != nil {
+		r.layers[first] = nil
+		r.replayed++
+	}
+	r.replayed++
 	return nil
 }
 
@@ -330,7 +368,7 @@ func (r *ShuffleRound) Finish(m3b []byte) ([]byte, error) {
 	if r.perm, err = randomPermutation(len(r.list), r.rand); err != nil {
 		return nil, err
 	}
-	r.stats = ShuffleStats{K: r.k, Valid: valid, N: len(r.list), Fakes: len(r.list) - valid, S: int(burst), BurstVendors: bursting}
+	r.stats = ShuffleStats{K: r.k, Valid: valid, N: len(r.list), Fakes: len(r.list) - valid, S: int(burst), BurstVendors: bursting, Replayed: r.replayed}
 	r.resp = make([][]byte, len(r.list))
 	r.phase = phaseShuffled
 	return marshalSummary(r.info.T, ShuffleSummary{N: len(r.list), S: int(burst)}), nil

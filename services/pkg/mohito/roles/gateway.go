@@ -235,6 +235,11 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		return 0, 0, status.Error(codes.FailedPrecondition, "round closed: retry in the current round")
 	case errors.Is(err, roundstate.ErrRateLimit):
 		return 0, 0, status.Error(codes.ResourceExhausted, "more than q commands this round")
+	case errors.Is(err, roundstate.ErrDuplicate):
+		// A replayed envelope (the same M1 under this or another token) would
+		// force a burst for its vendor and tell the integrator that vendor.
+		g.cfg.Metrics.Rejected.WithLabelValues("duplicate_envelope").Inc()
+		return 0, 0, status.Error(codes.AlreadyExists, "this envelope was already submitted in this round")
 	case err != nil:
 		return 0, 0, status.Error(codes.Unavailable, "round state unavailable")
 	}

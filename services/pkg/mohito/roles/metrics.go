@@ -16,6 +16,9 @@ type Metrics struct {
 	StageSeconds *prometheus.HistogramVec // by stage
 	ConsumerLag  *prometheus.GaugeVec     // by consumer
 	Dropped      *prometheus.CounterVec   // by reason: bad input from the network
+	// Rejected counts users' messages refused by the protocol's checks, by
+	// reason (docs/services.md lists them).
+	Rejected *prometheus.CounterVec
 
 	KeyEpoch      prometheus.Gauge       // the role's current (active) key epoch
 	KeyEpochsHeld prometheus.Gauge       // epochs held, staged included
@@ -36,6 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
 		ConsumerLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
 		Dropped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
+		Rejected:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rejected_total", Help: "Users' messages refused by the protocol's checks, by reason."}, []string{"reason"}),
 
 		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
 		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
@@ -45,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.Rejected, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
 }

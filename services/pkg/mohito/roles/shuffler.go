@@ -309,6 +309,9 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		st := r.sr.Stats()
 		r.n = st.N
 		s.cfg.Metrics.Fakes.Add(float64(st.Fakes))
+		if st.Replayed > 0 {
+			s.cfg.Metrics.Rejected.WithLabelValues("replayed_envelope").Add(float64(st.Replayed))
+		}
 		if st.S > 0 {
 			s.cfg.Metrics.Bursts.Inc()
 		}

@@ -9,6 +9,7 @@ package roundstate
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sort"
@@ -23,6 +24,7 @@ import (
 var (
 	ErrClosed    = errors.New("roundstate: round closed")
 	ErrRateLimit = errors.New("roundstate: more than q submissions this round")
+	ErrDuplicate = errors.New("roundstate: this envelope was already submitted this round")
 	ErrNotFound  = errors.New("roundstate: not found")
 )
 
@@ -45,7 +47,8 @@ type Admission struct {
 // Store is the integrator's round state.
 type Store interface {
 	// Admit assigns the next index of round t to user's m1, atomically with
-	// the closed check and the per-user limit q.
+	// the closed check, the per-user limit q and the refusal of an m1 already
+	// admitted in round t under any user (ErrDuplicate: a replayed envelope).
 	Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error)
 	// MarkForwarded records that M2 of index i is durable at V*.
 	MarkForwarded(ctx context.Context, t uint64, i uint32) error
@@ -85,6 +88,8 @@ func key(t uint64, parts ...string) string {
 
 var admitScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if redis.call('SADD', KEYS[6], ARGV[5]) == 0 then return -3 end
+redis.call('PEXPIRE', KEYS[6], ARGV[4])
 local c = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 if c > tonumber(ARGV[1]) then return -2 end
@@ -99,8 +104,9 @@ return i
 
 // Admit implements Store.
 func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
-	keys := []string{key(t, "closed"), key(t, "quota", user), key(t, "seq"), key(t, "m1"), key(t, "user")}
-	n, err := admitScript.Run(ctx, r.c, keys, q, user, m1, r.ttl.Milliseconds()).Int64()
+	keys := []string{key(t, "closed"), key(t, "quota", user), key(t, "seq"), key(t, "m1"), key(t, "user"), key(t, "seen")}
+	digest := sha256.Sum256(m1)
+	n, err := admitScript.Run(ctx, r.c, keys, q, user, m1, r.ttl.Milliseconds(), digest[:]).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admit in round %d: %w", t, err)
 	}
@@ -109,6 +115,8 @@ func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []by
 		return 0, ErrClosed
 	case -2:
 		return 0, ErrRateLimit
+	case -3:
+		return 0, ErrDuplicate
 	}
 	return uint32(n), nil
 }
@@ -242,6 +250,7 @@ type Memory struct {
 type memRound struct {
 	closed bool
 	quota  map[string]int
+	seen   map[[sha256.Size]byte]bool
 	adm    []Admission
 	fwd    map[uint32]bool
 	slots  map[int][]byte
@@ -256,7 +265,7 @@ func NewMemory(keep int) *Memory {
 func (m *Memory) round(t uint64) *memRound {
 	r := m.rounds[t]
 	if r == nil {
-		r = &memRound{quota: map[string]int{}, fwd: map[uint32]bool{}, slots: map[int][]byte{}}
+		r = &memRound{quota: map[string]int{}, seen: map[[sha256.Size]byte]bool{}, fwd: map[uint32]bool{}, slots: map[int][]byte{}}
 		m.rounds[t] = r
 		if len(m.rounds) > m.keep {
 			var oldest uint64 = t
@@ -282,6 +291,11 @@ func (m *Memory) Admit(_ context.Context, t uint64, user string, q int, m1 []byt
 	if r.closed {
 		return 0, ErrClosed
 	}
+	digest := sha256.Sum256(m1)
+	if r.seen[digest] {
+		return 0, ErrDuplicate
+	}
+	r.seen[digest] = true
 	if r.quota[user] >= q {
 		return 0, ErrRateLimit
 	}

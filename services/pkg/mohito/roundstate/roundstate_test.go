@@ -30,11 +30,11 @@ func TestStores(t *testing.T) {
 			got := map[uint32]bool{}
 			limited := 0
 			for u := range 20 {
-				for range 3 {
+				for k := range 3 {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						i, err := s.Admit(ctx, 7, fmt.Sprintf("u%d", u), 2, []byte{byte(u)})
+						i, err := s.Admit(ctx, 7, fmt.Sprintf("u%d", u), 2, []byte{byte(u), byte(k)})
 						mu.Lock()
 						defer mu.Unlock()
 						if errors.Is(err, roundstate.ErrRateLimit) {
@@ -52,6 +52,21 @@ func TestStores(t *testing.T) {
 			if len(got) != 40 || limited != 20 {
 				t.Fatalf("admitted %d, limited %d; want 40, 20", len(got), limited)
 			}
+			// A replayed envelope (issue 15 #1) is refused in its round under
+			// any user, the submitter's own included, without using a quota;
+			// the same bytes in another round are a new submission.
+			adm, err := s.Admitted(ctx, 7)
+			if err != nil || len(adm) != 40 {
+				t.Fatalf("admitted = %d, %v", len(adm), err)
+			}
+			for _, u := range []string{"u99", adm[0].User} {
+				if _, err := s.Admit(ctx, 7, u, 2, adm[0].M1); !errors.Is(err, roundstate.ErrDuplicate) {
+					t.Fatalf("replay of index 0's envelope by %s: %v, want ErrDuplicate", u, err)
+				}
+			}
+			if _, err := s.Admit(ctx, 8, "u99", 2, adm[0].M1); err != nil {
+				t.Fatalf("same bytes in round 8: %v", err)
+			}
 			if err := s.MarkForwarded(ctx, 7, 3); err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +77,7 @@ func TestStores(t *testing.T) {
 			if _, err := s.Admit(ctx, 7, "late", 2, nil); !errors.Is(err, roundstate.ErrClosed) {
 				t.Fatalf("admit after close: %v", err)
 			}
-			adm, err := s.Admitted(ctx, 7)
+			adm, err = s.Admitted(ctx, 7)
 			if err != nil || len(adm) != 40 || !adm[3].Forwarded || adm[4].Forwarded {
 				t.Fatalf("admitted = %d, %v", len(adm), err)
 			}
