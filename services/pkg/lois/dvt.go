@@ -209,7 +209,7 @@ func (d *DVT) Insert(id uint64, ks *[16]byte, sid uint16, expiry int64) error {
 			return ErrDuplicateID
 		}
 	}
-	return d.insert(item{f: f, sid: sid, id: id, ks: *ks}, b1, expiry)
+	return d.insert(item{f: f, sid: sid, id: id, ks: *ks}, b1, expiry, false, 0, 0)
 }
 
 // InsertChecked is the registrar's dedup insert (spec §3.4, §7.2): the id must miss the DVT
@@ -233,10 +233,11 @@ func (d *DVT) InsertChecked(id uint64, ks *[16]byte, sid uint16, expiry int64) e
 			return ErrDuplicateKS
 		}
 	}
-	return d.insert(item{f: f, sid: sid, id: id, ks: *ks}, b1, expiry)
+	return d.insert(item{f: f, sid: sid, id: id, ks: *ks}, b1, expiry, true, k1, kf)
 }
 
-func (d *DVT) insert(it item, b1 uint32, expiry int64) error {
+// insert places it; hashed says k1, kf already hold the keystream's filter hash.
+func (d *DVT) insert(it item, b1 uint32, expiry int64, hashed bool, k1 uint32, kf uint16) error {
 	ti := d.tail()
 	t := d.tables[ti]
 	ok, victim, vb := t.insert(&d.g, &d.r, it, b1)
@@ -244,8 +245,11 @@ func (d *DVT) insert(it item, b1 uint32, expiry int64) error {
 	t.maxExpiry = max(t.maxExpiry, expiry)
 	d.total++
 	if d.cfg.Dedup {
-		if err := d.filterInsert(ti, &it.ks); err != nil {
-			return err
+		if !hashed {
+			k1, _, kf = d.ksHash(&it.ks)
+		}
+		if ok, _, _ := d.filters[ti].insert(&d.fg, &d.r, item{f: kf}, k1); !ok {
+			return fmt.Errorf("lois dvf: %w", ErrTableFull)
 		}
 	}
 	for !ok {
