@@ -209,7 +209,7 @@ func runBroker(args []string) error {
 		}
 		rt.Log.Info("broker ready to run", "pipelines", len(sec.pipelines), "workers", c.workers, "garbler", c.garblerAddr)
 		return func(ctx context.Context) error {
-			g, ctx := telemetry.NewGroup(ctx)
+			g, _ := telemetry.NewGroup(ctx)
 			g.Go("broker", b.Run)
 			if c.pipelinesReload > 0 {
 				g.Go("pipelines-file", func(ctx context.Context) error {

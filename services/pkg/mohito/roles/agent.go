@@ -28,7 +28,6 @@ type VendorAgent struct {
 	order  sync.Mutex // serialises deliveries in round order
 	rounds map[uint64]*agentRound
 	blobs  *natsx.BlobAssembler
-	sub    *nats.Subscription
 	// inflight counts the rounds sent to devices whose response table is not out yet.
 	inflight sync.WaitGroup
 }

@@ -283,7 +283,7 @@ func (g *Garbler) releasePublisher(ctx context.Context, pub string, before uint6
 		if before < math.MaxInt64 {
 			upto = fmt.Sprint(before)
 		}
-		members, err := tx.ZRangeByScore(ctx, seedsKey(pub), &redis.ZRangeBy{Min: "-inf", Max: upto}).Result()
+		members, err := tx.ZRangeArgs(ctx, redis.ZRangeArgs{Key: seedsKey(pub), Start: "-inf", Stop: upto, ByScore: true}).Result()
 		if err != nil {
 			return fmt.Errorf("retained rounds: %w", err)
 		}
