@@ -29,6 +29,8 @@ GO_TOOLS=(
   "protoc-gen-go|v1.36.12-0.20260120151049-f2248ac996af|protoc-gen-go|google.golang.org/protobuf/cmd/protoc-gen-go|protoc-gen-go"
   "protoc-gen-go-grpc|v1.6.2|protoc-gen-go-grpc|google.golang.org/grpc/cmd/protoc-gen-go-grpc|protoc-gen-go-grpc"
   "buf|v1.75.0|buf|github.com/bufbuild/buf/cmd/buf|buf"
+  # The second linter of `make lint` (go vet is the first): staticcheck 2026.2.2, built for Go 1.26.
+  "staticcheck|v0.8.2|staticcheck|honnef.co/go/tools/cmd/staticcheck|staticcheck"
   # Vault dev server for services/testenv.StartVault (KV v2 + Kubernetes auth). v1.21.4 cannot be
   # built from the proxy (it needs its in-tree sdk); cold build 8-15 min and ~5.7 GB RAM.
   "vault|v1.21.0|vault|github.com/hashicorp/vault|vault"
