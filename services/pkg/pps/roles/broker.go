@@ -488,7 +488,7 @@ func (b *Broker) runRegistrations(ctx context.Context) error {
 			wait = min(2*wait, 5*time.Second)
 		}
 		b.registered.Store(true)
-		b.prepareKKRT(ctx)
+		b.prepareSessions(ctx)
 		for ctx.Err() == nil {
 			if b.revokeRemoved(ctx) == nil {
 				break
@@ -505,25 +505,37 @@ func (b *Broker) runRegistrations(ctx context.Context) error {
 	}
 }
 
-// prepareKKRT sets up the replica's KKRT session (D16b) ahead of the first check, once,
-// when a registered faithful pipeline checks with KKRT: the base OTs (512 each side) then
-// stay off the first execution's path. A failure is only logged: the first check sets up.
-func (b *Broker) prepareKKRT(ctx context.Context) {
-	if b.kkrtT.setups.Load() > 0 {
-		return
-	}
+// prepareSessions sets up, once the functions are registered, the replica's sessions with
+// the garbler that its pipelines will need: the KKRT session (D16b) when a faithful pipeline
+// checks with KKRT, the OT-extension session (H1, D21) when a pipeline is hardened. Their
+// base OTs (512 resp. 128 each side) are then off the first execution's path. A failure is
+// only logged: the first execution sets up.
+func (b *Broker) prepareSessions(ctx context.Context) {
+	var kkrt, ot bool
 	for _, f := range b.current().fns {
+		if st, _ := f.state(); st != FunctionRegistered {
+			continue
+		}
 		check := f.p.Check
 		if check == "" {
 			check = b.opt.Check
 		}
-		if st, _ := f.state(); f.hardened || st != FunctionRegistered || check != contract.CheckKKRT {
-			continue
-		}
+		kkrt = kkrt || (!f.hardened && check == contract.CheckKKRT)
+		ot = ot || f.hardened
+	}
+	if kkrt && b.kkrtT.setups.Load() == 0 {
 		if err := b.kkrt.Setup(ctx); err != nil {
 			b.log.Warn("KKRT session setup ahead of the first check", "err", err)
 		}
-		return
+	}
+	if ot {
+		b.ot.mu.Lock()
+		if b.ot.r == nil {
+			if err := b.ot.setup(ctx, b.opt.Garbler); err != nil {
+				b.log.Warn("OT session setup ahead of the first hardened execution", "err", err)
+			}
+		}
+		b.ot.mu.Unlock()
 	}
 }
 

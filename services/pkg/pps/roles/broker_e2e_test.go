@@ -309,7 +309,9 @@ type btWorldOpts struct {
 	n, subs, minInputs int
 	body               string
 	tamper             func(method string, reply any)
-	unregistered       bool // do not wait for the function to register, nor set devices up
+	// before, if set, runs before each unary call to the garbler (it may block).
+	before       func(ctx context.Context, method string)
+	unregistered bool // do not wait for the function to register, nor set devices up
 	// mode is the pipeline's mode (default faithful); mixed, if set, is the body of a second
 	// pipeline of the other mode over the same publishers, with one subscriber of its own.
 	mode, mixed string
@@ -382,6 +384,9 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 			w.mu.Lock()
 			w.calls[method] = append(w.calls[method], req)
 			w.mu.Unlock()
+			if o.before != nil {
+				o.before(ctx, method)
+			}
 			err := inv(ctx, method, req, reply, cc, opts...)
 			if o.tamper != nil && err == nil {
 				o.tamper(method, reply)

@@ -351,3 +351,57 @@ func TestGarblerMessageLimitsAdmitTheLargestKKRTCheck(t *testing.T) {
 		t.Errorf("slot list of %d bytes, bound %d", n, slotListBound)
 	}
 }
+
+// An execution in flight when the broker stops is cancelled, not waited for: here it stands
+// in the consistency check (the garbler's answer never comes), the broker's Run returns, the
+// execution is recorded as failed with its cancellation, and nothing is published.
+func TestBrokerShutdownCancelsInFlightExecution(t *testing.T) {
+	started := make(chan struct{}, 1)
+	w := startWorldWith(t, btWorldOpts{n: 3, body: "sum", before: func(ctx context.Context, method string) {
+		if method != ppsv1.Garbler_EvaluateKKRT_FullMethodName {
+			return
+		}
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+	}})
+	xs := btValues(3)
+	for i, p := range w.pubs {
+		seed, _ := p.seed(t, 0)
+		p.publish(t, 0, pps.PublishLabels(&seed, xs[i:i+1]))
+	}
+	testenv.Eventually(t, 2*time.Minute, "publishes stored and the scheduler waiting", func() error {
+		if got := testutil.ToFloat64(w.b.m.Published); got != 3 {
+			return fmt.Errorf("%v stored", got)
+		}
+		if w.clk.Waiting(w.tick) == 0 {
+			return fmt.Errorf("no wait until %v", w.tick)
+		}
+		return nil
+	})
+	w.clk.Set(w.tick)
+	select {
+	case <-started:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the execution never reached the consistency check")
+	}
+	stopped := make(chan struct{})
+	go func() { w.b.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the broker did not stop: its in-flight execution was not cancelled")
+	}
+	e := w.lastExecution(t, 1)
+	if e.Status != contract.StatusFailed || !strings.HasPrefix(e.Error, "cancelled: broker stopping") {
+		t.Errorf("execution %+v, want failed as cancelled", e)
+	}
+	if v := testutil.ToFloat64(w.b.m.Executions.WithLabelValues("ns/stats", contract.StatusFailed)); v != 1 {
+		t.Errorf("%v failed executions counted, want 1", v)
+	}
+	if ms := streamMsgs(t, w.observer(), contract.OutStream); len(ms) != 0 {
+		t.Errorf("%d outputs published by a cancelled execution", len(ms))
+	}
+}

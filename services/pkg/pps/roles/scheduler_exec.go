@@ -141,7 +141,13 @@ func (b *Broker) execute(ctx context.Context, f *brokerFunction, tick uint64, at
 	// The latency runs from the window's end (the tick) to the published output.
 	end := b.clk.Now()
 	e.Total = max(end.Sub(at), 0)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The broker is stopping: the execution was cancelled where it stood (the garbler's
+		// Garble stops with it), nothing was published, and the tick is not run again.
+		e.Status, e.Error = contract.StatusFailed, "cancelled: broker stopping: "+err.Error()
+		b.log.Info("execution cancelled, broker stopping", "pipeline", f.p.Name, "tick", tick)
+	case err != nil:
 		e.Status, e.Error = contract.StatusFailed, err.Error()
 		b.log.Warn("execution failed", "pipeline", f.p.Name, "tick", tick, "err", err)
 	}
