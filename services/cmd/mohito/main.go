@@ -46,6 +46,8 @@ func main() {
 		err = runProvision(os.Args[2:], os.Stdout)
 	case "drive":
 		err = runDrive(os.Args[2:], os.Stdout)
+	case "bench":
+		err = runBench(os.Args[2:])
 	case "smoke":
 		err = runSmoke(os.Args[2:], os.Stdout)
 	case "gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent":
@@ -70,7 +72,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mohito loadgen|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent|probe|provision|drive|smoke [flags]   (mohito <cmd> -h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: mohito loadgen|bench|gateway|coordinator|decrypt-worker|encoder|responder|shuffler|vendor-agent|probe|provision|drive|smoke [flags]   (mohito <cmd> -h for flags)")
 }
 
 // runLoadgen is `mohito loadgen`: the whole deployment in one process (or against external

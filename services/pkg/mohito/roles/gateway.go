@@ -45,28 +45,49 @@ type Gateway struct {
 	rounds *roundInfos
 	rel    *releases
 	cur    *currentRound
+	stop   context.CancelFunc
 }
 
-// NewGateway opens the round-info bucket and, until ctx ends, follows the current round and
-// the rounds' releases (gateway_push.go).
+// NewGateway opens the round-info bucket and starts following the current round and the
+// rounds' releases (gateway_push.go). The followers outlive ctx (a daemon builds the gateway
+// under a setup context): they stop with Close or when the NATS connection closes.
 func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	rounds, err := openRoundInfos(ctx, cfg.JS)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{cfg: cfg, rounds: rounds, rel: newReleases(cfg.Store), cur: newCurrentRound()}
-	sub, err := cfg.JS.Conn().Subscribe(ReleaseSubject, g.rel.onNotice)
+	nc := cfg.JS.Conn()
+	sub, err := nc.Subscribe(ReleaseSubject, g.rel.onNotice)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", ReleaseSubject, err)
 	}
 	sub.SetPendingLimits(-1, -1)
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g.stop = stop
 	go func() {
-		<-ctx.Done()
-		_ = sub.Unsubscribe()
+		tick := time.NewTicker(releaseBackstop)
+		defer tick.Stop()
+		for nc != nil && !nc.IsClosed() {
+			select {
+			case <-life.Done():
+				_ = sub.Unsubscribe()
+				return
+			case <-tick.C:
+			}
+		}
+		stop()
 	}()
-	go g.rel.backstop(ctx, releaseBackstop)
-	go g.cur.follow(ctx, rounds.kv)
+	go g.rel.backstop(life, releaseBackstop)
+	go g.cur.follow(life, rounds.kv)
 	return g, nil
+}
+
+// Close stops following rounds and releases.
+func (g *Gateway) Close() {
+	if g.stop != nil {
+		g.stop()
+	}
 }
 
 // Register adds the service to a gRPC server.
