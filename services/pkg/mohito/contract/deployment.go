@@ -40,6 +40,10 @@ type DeploymentVendor struct {
 	Jitter                uint64 `json:"jitter"`
 	PaddedEntries         int    `json:"paddedEntries"`
 	ResponsePaddedEntries int    `json:"responsePaddedEntries"`
+	// ShufflerWeight is the vendor's weight in the shuffler rotation (spec
+	// O4): the sum of its Shufflers' weights; absent means its devices, 0
+	// keeps it out of the rotation (it never shuffles).
+	ShufflerWeight *int `json:"shufflerWeight,omitempty"`
 }
 
 // Roles: one image runs every role as `mohito <role>`.

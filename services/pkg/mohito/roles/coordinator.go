@@ -50,6 +50,7 @@ type Coordinator struct {
 	cfg    CoordinatorConfig
 	integ  *mohito.Integrator
 	sched  *Scheduler
+	avail  *availability
 	ids    jetstream.KeyValue
 	info   *roundInfos
 	lease  *natsx.Lease
@@ -99,7 +100,8 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, integ: integ, sched: NewScheduler(cfg.Deployment.Weights), active: map[uint64]*coordRound{}}
+	c := &Coordinator{cfg: cfg, integ: integ, sched: NewScheduler(cfg.Deployment.Weights), active: map[uint64]*coordRound{},
+		avail: newAvailability(cfg.Deployment.Params.Vendors, cfg.Deployment.Round)}
 	if c.ids, err = natsx.EnsureKV(ctx, cfg.JS, contract.BucketRounds, 0); err != nil {
 		return nil, err
 	}
@@ -259,7 +261,14 @@ func (c *Coordinator) drainTimeout() time.Duration {
 
 func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 	d := &c.cfg.Deployment
-	s := c.sched.Next(nil)
+	now := time.Now()
+	s := c.sched.Next(func(v int) bool {
+		if !c.avail.out(v, now) {
+			return false
+		}
+		c.cfg.Metrics.ShufflerSkips.WithLabelValues(strconv.Itoa(v)).Inc()
+		return true
+	})
 	targets, err := mohito.DrawTargets(d.Policy, d.Delta, rand.Reader)
 	if err != nil {
 		return nil, err
@@ -381,6 +390,12 @@ func (c *Coordinator) report(rep RoundReport) {
 	}
 }
 
+// Abort reasons that take V*'s vendor out of the rotation for a while.
+const (
+	reasonShufflerSilent      = "shuffler did not answer"
+	reasonShufflerUnreachable = "shuffler unreachable"
+)
+
 // finish closes round r: replays the admitted M1s, re-forwards what the
 // gateways could not, runs close, the G2 check and Y with V*, and publishes
 // the plan. If V* does not answer within ShufflerTimeout the round is aborted
@@ -395,6 +410,10 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	}()
 	abort := func(reason string, err error) {
 		rep.Aborted, rep.Reason = true, reason
+		if reason == reasonShufflerSilent || reason == reasonShufflerUnreachable {
+			out := c.avail.failed(rep.Shuffler, rep.Opened, time.Now())
+			c.cfg.Log.Warn("shuffler out of the rotation", "vendor", rep.Shuffler, "for", out.String())
+		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = c.cfg.Store.SetStatus(actx, t, roundstate.StatusAborted)
@@ -432,7 +451,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		}
 		if !a.Forwarded {
 			if err := natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindForward), fwdID(t, idx), m2, nil); err != nil {
-				abort("shuffler unreachable", err)
+				abort(reasonShufflerUnreachable, err)
 				return
 			}
 		}
@@ -442,12 +461,12 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		err = natsx.Publish(sctx, c.cfg.JS, contract.ToVendor(vs, t, contract.KindClose), fmt.Sprintf("close-%d", t), m3, nil)
 	}
 	if err != nil {
-		abort("shuffler unreachable", err)
+		abort(reasonShufflerUnreachable, err)
 		return
 	}
 	ch, err := c.await(sctx, r, contract.KindChallenge)
 	if err != nil {
-		abort("shuffler did not answer", err)
+		abort(reasonShufflerSilent, err)
 		return
 	}
 	reply, err := ir.Reply(ch)
@@ -460,7 +479,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	}
 	verdict, err := c.await(sctx, r, contract.KindVerdict)
 	if err != nil {
-		abort("shuffler did not answer", err)
+		abort(reasonShufflerSilent, err)
 		return
 	}
 	fin, err := ir.Finish(verdict)
@@ -473,7 +492,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	}
 	sumMsg, err := c.await(sctx, r, contract.KindSummary)
 	if err != nil {
-		abort("shuffler did not answer", err)
+		abort(reasonShufflerSilent, err)
 		return
 	}
 	sum, counts, err := ir.AcceptSummary(sumMsg)
@@ -500,6 +519,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		c.cfg.Metrics.BurstExcess.Add(float64(sum.S))
 	}
 	c.cfg.Log.Info("round planned", "t", t, "k", k, "n", sum.N, "burst", sum.S)
+	c.avail.ok(rep.Shuffler)
 	c.status.planned(ctx, rep)
 	c.report(rep)
 	// Response phase deadline (spec O12): if V* never returns M10 the

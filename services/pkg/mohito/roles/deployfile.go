@@ -134,7 +134,13 @@ func deploymentFrom(f *contract.DeploymentFile) (Deployment, error) {
 		}
 		d.Policy = append(d.Policy, mohito.TargetPolicy{Base: v.Base, Width: width})
 		d.Capacity = append(d.Capacity, v.PaddedEntries)
-		d.Weights = append(d.Weights, v.Devices)
+		w := v.Devices
+		if v.ShufflerWeight != nil {
+			if w = *v.ShufflerWeight; w < 0 {
+				bad("vendor %d: shufflerWeight %d is negative", i, w)
+			}
+		}
+		d.Weights = append(d.Weights, w)
 		d.VendorNames = append(d.VendorNames, v.Name)
 		d.ResponseCapacity = append(d.ResponseCapacity, v.ResponsePaddedEntries)
 	}

@@ -59,7 +59,19 @@ func TestParseDeploymentErrors(t *testing.T) {
 	if d, err := ParseDeployment([]byte(answer("400ms"))); err != nil || d.AnswerAfter() != 400*time.Millisecond {
 		t.Fatalf("deviceAnswerAfter 400ms: %v %v", err, d.AnswerAfter())
 	}
+	weighted := func(w0, w1 string) string {
+		return doc("Random", strings.Replace(v0, `"responsePaddedEntries":16`, `"responsePaddedEntries":16`+w0, 1)+","+
+			strings.Replace(v1, `"responsePaddedEntries":16`, `"responsePaddedEntries":16`+w1, 1))
+	}
+	if d, err := ParseDeployment([]byte(weighted(`,"shufflerWeight":0`, `,"shufflerWeight":9`))); err != nil || d.Weights[0] != 0 || d.Weights[1] != 9 {
+		t.Fatalf("shufflerWeight 0 and 9: %v %v", err, d.Weights)
+	}
+	if d, err := ParseDeployment([]byte(weighted("", `,"shufflerWeight":9`))); err != nil || d.Weights[0] != 4 {
+		t.Fatalf("no shufflerWeight weighs by devices: %v %v", err, d.Weights)
+	}
 	cases := []struct{ name, doc, want string }{
+		{"negative shuffler weight", weighted(`,"shufflerWeight":-1`, ""), "shufflerWeight -1"},
+		{"nobody shuffles", weighted(`,"shufflerWeight":0`, `,"shufflerWeight":0`), "positive shuffler weight"},
 		{"answer offset past half the deadline", answer("600ms"), "response-deadline/2"},
 		{"answer offset not a duration", answer("soon"), "deviceAnswerAfter"},
 		{"unknown field", strings.Replace(doc("Random", v0), `"series"`, `"bogus":1,"series"`, 1), "unknown field"},

@@ -20,7 +20,7 @@ type Deployment struct {
 	Delta    uint64                // δ
 	Capacity []int                 // public command-table capacity K_v (G3b)
 	Quantum  int                   // public response-table quantum (G6)
-	Weights  []int                 // active-device counts, shuffler selection weights (O4)
+	Weights  []int                 // shuffler selection weights (O4): the vendor's Shuffler weight, else its devices; 0 never shuffles
 	OutBatch int                   // records per M4/M9/M10 batch
 	Encoders int                   // P, number of encoder partitions
 
@@ -45,10 +45,15 @@ func (d *Deployment) Validate() error {
 	if len(d.Policy) != n || len(d.Capacity) != n || len(d.Weights) != n {
 		errs = append(errs, fmt.Errorf("policy, capacity and weights need one entry per vendor (%d)", n))
 	}
+	positive := false
 	for v, w := range d.Weights {
 		if w < 0 {
 			errs = append(errs, fmt.Errorf("weight of vendor %d is negative", v))
 		}
+		positive = positive || w > 0
+	}
+	if len(d.Weights) > 0 && !positive {
+		errs = append(errs, errors.New("no vendor has a positive shuffler weight: every round needs a shuffler (spec G7)"))
 	}
 	if d.Quantum < 1 || d.OutBatch < 1 || d.Encoders < 1 {
 		errs = append(errs, errors.New("quantum, out-batch and encoders must be ≥ 1"))
@@ -124,8 +129,19 @@ func NewScheduler(weights []int) *Scheduler {
 	return &Scheduler{weights: append([]int(nil), weights...), current: make([]int, len(weights))}
 }
 
-// Next returns the next shuffler, skipping vendors for which skip is true.
+// Next returns the next shuffler, skipping vendors for which skip is true
+// (spec O4: unavailable ones); if skip leaves no vendor of positive weight,
+// it chooses among all of them, since a round always has a shuffler.
 func (s *Scheduler) Next(skip func(v int) bool) int {
+	if skip != nil {
+		eligible := false
+		for v, w := range s.weights {
+			eligible = eligible || (w > 0 && !skip(v))
+		}
+		if !eligible {
+			skip = nil
+		}
+	}
 	total, best := 0, -1
 	for v, w := range s.weights {
 		if w <= 0 || (skip != nil && skip(v)) {

@@ -19,6 +19,9 @@ type Metrics struct {
 	// Rejected counts users' messages refused by the protocol's checks, by
 	// reason (docs/services.md lists them).
 	Rejected *prometheus.CounterVec
+	// ShufflerSkips counts rounds whose V* choice passed a vendor by as
+	// unavailable (spec O4), by vendor index.
+	ShufflerSkips *prometheus.CounterVec
 
 	KeyEpoch      prometheus.Gauge       // the role's current (active) key epoch
 	KeyEpochsHeld prometheus.Gauge       // epochs held, staged included
@@ -31,15 +34,16 @@ type Metrics struct {
 // NewMetrics registers the series on reg (nil: unregistered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Rounds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rounds_total", Help: "Rounds by outcome."}, []string{"outcome"}),
-		Commands:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_commands_total", Help: "Commands by stage."}, []string{"stage"}),
-		Fakes:        prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_fakes_total", Help: "Fake commands added by shufflers."}),
-		Bursts:       prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_rounds_total", Help: "Rounds with a burst (S > 0), a security metric."}),
-		BurstExcess:  prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
-		StageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
-		ConsumerLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
-		Dropped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
-		Rejected:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rejected_total", Help: "Users' messages refused by the protocol's checks, by reason."}, []string{"reason"}),
+		Rounds:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rounds_total", Help: "Rounds by outcome."}, []string{"outcome"}),
+		Commands:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_commands_total", Help: "Commands by stage."}, []string{"stage"}),
+		Fakes:         prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_fakes_total", Help: "Fake commands added by shufflers."}),
+		Bursts:        prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_rounds_total", Help: "Rounds with a burst (S > 0), a security metric."}),
+		BurstExcess:   prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
+		StageSeconds:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
+		ConsumerLag:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
+		Dropped:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
+		Rejected:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rejected_total", Help: "Users' messages refused by the protocol's checks, by reason."}, []string{"reason"}),
+		ShufflerSkips: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_shuffler_skipped_total", Help: "Shuffler choices that passed a vendor by as unavailable, by vendor index."}, []string{"vendor"}),
 
 		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
 		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
@@ -49,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.Rejected, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
 }

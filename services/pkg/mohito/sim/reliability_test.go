@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 )
@@ -71,12 +73,15 @@ func TestKillWorkersMidRound(t *testing.T) {
 	t.Logf("%d commands (%d after the last kill), %d rounds, 10 kill cycles, exactly once", len(recs), after, h.planned.Load())
 }
 
-// TestShufflerStopAbortsRound stops one vendor's shuffler: every round that
-// selects it is aborted and reported, never processed without it, and the
+// TestShufflerStopAbortsRound stops one vendor's shuffler: the rounds that
+// selected it are aborted and reported, never processed without it; the
+// coordinator then passes the vendor by as unavailable (spec O4) while the
+// others keep planning rounds; once it runs again it shuffles again; the
 // users retry into later rounds and are answered exactly once.
 func TestShufflerStopAbortsRound(t *testing.T) {
 	h := start(t, []int{3, 4, 5}, 9, 1, nil)
 	stop := make(chan struct{})
+	var skipped float64
 	go func() {
 		defer close(stop)
 		waitFor(t, 60*time.Second, "rounds carrying commands", func() bool {
@@ -89,11 +94,24 @@ func TestShufflerStopAbortsRound(t *testing.T) {
 		})
 		h.cluster.Kill("shuffler", 2)
 		waitFor(t, 60*time.Second, "two aborted rounds", func() bool { return h.aborted.Load() >= 2 })
+		target := h.planned.Load() + 12
+		waitFor(t, 60*time.Second, "rounds planned by the others while vendor 2 is out", func() bool { return h.planned.Load() >= target })
+		skipped = testutil.ToFloat64(h.cluster.Metrics.ShufflerSkips.WithLabelValues("2"))
+		var restartT uint64
+		for _, r := range h.Reports() {
+			restartT = max(restartT, r.T)
+		}
 		if err := h.cluster.StartRole(t.Context(), "shuffler", 2); err != nil {
 			t.Error(err)
 		}
-		target := h.planned.Load() + 6
-		waitFor(t, 60*time.Second, "rounds after restart", func() bool { return h.planned.Load() >= target })
+		waitFor(t, 60*time.Second, "a round shuffled by vendor 2 after its restart", func() bool {
+			for _, r := range h.Reports() {
+				if r.T > restartT && r.Shuffler == 2 && !r.Aborted {
+					return true
+				}
+			}
+			return false
+		})
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
 	if err := sim.Check(h.cluster, recs, 9); err != nil {
@@ -118,6 +136,9 @@ func TestShufflerStopAbortsRound(t *testing.T) {
 	}
 	if abortedBy2 < 2 || retried == 0 || plannedBy2 == 0 {
 		t.Fatalf("aborted by V*=2: %d, planned with V*=2 after restart: %d, retried commands: %d", abortedBy2, plannedBy2, retried)
+	}
+	if skipped == 0 {
+		t.Fatal("the coordinator never passed the stopped vendor by: every round that chose it aborted (spec O4)")
 	}
 	t.Logf("%d commands, %d retried after aborts, %d aborted rounds", len(recs), retried, abortedBy2)
 }
