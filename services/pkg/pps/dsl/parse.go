@@ -75,13 +75,19 @@ func (p *parser) skipSpace() {
 			for p.pos < len(p.src) && p.src[p.pos] != '\n' {
 				p.pos++
 			}
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case isSpace(c):
 			p.pos++
 		default:
 			return
 		}
 	}
 }
+
+// isSpace is what separates tokens. skipSpace and the atom scanner must agree: skipSpace
+// skipped only ASCII space, tab and newlines while atoms also ended at \v, \f, U+0085 and
+// U+00A0, so a source of "\v" reached the atom scanner with an empty token and panicked
+// (found by FuzzCompile; testdata/fuzz/FuzzCompile).
+func isSpace(c byte) bool { return unicode.IsSpace(rune(c)) }
 
 func (p *parser) node(depth int) (Node, error) {
 	if depth > maxNesting {
@@ -144,12 +150,15 @@ func (p *parser) node(depth int) (Node, error) {
 	start := p.pos
 	for p.pos < len(p.src) {
 		c := p.src[p.pos]
-		if c == '(' || c == ')' || c == '"' || c == ';' || c == '\'' || unicode.IsSpace(rune(c)) {
+		if c == '(' || c == ')' || c == '"' || c == ';' || c == '\'' || isSpace(c) {
 			break
 		}
 		p.pos++
 	}
 	tok := p.src[start:p.pos]
+	if tok == "" { // unreachable while skipSpace and the loop above agree on what a space is
+		return nil, p.errorf("unexpected character %q", p.src[p.pos])
+	}
 	switch tok {
 	case "#t":
 		return true, nil
