@@ -52,6 +52,7 @@ type DVT struct {
 	filters []*table // DVF, aligned with tables (Dedup only)
 	r       rng
 	total   int
+	sink    uint16
 }
 
 // NewDVT returns an empty DVT with one table.
@@ -114,6 +115,9 @@ func (d *DVT) Lookup(id uint64) (ks [16]byte, sid uint16, loc Loc, ok bool) {
 func (d *DVT) lookupHashed(id uint64, b1, b2 uint32, f uint16) (ks [16]byte, sid uint16, loc Loc, ok bool) {
 	for t := len(d.tables) - 1; t >= 0; t-- {
 		tb := d.tables[t]
+		// Start the value line of B₁ loading while the key lines are scanned: most entries sit
+		// in B₁, and the two cache misses then overlap instead of queueing.
+		d.sink += tb.val[b1*slotsPerBucket].sid
 		if s := tb.find(b1, b2, f, id); s >= 0 {
 			return tb.val[s].ks, tb.val[s].sid, Loc{tb, int32(s)}, true
 		}
