@@ -52,6 +52,40 @@ func (f *FunctionKeys) newEpoch() error {
 	return nil
 }
 
+// RestoreFunctionKeys continues FunctionKeys from an exported state: the epoch, the next
+// unallocated round and its ratchet key K'_round (the Garbler's persisted function record),
+// with no subscriber (Known re-registers them). key is zeroised; rand nil means crypto/rand.
+func RestoreFunctionKeys(rnd io.Reader, epoch, round uint64, key *Seed) *FunctionKeys {
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	return &FunctionKeys{rand: rnd, epoch: epoch, ratchet: NewRatchet(key, round, RatchetOptions{}), subs: map[string]subscriber{}}
+}
+
+// Export returns the state to persist before any round it allocated is used (§10 #7): the
+// epoch, the next unallocated round and its key. The caller zeroes the key.
+func (f *FunctionKeys) Export() (epoch, round uint64, key Seed) {
+	key, round = f.ratchet.Export()
+	return f.epoch, round, key
+}
+
+// Known registers a subscriber that already holds the current epoch's grant (one restored
+// from the Garbler's records) without granting it again. keys is copied.
+func (f *FunctionKeys) Known(id string, keys *SessionKeys, ad []byte) {
+	f.subs[id] = subscriber{keys: *keys, ad: append([]byte(nil), ad...)}
+}
+
+// Zero erases the ratchet key and every subscriber's session keys; f is unusable afterwards.
+func (f *FunctionKeys) Zero() {
+	f.ratchet.Zero()
+	for id := range f.subs {
+		s := f.subs[id]
+		s.keys.Zero()
+		f.subs[id] = s // overwrite the map's copy before dropping it
+		delete(f.subs, id)
+	}
+}
+
 // Epoch is the current key epoch.
 func (f *FunctionKeys) Epoch() uint64 { return f.epoch }
 

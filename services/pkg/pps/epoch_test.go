@@ -161,3 +161,61 @@ func TestRevokeUnknownSubscriber(t *testing.T) {
 		t.Fatalf("a failed revocation changed the epoch to %d", f.Epoch())
 	}
 }
+
+// A FunctionKeys exported after every step and restored (the Garbler's persisted function
+// record, one restore per request) allocates exactly the rounds and seeds of one that was
+// never exported, and a revocation over restored subscribers (Known) re-grants the remaining
+// one only: it unmasks the next output, the revoked one gets ErrEpoch.
+func TestFunctionKeysExportRestoreContinues(t *testing.T) {
+	live, err := NewFunctionKeys(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, round, key := live.Export()
+	for i := range 5 {
+		r := RestoreFunctionKeys(nil, epoch, round, &key)
+		e1, r1, s1 := r.AllocateRound()
+		e2, r2, s2 := live.AllocateRound()
+		if e1 != e2 || r1 != r2 || s1 != s2 || r1 != uint64(i) {
+			t.Fatalf("allocation %d: restored (%d, %d), live (%d, %d), seeds equal %v", i, e1, r1, e2, r2, s1 == s2)
+		}
+		epoch, round, key = r.Export()
+		r.Zero()
+	}
+
+	aC, aG := subscriberOf(t)
+	bC, bG := subscriberOf(t)
+	adA, adB := []byte("fn|A"), []byte("fn|B")
+	subA, subB := NewSubscription(4), NewSubscription(4)
+	r := RestoreFunctionKeys(nil, epoch, round, &key)
+	sealedA, _ := r.Subscribe("A", &aG, adA)
+	sealedB, _ := r.Subscribe("B", &bG, adB)
+	accept(t, subA, &aC, sealedA, adA)
+	accept(t, subB, &bC, sealedB, adB)
+	epoch, round, key = r.Export()
+	r.Zero()
+
+	r = RestoreFunctionKeys(nil, epoch, round, &key)
+	r.Known("A", &aG, adA)
+	r.Known("B", &bG, adB)
+	grants, err := r.Revoke("B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(grants) != 1 || grants["A"] == nil || r.Epoch() != epoch+1 {
+		t.Fatalf("regrants %v at epoch %d, want one for A at epoch %d", len(grants), r.Epoch(), epoch+1)
+	}
+	accept(t, subA, &aC, grants["A"], adA)
+	o := []byte{0x5a, 0xa5}
+	e, rd, masked := execute(r, o, 16)
+	if got, err := subA.Unmask(e, rd, masked, 16); err != nil || !bytes.Equal(got, o) {
+		t.Errorf("remaining subscriber: %x, %v", got, err)
+	}
+	if _, err := subB.Unmask(e, rd, masked, 16); !errors.Is(err, ErrEpoch) {
+		t.Errorf("revoked subscriber: %v, want ErrEpoch", err)
+	}
+	r.Zero()
+	if _, _, k := r.Export(); k != (Seed{}) {
+		t.Error("Zero left the ratchet key")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -334,10 +335,10 @@ func (g *Garbler) setupSubscriber(ctx context.Context, h *contract.Hello) (*ppsv
 		}
 		defer rec.Key.Zero()
 		// The grant is K' at the next unallocated round: the subscriber can unmask nothing
-		// masked before it subscribed (pps.FunctionKeys.Subscribe).
-		gr := pps.Grant{Key: rec.Key, Round: rec.Round, Epoch: rec.Epoch}
-		grant, err = pps.SealGrant(&keys, &gr, ad, g.rand)
-		gr.Zero()
+		// masked before it subscribed.
+		fk := pps.RestoreFunctionKeys(g.rand, rec.Epoch, rec.Round, &rec.Key)
+		defer fk.Zero()
+		grant, err = fk.Subscribe(dev, &keys, ad)
 		if err != nil {
 			return err
 		}
@@ -530,15 +531,14 @@ func (g *Garbler) Revoke(ctx context.Context, req *ppsv1.RevokeRequest) (*ppsv1.
 			notFound = fmt.Errorf("revoke: %s is not a subscriber of %s", dev, fn)
 			return nil
 		}
-		rec.Key.Zero()
-		if _, err := io.ReadFull(g.rand, rec.Key[:]); err != nil {
-			return fmt.Errorf("new epoch key: %w", err)
-		}
-		rec.Epoch++
-		rec.Round = 0
-		slices.Sort(subs)
+		// The remaining subscribers' session keys from their records; pps.FunctionKeys.Revoke
+		// starts the new epoch (a fresh K'_0 at round 0) and seals their regrants.
+		fk := pps.RestoreFunctionKeys(g.rand, rec.Epoch, rec.Round, &rec.Key)
+		defer fk.Zero()
+		transcripts := map[string][32]byte{}
 		for _, s := range subs {
 			if s == dev {
+				fk.Known(s, &pps.SessionKeys{}, nil)
 				continue
 			}
 			pt, err := g.open(ctx, tx, subKey(fn, s))
@@ -554,16 +554,19 @@ func (g *Garbler) Revoke(ctx context.Context, req *ppsv1.RevokeRequest) (*ppsv1.
 				return err
 			}
 			keys := pps.SessionKeys{ServerToClient: sr.ServerToClient}
-			gr := pps.Grant{Key: rec.Key, Round: rec.Round, Epoch: rec.Epoch}
-			sealed, err := pps.SealGrant(&keys, &gr, contract.GrantAD(fn, sr.EdPK[:], sr.Transcript), g.rand)
-			gr.Zero()
+			fk.Known(s, &keys, contract.GrantAD(fn, sr.EdPK[:], sr.Transcript))
 			keys.Zero()
 			sr.ServerToClient.Zero()
-			if err != nil {
-				return err
-			}
-			grants = append(grants, regrant{dev: s, grant: sealed, transcript: sr.Transcript})
+			transcripts[s] = sr.Transcript
 		}
+		sealedGrants, err := fk.Revoke(dev)
+		if err != nil {
+			return err
+		}
+		for _, s := range slices.Sorted(maps.Keys(sealedGrants)) {
+			grants = append(grants, regrant{dev: s, grant: sealedGrants[s], transcript: transcripts[s]})
+		}
+		rec.Epoch, rec.Round, rec.Key = fk.Export()
 		sealed, err := g.seal(ctx, fnKey(fn), rec.marshal())
 		if err != nil {
 			return err

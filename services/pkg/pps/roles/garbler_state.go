@@ -340,13 +340,10 @@ func (g *Garbler) allocateRound(ctx context.Context, fn string) (epoch, round ui
 			return err
 		}
 		defer rec.Key.Zero()
-		k := rec.Key
-		rt := pps.NewRatchet(&k, rec.Round, pps.RatchetOptions{})
-		defer rt.Zero()
-		s := rt.Seed()
-		r := rec.Round
-		rt.Advance()
-		rec.Key, rec.Round = rt.Export()
+		fk := pps.RestoreFunctionKeys(g.rand, rec.Epoch, rec.Round, &rec.Key)
+		defer fk.Zero()
+		e, r, s := fk.AllocateRound()
+		rec.Epoch, rec.Round, rec.Key = fk.Export()
 		sealed, err := g.seal(ctx, fnKey(fn), rec.marshal())
 		if err != nil {
 			s.Zero()
@@ -359,7 +356,7 @@ func (g *Garbler) allocateRound(ctx context.Context, fn string) (epoch, round ui
 			s.Zero()
 			return err
 		}
-		epoch, round, seed = rec.Epoch, r, s
+		epoch, round, seed = e, r, s
 		return nil
 	}, fnKey(fn))
 	if err != nil {
