@@ -423,7 +423,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	g, ctx := telemetry.NewGroup(ctx)
+	g, _ := telemetry.NewGroup(ctx)
 	g.Go("register", b.runRegistrations)
 	g.Go("consumers", func(ctx context.Context) error {
 		return natsx.ConsumeAll(ctx, b.opt.JS, b.log,
