@@ -105,7 +105,9 @@ func NewDevice(cfg Config, down *DVT) *Device {
 
 // HideUpload protects the packet buf[off:] in place (DI upload, Step 1) and returns its new
 // offset, off − OptionLen. Packets not addressed to CIP give ErrNotLOIS (the caller applies
-// the pass/deny policy, D-13); an empty pool gives ErrExhausted.
+// the pass/deny policy, D-13); an empty pool gives ErrExhausted and leaves the packet untouched,
+// so the caller may queue it and call again (D-20). The pair is taken before the packet is
+// normalised, so a packet refused for malformed options costs one keystream, never a reuse.
 func (d *Device) HideUpload(buf []byte, off int, now int64) (int, error) {
 	pkt := buf[off:]
 	th, err := parse(pkt)
