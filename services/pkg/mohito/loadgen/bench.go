@@ -52,7 +52,7 @@ type BenchOptions struct {
 	DecryptWorkers int
 	Encoders       int
 	// UsersPerRate is users (each with one device) per offered command/s: a user has at
-	// most one command in flight, so it must cover the latency (default 4 s).
+	// most one command in flight, so it must cover the latency (default 6 s).
 	UsersPerRate float64
 	// Pin maps a role process name prefix ("decrypt-worker-0") to a CPU list for taskset.
 	Pin           map[string]string
@@ -97,6 +97,8 @@ type BenchStep struct {
 	// CryptoBound is CPUPerCmdUS ÷ the library's FullRound CPU per entry.
 	CryptoBound        float64 `json:"crypto_bound_ratio,omitempty"`
 	GatewayCallsPerCmd float64 `json:"gateway_calls_per_command"`
+	// GatewayCalls counts the window's user-API calls by method and code.
+	GatewayCalls map[string]float64 `json:"gateway_calls,omitempty"`
 	OK                 bool    `json:"ok"`
 	Why                string  `json:"why,omitempty"`
 }
@@ -188,7 +190,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		o.Out = io.Discard
 	}
 	if o.UsersPerRate <= 0 {
-		o.UsersPerRate = 4
+		o.UsersPerRate = 6
 	}
 	res := &BenchResult{Vendors: o.Vendors, RoundS: o.Round.Seconds(), CommandSize: o.CommandSize}
 	if o.FullRoundDir != "" {
@@ -237,6 +239,7 @@ func printStep(w io.Writer, s *BenchStep) {
 	}
 	fmt.Fprintf(w, "\nstep %.0f/s offered (%d users/devices): answered %.0f/s in %.0fs, %d issued, %d rounds (%d aborted), %.2f fakes per real, latency p50 %.0f ms p99 %.0f ms, %.2f gateway calls per command — %s\n",
 		s.Offered, s.Users, s.AnsweredPS, s.WindowS, s.Issued, s.Rounds, s.Aborted, s.FakesPerReal, s.LatencyP50MS, s.LatencyP99MS, s.GatewayCallsPerCmd, verdict)
+	fmt.Fprintf(w, "  gateway calls in the window: %v\n", s.GatewayCalls)
 	fmt.Fprintf(w, "  server CPU %.2f s in the window = %.0f µs per answered command", s.ServerCPUS, s.CPUPerCmdUS)
 	if s.CryptoBound > 0 {
 		fmt.Fprintf(w, " (%.1f× FullRound per entry)", s.CryptoBound)
@@ -302,6 +305,16 @@ func (e *benchEnv) write(name string, b []byte) string {
 
 func benchPassword(u string) string { return u + "-bench" }
 
+// passwordFile writes user's password file once: rewriting it while a role reads it would
+// hand that role an empty password.
+func (e *benchEnv) passwordFile(user string) string {
+	p := filepath.Join(e.dir, "pw-"+user)
+	if _, err := os.Stat(p); err != nil {
+		e.write("pw-"+user, []byte(benchPassword(user)+"\n"))
+	}
+	return p
+}
+
 func (e *benchEnv) start(name, group string, env []string, bin string, args ...string) (*benchProc, error) {
 	p := &benchProc{name: name, group: group, done: make(chan struct{}), log: filepath.Join(e.dir, name+".log")}
 	f, err := os.Create(p.log)
@@ -331,7 +344,7 @@ func (e *benchEnv) role(name, sub, user string, env []string, args ...string) er
 	full := append([]string{sub,
 		"--deployment", filepath.Join(e.dir, "deployment.json"),
 		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", e.nats),
-		"--nats-user", user, "--nats-password-file", e.write("pw-"+user, []byte(benchPassword(user)+"\n")),
+		"--nats-user", user, "--nats-password-file", e.passwordFile(user),
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metrics),
 		"--health-addr", fmt.Sprintf("127.0.0.1:%d", health),
 		"--log-level", envOrDefault("MOHITO_BENCH_LOG_LEVEL", "warn"),
@@ -606,14 +619,14 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	}
 	from := time.Now()
 	cpu0, self0 := e.cpu(), selfCPU()
-	calls0 := e.scrape("gateway", "mohito_gateway_calls_total")
+	calls0 := e.samples("gateway", "mohito_gateway_calls_total")
 	if !sleepCtx(ctx, o.Measure) {
 		stopGen()
 		return nil, ctx.Err()
 	}
 	cpu1, self1 := e.cpu(), selfCPU()
 	to := time.Now()
-	calls1 := e.scrape("gateway", "mohito_gateway_calls_total")
+	calls1 := e.samples("gateway", "mohito_gateway_calls_total")
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR2)
 	}
@@ -649,7 +662,15 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		for g, c := range st.ServerCPU {
 			st.PerRoleUS[g] = c / float64(st.Answered) * 1e6
 		}
-		st.GatewayCallsPerCmd = (calls1 - calls0) / float64(st.Answered)
+	}
+	st.GatewayCalls = map[string]float64{}
+	for k, v := range calls1 {
+		if d := v - calls0[k]; d > 0 {
+			st.GatewayCalls[k] = d
+			if st.Answered > 0 {
+				st.GatewayCallsPerCmd += d / float64(st.Answered)
+			}
+		}
 	}
 	st.Aborted = int(e.scrape("coordinator", `mohito_rounds_total{outcome="aborted"}`))
 	st.Rounds = int(e.scrape("responder", `mohito_rounds_total{outcome="done"}`)) + st.Aborted
@@ -803,6 +824,34 @@ func (e *benchEnv) scrape(group, metric string) float64 {
 		}
 	}
 	return sum
+}
+
+// samples returns every sample of metric on the processes of group, by label set.
+func (e *benchEnv) samples(group, metric string) map[string]float64 {
+	out := map[string]float64{}
+	hc := http.Client{Timeout: 2 * time.Second}
+	for _, p := range e.procs {
+		if p.group != group || p.metrics == 0 {
+			continue
+		}
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.metrics))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, metric+"{") {
+				continue
+			}
+			sp := strings.LastIndexByte(line, ' ')
+			if v, err := strconv.ParseFloat(line[sp+1:], 64); err == nil {
+				out[line[len(metric):sp]] += v
+			}
+		}
+		resp.Body.Close()
+	}
+	return out
 }
 
 func (e *benchEnv) scrapeAll(metric string) float64 {
