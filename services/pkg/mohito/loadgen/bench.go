@@ -99,8 +99,8 @@ type BenchStep struct {
 	GatewayCallsPerCmd float64 `json:"gateway_calls_per_command"`
 	// GatewayCalls counts the window's user-API calls by method and code.
 	GatewayCalls map[string]float64 `json:"gateway_calls,omitempty"`
-	OK                 bool    `json:"ok"`
-	Why                string  `json:"why,omitempty"`
+	OK           bool               `json:"ok"`
+	Why          string             `json:"why,omitempty"`
 }
 
 // BenchResult is a whole run.
