@@ -279,3 +279,39 @@ func TestSipHashVector(t *testing.T) {
 	}
 	_ = math.Pi
 }
+
+// TestEpochRotation is spec §3.12: each epoch window fills its own tail table after Rotate, so
+// GC at the first epoch's expiry + grace frees exactly that epoch's unconsumed entries while the
+// next epoch's stay found.
+func TestEpochRotation(t *testing.T) {
+	d, _ := NewDVT(DVTConfig{TableCapacity: 300, Grace: 120})
+	e1 := &Stream{Key: [32]byte{1}, N: 200, Epoch: 1, Expiry: 1000}
+	e2 := &Stream{Key: [32]byte{2}, N: 200, Epoch: 2, Expiry: 4600}
+	if err := d.Install(e1); err != nil {
+		t.Fatal(err)
+	}
+	d.Rotate()
+	if err := d.Install(e2); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(d.tables); got != 2 {
+		t.Fatalf("%d tables after one rotation", got)
+	}
+	p1, p2 := e1.Pairs(nil, 1, 0), e2.Pairs(nil, 1, 0)
+	for _, p := range p1[:50] { // some of epoch 1 is used, the rest is lost
+		d.Take(p.ID)
+	}
+	if n := d.GC(1000 + 121); n != len(p1)-50 {
+		t.Fatalf("GC dropped %d, want the %d unconsumed epoch-1 entries", n, len(p1)-50)
+	}
+	for _, p := range p1 {
+		if _, _, _, ok := d.Lookup(p.ID); ok {
+			t.Fatal("an epoch-1 entry survived its expiry + grace")
+		}
+	}
+	for _, p := range p2 {
+		if ks, _, _, ok := d.Lookup(p.ID); !ok || ks != p.KS {
+			t.Fatal("an epoch-2 entry was lost")
+		}
+	}
+}
