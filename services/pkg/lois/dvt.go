@@ -51,8 +51,7 @@ type DVT struct {
 	tables  []*table
 	filters []*table // DVF, aligned with tables (Dedup only)
 	r       rng
-	total   int
-	sink    uint16
+	sink    uint16 // keeps the early value-line load of lookupHashed from being optimised away
 }
 
 // NewDVT returns an empty DVT with one table.
@@ -153,7 +152,6 @@ func (d *DVT) Consume(loc Loc) {
 	}
 	t.clearSlot(uint32(loc.slot))
 	t.count--
-	d.total--
 	if t.count == 0 && t != d.tables[d.tail()] {
 		d.unlink(t)
 	}
@@ -173,7 +171,6 @@ func (d *DVT) unlink(t *table) {
 	if i < 0 {
 		return
 	}
-	d.total -= t.count
 	d.tables = append(d.tables[:i], d.tables[i+1:]...)
 	if d.cfg.Dedup {
 		d.filters = append(d.filters[:i], d.filters[i+1:]...)
@@ -247,7 +244,6 @@ func (d *DVT) insert(it item, b1 uint32, expiry int64, hashed bool, k1 uint32, k
 	ok, victim, vb := t.insert(&d.g, &d.r, it, b1)
 	t.inserted++
 	t.maxExpiry = max(t.maxExpiry, expiry)
-	d.total++
 	if d.cfg.Dedup {
 		if !hashed {
 			k1, _, kf = d.ksHash(&it.ks)

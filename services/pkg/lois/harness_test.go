@@ -154,22 +154,6 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// upload runs a packet DI → CI → SI and returns the delivered packet (or the first error)
-// with the SI replica it reached.
-func (w *world) upload(buf []byte, off int) ([]byte, int, error) {
-	off, err := w.dev.HideUpload(buf, off, now)
-	if err != nil {
-		return nil, -1, err
-	}
-	be, err := w.ci.Forward(buf[off:])
-	if err != nil {
-		return nil, -1, err
-	}
-	r := int(be.IP[3]) - 1
-	off, _, err = w.si[r].RecoverUpload(buf, off)
-	return buf[off:], r, err
-}
-
 func pools5(p *lois.Pool) *lois.Pools {
 	ps := &lois.Pools{}
 	ps.Set(5, p)

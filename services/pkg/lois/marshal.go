@@ -135,7 +135,6 @@ func UnmarshalDVT(b []byte, maxEntries int) (*DVT, error) {
 			b = b[entry:]
 			t.put(s, it)
 			t.count++
-			d.total++
 			if cfg.Dedup {
 				if err := d.filterInsert(len(d.tables)-1, &it.ks); err != nil {
 					return bad("keystream filter")
