@@ -340,7 +340,7 @@ const MaglevSize = 65537
 
 // NewMaglev builds the table for backends (Eisenbud et al., NSDI 2016, §3.4).
 func NewMaglev(backends []Backend) (*Maglev, error) {
-	if len(backends) == 0 || len(backends) > MaglevSize {
+	if len(backends) == 0 || len(backends) > 1<<16-1 { // entries are uint16 indices
 		return nil, fmt.Errorf("lois maglev: %d backends", len(backends))
 	}
 	const m = MaglevSize
