@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 const seriesLabel = "mohito.obscura.dev/series"
@@ -249,14 +252,26 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoShufflerAvailable)
 	s.Spec.Weight = nil
 	update(t, s)
-	// One vendor with a shuffler is not enough: the services take every selected vendor as V*
-	// in turn, and the small vendor's rounds would abort without a shuffler of its own.
-	waitReadyMessage(t, rd, conds, ReasonNoShufflerAvailable, "vendor(s) small of the 2 selected")
-	create(t, shuffler(ns, "small-shuffler", "small"))
-
+	// One vendor with a shuffler is enough: the small vendor, without one, is out of the
+	// rotation — rendered with weight 0, so the services never choose it as V* (its rounds
+	// would abort) — and the Round says so.
 	waitReady(t, rd, conds, metav1.ConditionFalse, common.ReasonKeySecretNotFound)
 	keySecret(t, ns, "integrator-key", X25519KeySize)
-	// Checks pass: the workloads roll out, and the Round is ready once they are available.
+	waitRollingOut(t, rd, conds)
+	markAvailable(t, ns)
+	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if c := readyCondition(rd.Status.Conditions); c == nil || !contains(c.Message, "out of the shuffler rotation (no Shuffler of positive weight): small") {
+		t.Errorf("Ready should name the vendor out of the rotation: %+v", c)
+	}
+	waitWeights(t, rd, map[string]int{"large": int(large.Spec.Devices), "small": 0})
+
+	// The small vendor's Shuffler, weighted 3, joins the rotation with that weight.
+	ss := shuffler(ns, "small-shuffler", "small")
+	ss.Spec.Weight = ptr.To[int64](3)
+	create(t, ss)
+	waitWeights(t, rd, map[string]int{"large": int(large.Spec.Devices), "small": 3})
+	// The deployment changed: the workloads roll again, and the Round is ready once they are
+	// available.
 	waitRollingOut(t, rd, conds)
 	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
@@ -288,6 +303,28 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	rd.Spec.VendorSelector = metav1.LabelSelector{MatchLabels: map[string]string{seriesLabel: "office"}}
 	update(t, rd)
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoVendorsSelected)
+}
+
+// waitWeights waits until the Round's deployment document gives each vendor (by name) its
+// weight in the shuffler rotation, as the services read it.
+func waitWeights(t *testing.T, rd *mohitov1.Round, want map[string]int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("shuffler weights %v in the deployment of %s", want, rd.Name), func() error {
+		var cm corev1.ConfigMap
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm); err != nil {
+			return err
+		}
+		var doc contract.DeploymentFile
+		if err := json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc); err != nil {
+			return err
+		}
+		for _, v := range doc.Vendors {
+			if v.ShufflerWeight == nil || *v.ShufflerWeight != want[v.Name] {
+				return fmt.Errorf("vendor %s: shufflerWeight %v", v.Name, v.ShufflerWeight)
+			}
+		}
+		return nil
+	})
 }
 
 func readyCondition(conds []metav1.Condition) *metav1.Condition {

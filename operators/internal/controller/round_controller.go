@@ -32,9 +32,9 @@ const (
 	ReasonInvalidSelector = "InvalidSelector"
 	// ReasonNoVendorsSelected: spec.vendorSelector matches no Vendor.
 	ReasonNoVendorsSelected = "NoVendorsSelected"
-	// ReasonNoShufflerAvailable: some selected vendor has no healthy Shuffler with a positive
-	// weight. The coordinator takes every selected vendor as V* in turn (it does not skip an
-	// unavailable one), so that vendor's rounds would all abort.
+	// ReasonNoShufflerAvailable: no selected vendor has a Shuffler of positive weight, or a vendor
+	// in the rotation has no healthy one (the rounds that choose it abort until the coordinator
+	// passes it by).
 	ReasonNoShufflerAvailable = "NoShufflerAvailable"
 	// ReasonCapacityTooSmall: some vendor's K_v cannot hold base + δ + jitter, or C_v ≤ δ.
 	ReasonCapacityTooSmall = "CapacityTooSmall"
@@ -132,7 +132,7 @@ func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (out
 		}
 	}
 
-	shufflers, o, err := r.eligibleShufflers(ctx, rd, vendors)
+	shufflers, _, o, err := r.shufflerRotation(ctx, rd, vendors)
 	if err != nil || o != nil {
 		return deref(o), nil, err
 	}
@@ -207,47 +207,73 @@ func checkCapacities(rd *mohitov1.Round, vendors []mohitov1.Vendor) *outcome {
 	return nil
 }
 
-// eligibleShufflers returns the ready Shufflers with a positive weight that run for a selected
-// vendor and match the series' shuffler selector. Every selected vendor needs one: the services
-// choose each vendor as V* in turn, and a round whose V* has no shuffler aborts — a Round that
-// reported Ready with one vendor uncovered aborted that vendor's share of rounds.
-func (r *RoundReconciler) eligibleShufflers(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) ([]mohitov1.Shuffler, *outcome, error) {
+// shufflerRotation returns the healthy Shufflers of positive weight that run for the selected
+// vendors and match the series' shuffler selector, and each vendor's weight in the rotation: the
+// sum of its Shufflers' effective weights, healthy or not (rendered into the deployment, so it
+// changes with the Shufflers' specs, never with their health; the coordinator skips a vendor
+// whose shuffler does not answer). A vendor without a Shuffler, or whose Shufflers all have
+// weight 0, is out of the rotation and never V* (spec.weight 0 "leaves the rotation"). The Round
+// is degraded when nobody shuffles, or when a vendor in the rotation has no healthy Shuffler:
+// the rounds that choose it would abort.
+func (r *RoundReconciler) shufflerRotation(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) ([]mohitov1.Shuffler, map[string]int64, *outcome, error) {
 	sel := labels.Everything()
 	if rd.Spec.ShufflerPolicy.Selector != nil {
 		s, err := metav1.LabelSelectorAsSelector(rd.Spec.ShufflerPolicy.Selector)
 		if err != nil {
-			return nil, degraded(ReasonInvalidSelector, "shufflerPolicy.selector: %v", err), nil
+			return nil, nil, degraded(ReasonInvalidSelector, "shufflerPolicy.selector: %v", err), nil
 		}
 		sel = s
 	}
 	var list mohitov1.ShufflerList
 	if err := r.List(ctx, &list, client.InNamespace(rd.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil, nil, fmt.Errorf("list shufflers for round %s: %w", rd.Name, err)
+		return nil, nil, nil, fmt.Errorf("list shufflers for round %s: %w", rd.Name, err)
 	}
-	selected := make(map[string]bool, len(vendors))
+	weights := make(map[string]int64, len(vendors))
 	for _, v := range vendors {
-		selected[v.Name] = true
+		weights[v.Name] = 0
 	}
 	var out []mohitov1.Shuffler
 	covered := make(map[string]bool, len(vendors))
+	var total int64
 	for _, s := range list.Items {
-		if selected[s.Spec.VendorRef.Name] && isHealthy(s.Status.Conditions) && s.Status.EffectiveWeight > 0 {
+		name := s.Spec.VendorRef.Name
+		if _, selected := weights[name]; !selected || s.Status.EffectiveWeight <= 0 {
+			continue
+		}
+		weights[name] += s.Status.EffectiveWeight
+		total += s.Status.EffectiveWeight
+		if isHealthy(s.Status.Conditions) {
 			out = append(out, s)
-			covered[s.Spec.VendorRef.Name] = true
+			covered[name] = true
 		}
 	}
-	var missing []string
+	if total == 0 {
+		return nil, nil, degraded(ReasonNoShufflerAvailable,
+			"no Shuffler with a positive weight runs for any of the %d selected vendors: every round needs a shuffler and is never processed without one (spec G7)", len(vendors)), nil
+	}
+	var unhealthy []string
 	for _, v := range vendors {
-		if !covered[v.Name] {
-			missing = append(missing, v.Name)
+		if weights[v.Name] > 0 && !covered[v.Name] {
+			unhealthy = append(unhealthy, v.Name)
 		}
 	}
-	if len(missing) > 0 {
-		return nil, degraded(ReasonNoShufflerAvailable,
-			"no healthy Shuffler with a positive weight runs for vendor(s) %s of the %d selected; each vendor is V* in turn and a round is never processed without its shuffler (spec G7), so those rounds would abort",
-			strings.Join(missing, ", "), len(vendors)), nil
+	if len(unhealthy) > 0 {
+		return nil, nil, degraded(ReasonNoShufflerAvailable,
+			"vendor(s) %s of the %d selected are in the shuffler rotation with no healthy Shuffler: the rounds that choose them would abort until they answer (spec G7)",
+			strings.Join(unhealthy, ", "), len(vendors)), nil
 	}
-	return out, nil, nil
+	return out, weights, nil, nil
+}
+
+// outOfRotation names the selected vendors that never shuffle.
+func outOfRotation(vendors []mohitov1.Vendor, weights map[string]int64) []string {
+	var out []string
+	for _, v := range vendors {
+		if weights[v.Name] == 0 {
+			out = append(out, v.Name)
+		}
+	}
+	return out
 }
 
 // isHealthy is true for an object that has been evaluated and is not degraded: ready, or

@@ -15,7 +15,11 @@ import (
 // applyWorkloads creates or updates everything a Round series runs (specs describes it) and
 // reports whether the workloads have caught up.
 func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round, vendors []mohitov1.Vendor) (outcome, error) {
-	doc, err := mohito.Deployment(rd, vendors)
+	_, weights, o, err := r.shufflerRotation(ctx, rd, vendors)
+	if err != nil || o != nil {
+		return deref(o), err
+	}
+	doc, err := mohito.Deployment(rd, vendors, weights)
 	if err != nil {
 		return *degraded(ReasonVendorIndicesNotContiguous, "%v", err), nil
 	}
@@ -58,8 +62,12 @@ func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round
 	if !ro.done() {
 		return rollingOut("%d of %d workloads available; waiting for %s", ro.available, ro.total, strings.Join(ro.waiting, ", ")), nil
 	}
-	return ready(fmt.Sprintf("%d vendors, %d decrypt workers, %d encoder partitions, %d gateways; period %s",
-		len(vendors), workers, rd.Spec.Encoders.Partitions, rd.Spec.Gateway.Replicas, rd.Spec.Period.Duration)), nil
+	msg := fmt.Sprintf("%d vendors, %d decrypt workers, %d encoder partitions, %d gateways; period %s",
+		len(vendors), workers, rd.Spec.Encoders.Partitions, rd.Spec.Gateway.Replicas, rd.Spec.Period.Duration)
+	if out := outOfRotation(vendors, weights); len(out) > 0 {
+		msg += fmt.Sprintf("; out of the shuffler rotation (no Shuffler of positive weight): %s", strings.Join(out, ", "))
+	}
+	return ready(msg), nil
 }
 
 // workerReplicas is the decryption worker count to run: spec.decryptWorkers.replicas (what the

@@ -29,7 +29,8 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 	globex := v.DeepCopy()
 	globex.Name, globex.Spec.Index, globex.Spec.Devices = "globex", 1, 40
 
-	doc, err := mohito.Deployment(&rd, []mohitov1.Vendor{v, *globex})
+	// The vendor of the sample has no Shuffler in the rotation; globex's Shufflers weigh 7.
+	doc, err := mohito.Deployment(&rd, []mohitov1.Vendor{v, *globex}, map[string]int64{"globex": 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestOperatorDeploymentIsAcceptedByTheServices(t *testing.T) {
 		t.Fatalf("the services refuse the operator's deployment: %v\n%s", err, cm.Data[contract.DeploymentKey])
 	}
 	if d.Series != mohito.SeriesName(&rd) || d.Params.Vendors != 2 || d.Encoders != int(rd.Spec.Encoders.Partitions) ||
-		d.Round != 2*time.Second || d.Capacity[0] != int(v.Spec.Capacity.PaddedEntries) || d.Weights[1] != 40 {
+		d.Round != 2*time.Second || d.Capacity[0] != int(v.Spec.Capacity.PaddedEntries) || d.Weights[0] != 0 || d.Weights[1] != 7 {
 		t.Errorf("services read a different deployment: %+v", d)
 	}
 }

@@ -24,8 +24,10 @@ const (
 
 // Deployment renders the deployment document of a Round over its selected vendors. Vendors must
 // be the Round's selection; their indices must be 0..n−1 (the Round reconciler checks that
-// first and reports it).
-func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor) (contract.DeploymentFile, error) {
+// first and reports it). Weights are the vendors' weights in the shuffler rotation by name (the
+// sum of their Shufflers' effective weights; a vendor absent from the map has none and never
+// shuffles); nil leaves the services to weigh by devices.
+func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor, weights map[string]int64) (contract.DeploymentFile, error) {
 	vs := append([]mohitov1.Vendor(nil), vendors...)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].Spec.Index < vs[j].Spec.Index })
 	doc := contract.DeploymentFile{
@@ -50,11 +52,16 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor) (contract.Deploym
 			return contract.DeploymentFile{}, fmt.Errorf("vendor indices must be 0..%d without gaps; vendor %s has index %d where %d was expected",
 				len(vs)-1, v.Name, v.Spec.Index, i)
 		}
-		doc.Vendors = append(doc.Vendors, contract.DeploymentVendor{
+		dv := contract.DeploymentVendor{
 			Index: int(v.Spec.Index), Name: v.Name, Devices: int(v.Spec.Devices),
 			Base: uint64(v.Spec.Capacity.Base), Jitter: uint64(v.Spec.Capacity.Jitter),
 			PaddedEntries: int(v.Spec.Capacity.PaddedEntries), ResponsePaddedEntries: int(v.Spec.Capacity.ResponsePaddedEntries),
-		})
+		}
+		if weights != nil {
+			w := int(weights[v.Name])
+			dv.ShufflerWeight = &w
+		}
+		doc.Vendors = append(doc.Vendors, dv)
 	}
 	return doc, nil
 }

@@ -37,7 +37,7 @@ func samples(t *testing.T) (*mohitov1.Round, *mohitov1.Vendor, *mohitov1.Shuffle
 
 func TestRoundObjectsGolden(t *testing.T) {
 	rd, v, _ := samples(t)
-	doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestVendorObjectsGolden(t *testing.T) {
 // system, all capabilities dropped, probes on the health port, the config hash annotation.
 func TestPodsAreRestricted(t *testing.T) {
 	rd, v, s := samples(t)
-	doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func hasEnv(env []corev1.EnvVar, name string) bool {
 func TestParameterChangeRollsPods(t *testing.T) {
 	rd, v, _ := samples(t)
 	hashOf := func() string {
-		doc, err := Deployment(rd, []mohitov1.Vendor{*v})
+		doc, err := Deployment(rd, []mohitov1.Vendor{*v}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,11 +141,11 @@ func TestDeploymentNeedsContiguousIndices(t *testing.T) {
 	rd, v, _ := samples(t)
 	v2 := v.DeepCopy()
 	v2.Name, v2.Spec.Index = "globex", 2
-	if _, err := Deployment(rd, []mohitov1.Vendor{*v, *v2}); err == nil || !strings.Contains(err.Error(), "without gaps") {
+	if _, err := Deployment(rd, []mohitov1.Vendor{*v, *v2}, nil); err == nil || !strings.Contains(err.Error(), "without gaps") {
 		t.Fatalf("indices 0 and 2 accepted: %v", err)
 	}
 	v2.Spec.Index = 1
-	doc, err := Deployment(rd, []mohitov1.Vendor{*v2, *v})
+	doc, err := Deployment(rd, []mohitov1.Vendor{*v2, *v}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
