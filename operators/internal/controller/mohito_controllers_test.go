@@ -335,19 +335,3 @@ func readyCondition(conds []metav1.Condition) *metav1.Condition {
 	}
 	return nil
 }
-
-// waitReadyMessage waits until obj is not Ready for reason with a message containing want (for a
-// reason that stays the same while its message changes).
-func waitReadyMessage(t *testing.T, obj client.Object, conds func() []metav1.Condition, reason, want string) {
-	t.Helper()
-	eventually(t, fmt.Sprintf("%T %s Ready=False/%s %q", obj, obj.GetName(), reason, want), func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		c := readyCondition(conds())
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason || !contains(c.Message, want) {
-			return fmt.Errorf("ready condition %+v", c)
-		}
-		return nil
-	})
-}
