@@ -231,8 +231,8 @@ type Gateway struct {
 
 // Encoders configures the OKVS encoder partitions.
 type Encoders struct {
-	// Partitions is the number of encoder partitions; vendors are placed on them by a consistent
-	// hash weighted by C_v.
+	// Partitions is the number of encoder partitions; vendors are placed on them by rendezvous
+	// hashing with bounded loads (largest expected C_v first, no partition above 1.25 × its share).
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1

@@ -1,11 +1,12 @@
 package roles
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
+	"slices"
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
@@ -84,34 +85,81 @@ func (d *Deployment) AnswerAfter() time.Duration {
 // Batches is the number of M4 batches of a list of n entries.
 func (d *Deployment) Batches(n int) int { return (n + d.OutBatch - 1) / d.OutBatch }
 
-// EncoderOf returns the encoder partition of vendor v: weighted rendezvous
-// hashing (a consistent hash: adding a partition moves ≈1/P of the weight),
-// weighted by the vendor's expected C_v so large vendors spread out.
-func (d *Deployment) EncoderOf(v int) int {
-	w := float64(d.Policy[v].Base+d.Delta+d.Policy[v].Width/2) + 1
-	best, bestScore := 0, math.Inf(-1)
-	for p := range d.Encoders {
-		h := fnv.New64a()
-		var b [16]byte
-		binary.BigEndian.PutUint64(b[:], uint64(v))
-		binary.BigEndian.PutUint64(b[8:], uint64(p))
-		h.Write(b[:])
-		u := (float64(h.Sum64()>>11) + 0.5) / float64(1<<53)
-		score := -w / math.Log(u)
-		if score > bestScore {
-			best, bestScore = p, score
-		}
-	}
-	return best
-}
+// EncoderLoadSlack is ε of the encoders' bounded-load placement: no partition
+// takes more than (1+ε) × its fair share of the expected entries, unless one
+// vendor alone is larger than that.
+const EncoderLoadSlack = 0.25
+
+// EncoderOf returns the encoder partition of vendor v (see [Deployment.Placement]).
+func (d *Deployment) EncoderOf(v int) int { return d.Placement()[v] }
 
 // VendorsOf returns the vendors encoder p owns.
 func (d *Deployment) VendorsOf(p int) []int {
 	var out []int
-	for v := range d.Params.Vendors {
-		if d.EncoderOf(v) == p {
+	for v, q := range d.Placement() {
+		if q == p {
 			out = append(out, v)
 		}
+	}
+	return out
+}
+
+// Placement assigns every vendor to an encoder partition by consistent
+// hashing with bounded loads: each vendor has its own rendezvous order of the
+// partitions (independent of the others and of traffic) and, taken from the
+// largest expected C_v down, goes to the first partition in its order whose
+// load stays within (1+ε) × Σ C_v / P — so large vendors spread over the
+// partitions instead of meeting by chance on one, and a rescale moves the
+// vendors of the removed partition (or those the new one attracts) plus the
+// few that the load bound then displaces. A vendor no partition can take
+// within the bound goes to the least loaded one. Every role computes the
+// same placement from the public deployment.
+func (d *Deployment) Placement() []int {
+	n, parts := d.Params.Vendors, max(d.Encoders, 1)
+	weight := make([]float64, n)
+	var total float64
+	for v := range n {
+		weight[v] = float64(d.Policy[v].Base+d.Delta+d.Policy[v].Width/2) + 1
+		total += weight[v]
+	}
+	order := make([]int, n)
+	for v := range order {
+		order[v] = v
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(weight[b], weight[a]) })
+	bound := (1 + EncoderLoadSlack) * total / float64(parts)
+	load := make([]float64, parts)
+	out := make([]int, n)
+	rank := make([]int, parts)
+	score := make([]float64, parts)
+	for _, v := range order {
+		for p := range parts {
+			h := fnv.New64a()
+			var b [16]byte
+			binary.BigEndian.PutUint64(b[:], uint64(v))
+			binary.BigEndian.PutUint64(b[8:], uint64(p))
+			h.Write(b[:])
+			score[p] = float64(h.Sum64()>>11) / float64(1<<53)
+			rank[p] = p
+		}
+		slices.SortFunc(rank, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+		best := -1
+		for _, p := range rank {
+			if load[p]+weight[v] <= bound {
+				best = p
+				break
+			}
+		}
+		if best < 0 {
+			best = rank[0]
+			for _, p := range rank {
+				if load[p] < load[best] {
+					best = p
+				}
+			}
+		}
+		out[v] = best
+		load[best] += weight[v]
 	}
 	return out
 }
