@@ -4,7 +4,7 @@
 #   make tools     install pinned tools into ./bin (hack/tools.sh)
 #   make generate  deepcopy, CRDs (crds/) and RBAC (config/rbac) with controller-gen; the user API's
 #                  protobuf/gRPC code (services/proto) with buf, protoc-gen-go and protoc-gen-go-grpc
-#   make lint      go vet + gofmt
+#   make lint      go vet + gofmt + staticcheck
 #   make build     build every module's binaries
 
 SHELL := /usr/bin/env bash
@@ -30,7 +30,7 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, buf, protoc-gen-go(-grpc), redis-server, envoy)
+tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, buf, protoc-gen-go(-grpc), staticcheck, vault, redis-server, envoy)
 	@hack/tools.sh
 
 .PHONY: generate
@@ -56,9 +56,11 @@ generate-check: generate ## fail if regenerating changes a committed file
 	@echo "generated files are up to date"
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: ## go vet, gofmt and staticcheck (pinned in hack/tools/staticcheck)
 	go vet $(PKGS)
 	@out=$$(gofmt -l operators services e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@hack/tools.sh staticcheck
+	$(BIN)/staticcheck $(PKGS)
 
 .PHONY: build
 build: ## build every binary
