@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -104,13 +105,13 @@ func TestBrokerKKRTCheckHonestAndInconsistentGarbler(t *testing.T) {
 	}
 }
 
-// The garbler drops a KKRT session after its idle TTL (counted as expired, the session gauge
-// back to zero); the broker's next check is ABORTED, the broker sets up a new session and
-// retries once, and the execution succeeds. A garbler restart (sessions are in memory only)
-// is the same for the broker.
+// A KKRT session the garbler dropped on expiry (counted as expired, the session gauge back to
+// zero) makes the broker's next check ABORTED; the broker sets up a new session and retries
+// once, and the execution succeeds. A garbler restart (sessions are in memory only) is the
+// same for the broker. (The TTL's timer itself is TestGarblerKKRTSessionExpires; here the
+// session is expired by hand, so the test does not race a short TTL against a slow setup.)
 func TestBrokerKKRTSessionExpiryAndRetry(t *testing.T) {
-	const ttl = 2 * time.Second
-	w := startWorldWith(t, btWorldOpts{n: 9, body: btStats, garbler: []garblerEnvOption{func(o *GarblerOptions) { o.KKRTSessionTTL = ttl }}})
+	w := startWorldWith(t, btWorldOpts{n: 9, body: btStats})
 	xs := btValues(9)
 	publish := func(round uint64) {
 		for i, p := range w.pubs {
@@ -124,15 +125,15 @@ func TestBrokerKKRTSessionExpiryAndRetry(t *testing.T) {
 	if v := testutil.ToFloat64(g.m.kkrtSessions); v != 1 {
 		t.Errorf("garbler holds %v KKRT sessions, want 1", v)
 	}
-	testenv.Eventually(t, time.Minute, "the idle KKRT session expires", func() error {
-		if v := testutil.ToFloat64(g.m.kkrtEnded.WithLabelValues("expired")); v != 1 {
-			return fmt.Errorf("%v sessions expired", v)
-		}
-		if v := testutil.ToFloat64(g.m.kkrtSessions); v != 0 || g.kkrt.len() != 0 {
-			return fmt.Errorf("%v sessions held after expiry (%d in the table)", v, g.kkrt.len())
-		}
-		return nil
-	})
+	g.kkrt.mu.Lock()
+	held := slices.Collect(maps.Values(g.kkrt.byID))
+	g.kkrt.mu.Unlock()
+	for _, s := range held {
+		g.kkrt.expire(s)
+	}
+	if v := testutil.ToFloat64(g.m.kkrtEnded.WithLabelValues("expired")); v != 1 || g.kkrt.len() != 0 || testutil.ToFloat64(g.m.kkrtSessions) != 0 {
+		t.Fatalf("%v sessions expired, %d held", v, g.kkrt.len())
+	}
 	publish(1)
 	w.check(t, w.runTick(t, 18), xs, nil)
 	if w.b.KKRTSetups() != 2 || len(w.requests(ppsv1.Garbler_SetupKKRT_FullMethodName)) != 2 {
@@ -403,5 +404,47 @@ func TestBrokerShutdownCancelsInFlightExecution(t *testing.T) {
 	}
 	if ms := streamMsgs(t, w.observer(), contract.OutStream); len(ms) != 0 {
 		t.Errorf("%d outputs published by a cancelled execution", len(ms))
+	}
+}
+
+// A KKRT session without a check for the garbler's --kkrt-session-ttl is dropped by its timer:
+// counted as expired, the gauge back to zero, and a check of it is ABORTED.
+func TestGarblerKKRTSessionExpires(t *testing.T) {
+	e := newGarblerEnv(t, func(o *GarblerOptions) { o.KKRTSessionTTL = time.Second })
+	g := e.garbler
+	r, m, err := ot.NewKKRTReceiver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := m.MarshalBinary()
+	resp, err := e.client.SetupKKRT(context.Background(), &ppsv1.SetupKKRTRequest{Setup: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply ot.KKRTSetupReply
+	if err := reply.UnmarshalBinary(resp.SetupReply); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Finish(&reply); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the idle KKRT session expires", func() error {
+		if v := testutil.ToFloat64(g.m.kkrtEnded.WithLabelValues("expired")); v != 1 {
+			return fmt.Errorf("%v sessions expired", v)
+		}
+		if v := testutil.ToFloat64(g.m.kkrtSessions); v != 0 || g.kkrt.len() != 0 {
+			return fmt.Errorf("%v sessions held after expiry (%d in the table)", v, g.kkrt.len())
+		}
+		return nil
+	})
+	f := e.register(t, "(begin (define xs (list (val \"a\") (val \"b\"))) (start-building) (sum xs))")
+	oreq, batch, err := r.Encode([]ot.Block{{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Erase()
+	kb, _ := (&pps.KKRTCheckRequest{Positions: []pps.Position{0}, OT: *oreq}).MarshalBinary()
+	if _, err := e.client.EvaluateKKRT(context.Background(), &ppsv1.EvaluateKKRTRequest{FnId: f.ID, KkrtRequest: kb}); status.Code(err) != codes.Aborted {
+		t.Errorf("check of an expired session: %v, want ABORTED", err)
 	}
 }

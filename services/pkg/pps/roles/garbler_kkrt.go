@@ -27,10 +27,12 @@ const (
 	// MaxKKRTSessions bounds the KKRT sessions a garbler replica holds: one per broker
 	// replica, so a few.
 	MaxKKRTSessions = 64
-	// DefaultKKRTSessionTTL is how long a KKRT session lives without a check. A broker
-	// checks at every execution, so a session idle this long belongs to a broker that is
-	// gone or has set up a new one.
-	DefaultKKRTSessionTTL = 6 * time.Hour
+	// DefaultKKRTSessionTTL is how long a KKRT session lives without a check: longer than a
+	// daily schedule (like DefaultSeedTTL), so a daily pipeline's broker finds its session
+	// at the next tick. A broker checks at every execution, so a session idle this long
+	// belongs to a broker that is gone or has set up a new one; a session is a few KB and
+	// MaxKKRTSessions bounds them.
+	DefaultKKRTSessionTTL = 26 * time.Hour
 )
 
 // GarblerMaxRecvMsgSize is the gRPC receive limit a garbler server needs: the largest KKRT
