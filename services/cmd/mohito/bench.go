@@ -33,7 +33,7 @@ func runBench(args []string) error {
 	f.Duration(&o.Drain, "drain", 10*time.Second, "after the window, time for commands in flight to be answered")
 	f.Int(&o.DecryptWorkers, "decrypt-workers", 1, "decrypt worker processes")
 	f.Int(&o.Encoders, "encoders", 1, "encoder processes (OKVS partitions)")
-	f.Float64(&o.UsersPerRate, "users-per-rate", 6, "users (one device each) per offered command/s; must cover the latency, since a user has one command in flight")
+	f.Float64(&o.UsersPerRate, "users-per-rate", 4, "users (one device each) per offered command/s; must cover the latency, since a user has one command in flight")
 	f.String(&pin, "pin", "", "taskset CPU lists per process, e.g. decrypt-worker-0=0,decrypt-worker-1=1")
 	f.String(&o.CPUProfileDir, "cpuprofile-dir", "", "write each role's CPU profile of the measured window here (<process>.pprof)")
 	f.String(&src, "fullround-src", "", "the services module directory: run the library's FullRound benchmark there for the crypto-bound ratio (empty: skipped)")

@@ -36,6 +36,38 @@ type User struct {
 	// Wait is how long one Fetch may be held by the gateway (default 15 s, under the
 	// gateway's 20 s cap and the edge's 30 s route timeout).
 	Wait time.Duration
+
+	mu    sync.Mutex
+	slots map[slotKey]uint32 // slots j taken per (round, device)
+}
+
+// slotKey is one device in one round: the user's commands to it in that round
+// take the slots j = 1..q in turn (their ids z differ, so they never collide).
+type slotKey struct {
+	t   uint64
+	dev [mohito.KeySize]byte
+}
+
+// claimSlot returns the next free slot j of dev in round t, or 0 when all q
+// are taken (the command waits for the next round).
+func (u *User) claimSlot(t uint64, dev *mohito.DeviceCredentials, q int) uint32 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.slots == nil {
+		u.slots = map[slotKey]uint32{}
+	}
+	k := slotKey{t: t, dev: dev.Keys.PRF}
+	if int(u.slots[k]) >= q {
+		return 0
+	}
+	u.slots[k]++
+	// Forget rounds long past: a user only submits to the current one.
+	for old := range u.slots {
+		if old.t+8 < t {
+			delete(u.slots, old)
+		}
+	}
+	return u.slots[k]
 }
 
 // Defaults of User.
@@ -98,7 +130,14 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 		if err != nil {
 			break
 		}
-		m1, pc, err := mohito.IssueCommandID(ri, dev, 1, id, payload, issued, rand.Reader)
+		j := u.claimSlot(ri.T, dev, ri.Params.Q)
+		if j == 0 {
+			// Every slot of this device is taken this round by the user's other commands.
+			lastT = ri.T
+			attempt--
+			continue
+		}
+		m1, pc, err := mohito.IssueCommandID(ri, dev, j, id, payload, issued, rand.Reader)
 		if err != nil {
 			return nil, err
 		}
@@ -107,6 +146,12 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			switch status.Code(err) {
 			case codes.FailedPrecondition, codes.ResourceExhausted, codes.Unavailable:
 				// Closed, over q (or the edge's limit) or unavailable: the next round.
+				if status.Code(err) == codes.FailedPrecondition {
+					// The round closed before its successor reached this client's Rounds
+					// stream (rounds are pipelined: t+1 opens as t closes). Ask once rather
+					// than wait for the push, which lags on a loaded client.
+					u.GW.refreshRound(ctx, ri.T)
+				}
 				lastT = ri.T
 				attempt--
 				continue

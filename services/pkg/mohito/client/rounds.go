@@ -68,6 +68,27 @@ func (c *GatewayClient) NextRound(ctx context.Context, after uint64, poll time.D
 	}
 }
 
+// refreshRound asks the gateway for its current round once and, when it is newer than
+// after, offers it to the feed as if pushed.
+func (c *GatewayClient) refreshRound(ctx context.Context, after uint64) {
+	ri, err := c.RoundInfo(ctx)
+	if err != nil || ri.T <= after {
+		return
+	}
+	c.rounds.offer(ri)
+}
+
+// offer makes ri the feed's round if it is newer.
+func (f *roundFeed) offer(ri *mohito.RoundInfo) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ri == nil || ri.T > f.ri.T {
+		f.ri = ri
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+}
+
 // feed holds the Rounds stream open, re-opening it when the gateway ends it, until the feed
 // is idle, the connection closes or the gateway turns out not to push rounds.
 func (c *GatewayClient) feed() {
@@ -130,13 +151,6 @@ func (c *GatewayClient) followRounds(after uint64) error {
 		if err != nil {
 			return status.Error(codes.Internal, "malformed M0 on the rounds stream")
 		}
-		f := &c.rounds
-		f.mu.Lock()
-		if f.ri == nil || ri.T > f.ri.T {
-			f.ri = ri
-			close(f.changed)
-			f.changed = make(chan struct{})
-		}
-		f.mu.Unlock()
+		c.rounds.offer(ri)
 	}
 }

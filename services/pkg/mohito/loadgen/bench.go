@@ -26,6 +26,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
@@ -52,7 +53,7 @@ type BenchOptions struct {
 	DecryptWorkers int
 	Encoders       int
 	// UsersPerRate is users (each with one device) per offered command/s: a user has at
-	// most one command in flight, so it must cover the latency (default 6 s).
+	// most one command in flight, so it must cover the latency (default 4 s).
 	UsersPerRate float64
 	// Pin maps a role process name prefix ("decrypt-worker-0") to a CPU list for taskset.
 	Pin           map[string]string
@@ -190,7 +191,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 		o.Out = io.Discard
 	}
 	if o.UsersPerRate <= 0 {
-		o.UsersPerRate = 6
+		o.UsersPerRate = 4
 	}
 	res := &BenchResult{Vendors: o.Vendors, RoundS: o.Round.Seconds(), CommandSize: o.CommandSize}
 	if o.FullRoundDir != "" {
@@ -409,7 +410,11 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	if os.Getenv("MOHITO_BENCH_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(o.Out, "step %.0f/s: logs kept in %s\n", rate, dir)
+	}
 	e := &benchEnv{o: o, dir: dir}
 	defer e.stop()
 	devices := make([]int, o.Vendors)
@@ -541,8 +546,25 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 
 	// Users: a few connections, one token each.
 	var conns []*grpc.ClientConn
+	var emu sync.Mutex
+	errMsgs := map[string]int{}
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err != nil {
+			emu.Lock()
+			errMsgs[method+": "+digits.ReplaceAllString(err.Error(), "N")]++
+			emu.Unlock()
+		}
+		return err
+	}
+	defer func() {
+		if os.Getenv("MOHITO_BENCH_KEEP") != "" {
+			fmt.Fprintf(o.Out, "client-side call errors: %v\n", errMsgs)
+		}
+	}()
 	for range 4 {
-		c, err := client.DialGateway(fmt.Sprintf("127.0.0.1:%d", e.grpc))
+		c, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", e.grpc), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(contract.MaxMessageSize)), grpc.WithUnaryInterceptor(count))
 		if err != nil {
 			return nil, err
 		}
@@ -899,6 +921,8 @@ func sumSamples(r io.Reader, metric string) float64 {
 	}
 	return sum
 }
+
+var digits = regexp.MustCompile(`[0-9.]+`)
 
 var cpuPerRound = regexp.MustCompile(`BenchmarkFullRound/N=10000\S*\s+\d+\s+.*?\s([0-9.]+) cpu-s/round`)
 

@@ -219,6 +219,22 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 	}, c.cfg.Log, c.dispatch)
 	var wg sync.WaitGroup
 	defer wg.Wait() // runs first: the rounds in flight finish under rctx
+	// Pipelining (spec §3.5, Fig. 4): when round t's period ends, t+1 is opened first and t is
+	// closed (in the background) only once t+1's M0 is published, so users always have an open
+	// round to submit to (closing first left a gap of t+1's allocation and opening, in which
+	// every submission was refused). When stopping, or on an error, t closes at once.
+	var prev *coordRound
+	closePrev := func() {
+		if r := prev; r != nil {
+			prev = nil
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.finish(rctx, r)
+			}()
+		}
+	}
+	defer closePrev()
 	next := time.Now()
 	for ctx.Err() == nil {
 		if c.cfg.MaxRounds > 0 && c.opened >= c.cfg.MaxRounds {
@@ -232,17 +248,11 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 		if err != nil {
 			return err
 		}
+		closePrev()
+		prev = r
 		c.opened++
 		next = next.Add(c.cfg.Deployment.Round)
-		full := clock.Sleep(ctx, time.Until(next))
-		// Pipelining (spec §3.5, Fig. 4): close round t in the background and
-		// open t+1 at once (or, when stopping, close it now and open nothing).
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.finish(rctx, r)
-		}()
-		if !full {
+		if !clock.Sleep(ctx, time.Until(next)) {
 			break
 		}
 	}
