@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/obscura-iot/obscura/services/pkg/daemon"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
+)
+
+type siConfig struct {
+	base
+	tun, keysFiles, services string
+}
+
+// parseServices reads "port=sid,…": the local server's port and its service id.
+func parseServices(s string) (map[uint16]uint16, error) {
+	out := map[uint16]uint16{}
+	for _, item := range splitList(s) {
+		portS, sidS, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("service %q: want port=sid", item)
+		}
+		port, err := parsePort(portS)
+		if err != nil {
+			return nil, fmt.Errorf("service %q: %w", item, err)
+		}
+		sid, err := strconv.ParseUint(sidS, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("service %q: sid: %v", item, err)
+		}
+		out[port] = uint16(sid)
+	}
+	return out, nil
+}
+
+func (c *siConfig) validate() error {
+	errs := c.base.validate()
+	if c.tun == "" || len(c.tun) > 15 {
+		errs = append(errs, fmt.Errorf("--tun %q: want an interface name of 1 to 15 bytes", c.tun))
+	}
+	if len(splitList(c.keysFiles)) == 0 {
+		errs = append(errs, fmt.Errorf("--keys-files is required (this replica's keys files)"))
+	}
+	if s, err := parseServices(c.services); err != nil {
+		errs = append(errs, fmt.Errorf("--services: %w", err))
+	} else if len(s) == 0 {
+		errs = append(errs, fmt.Errorf("--services is required"))
+	}
+	return daemon.JoinConfig(errs)
+}
+
+func runSI(args []string) error {
+	var c siConfig
+	f := daemon.NewFlags("si")
+	c.base.bind(f, contract.DefaultServerWirePort)
+	f.String(&c.tun, "tun", "lois1", "TUN device towards the real servers (created if absent, in this network namespace)")
+	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions for this replica (secret)")
+	f.String(&c.services, "services", "", "comma-separated server-port=sid of the services behind this SI")
+	if err := daemon.ParseFlags(f, args); err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	keys, err := readKeys(c.keysFiles)
+	if err != nil {
+		return err
+	}
+	ports, _ := parseServices(c.services)
+	return serve("lois-si", &c.base, func(log *slog.Logger, m *roles.Metrics) (func(context.Context) error, error) {
+		tun, err := roles.OpenTUN(c.tun)
+		if err != nil {
+			return nil, err
+		}
+		wire, err := listenWire(c.wireListen)
+		if err != nil {
+			tun.Close()
+			return nil, err
+		}
+		s, err := roles.NewServer(roles.ServerConfig{Core: c.core(), Keys: keys, Ports: ports, TUN: tun, Wire: wire,
+			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log})
+		if err != nil {
+			tun.Close()
+			wire.Close()
+			return nil, daemon.ConfigError(err)
+		}
+		return s.Run, nil
+	})
+}

@@ -1,0 +1,123 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+)
+
+// ServerBackend is one SI behind the CI: the address and port its server listens on inside
+// the LOIS packets (SIP:P_srv) and the SI's wire address.
+type ServerBackend struct {
+	SID     uint16
+	Backend lois.Backend
+	Wire    netip.AddrPort
+}
+
+// CloudConfig configures a CI.
+type CloudConfig struct {
+	Core     lois.Config
+	Keys     []*contract.Keys // one per device session
+	Backends []ServerBackend
+	// FlowKey keys the backend hash; every CI replica must share it (D-16).
+	FlowKey [16]byte
+	Wire    *net.UDPConn // bound to the CI's wire address
+	Grace   time.Duration
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+// Cloud is a running CI.
+type Cloud struct {
+	cfg   CloudConfig
+	core  *lois.Cloud
+	table lockedDVT
+	wire  map[[4]byte]netip.AddrPort // SIP → SI wire address
+	up    counters
+	seen  recentIDs
+	ex    uint16
+}
+
+// NewCloud installs the upload streams of every session and the backends' Maglev tables.
+func NewCloud(cfg CloudConfig) (*Cloud, error) {
+	if len(cfg.Keys) == 0 || len(cfg.Backends) == 0 || cfg.Wire == nil {
+		return nil, errors.New("lois cloud: keys, backends and a wire socket are required")
+	}
+	t, err := newTable(cfg.Keys, "up", int64(cfg.Grace/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	n, err := install(t, cfg.Keys, "up", nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core)}
+	c.table.t = t
+	bySID := map[uint16][]lois.Backend{}
+	for _, b := range cfg.Backends {
+		bySID[b.SID] = append(bySID[b.SID], b.Backend)
+		if w, ok := c.wire[b.Backend.IP]; ok && w != b.Wire {
+			return nil, errors.New("lois cloud: one server address with two wire addresses")
+		}
+		c.wire[b.Backend.IP] = b.Wire
+	}
+	for sid, bs := range bySID {
+		mg, err := lois.NewMaglev(bs)
+		if err != nil {
+			return nil, err
+		}
+		c.core.SetBackends(sid, mg)
+	}
+	c.up = cfg.Metrics.counters("ci", "up")
+	cfg.Log.Info("cloud interface installed", "sessions", len(cfg.Keys), "entries", n, "services", len(bySID))
+	return c, nil
+}
+
+// Run forwards packets until ctx ends.
+func (c *Cloud) Run(ctx context.Context) error {
+	return run(ctx, c.cfg.Log, []io.Closer{c.cfg.Wire}, c.tick, c.forward)
+}
+
+func (c *Cloud) tick(now time.Time) { c.table.gc(now.Unix(), c.cfg.Metrics, "up") }
+
+// forward is CI upload (spec §3.9 Step 2): lookup, source recovered in locals only, the
+// destination rewritten, the packet sent on to the SI that serves the chosen backend.
+func (c *Cloud) forward() error {
+	buf := make([]byte, contract.MaxDatagram)
+	for {
+		n, _, err := c.cfg.Wire.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+		pkt := buf[:n]
+		id, _ := lois.ParseID(pkt, c.ex)
+		c.table.mu.Lock()
+		be, err := c.core.Forward(pkt)
+		c.table.mu.Unlock()
+		if err != nil {
+			c.up.inc(rejection(err, id, &c.seen))
+			continue
+		}
+		c.seen.add(id)
+		to, ok := c.wire[be.IP]
+		if !ok {
+			c.up.inc(contract.ResultUnknownSID)
+			continue
+		}
+		if _, err := c.cfg.Wire.WriteToUDPAddrPort(pkt, to); err != nil {
+			c.up.inc(contract.ResultIOError)
+			continue
+		}
+		c.up.inc(contract.ResultOK)
+	}
+}

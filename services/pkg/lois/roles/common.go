@@ -1,0 +1,129 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+)
+
+// clock is the unix second the transforms are given: read once per tick, not per packet.
+type clock struct{ s atomic.Int64 }
+
+func (c *clock) now() int64      { return c.s.Load() }
+func (c *clock) set(t time.Time) { c.s.Store(t.Unix()) }
+
+// run runs the role's packet loops and its maintenance tick until ctx ends or a loop fails,
+// then closes the descriptors (which ends every pending read) and waits for the loops.
+func run(ctx context.Context, log *slog.Logger, closers []io.Closer, tick func(time.Time), loops ...func() error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(loops))
+	for _, l := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l(); err != nil && ctx.Err() == nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case now := <-t.C:
+			tick(now)
+		}
+	}
+	for _, c := range closers {
+		c.Close()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		log.Info("packet loops stopped")
+		return nil
+	}
+}
+
+// closed reports whether err comes from closing the descriptor at shutdown.
+func closed(err error) bool {
+	return errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed)
+}
+
+// lockedDVT guards a receiver's table: the packet loop takes entries, the tick collects
+// expired ones (a DVT is not safe for concurrent use).
+type lockedDVT struct {
+	mu sync.Mutex
+	t  *lois.DVT
+}
+
+func (l *lockedDVT) gc(now int64, m *Metrics, dir string) {
+	l.mu.Lock()
+	n := l.t.GC(now)
+	st := l.t.Stats()
+	l.mu.Unlock()
+	m.GC.Add(float64(n))
+	m.DVT.WithLabelValues(dir).Set(float64(st.Entries))
+	m.DVTBytes.WithLabelValues(dir).Set(float64(st.Bytes))
+}
+
+// newTable returns a receiver's table sized for the streams of keys in direction dir.
+func newTable(keys []*contract.Keys, dir string, grace int64) (*lois.DVT, error) {
+	n := 0
+	cfg := lois.DVTConfig{Grace: grace}
+	for _, k := range keys {
+		for _, s := range k.Streams {
+			if s.Dir == dir {
+				n += int(s.N)
+			}
+		}
+	}
+	cfg.TableCapacity = max(1024, n)
+	return lois.NewDVT(cfg)
+}
+
+// install puts the streams of keys in direction dir into t.
+func install(t *lois.DVT, keys []*contract.Keys, dir string, sids func(uint16) bool) (int, error) {
+	n := 0
+	for _, k := range keys {
+		for i := range k.Streams {
+			if k.Streams[i].Dir != dir || (sids != nil && !sids(k.Streams[i].SID)) {
+				continue
+			}
+			s, err := k.Streams[i].Core()
+			if err != nil {
+				return n, err
+			}
+			err = t.Install(&s)
+			clear(s.Key[:])
+			if err != nil {
+				return n, err
+			}
+			n += int(s.N) - len(s.Dup)
+		}
+	}
+	return n, nil
+}
+
+// exID is the option ExID of cfg.
+func exID(cfg lois.Config) uint16 {
+	if cfg.ExID == 0 {
+		return lois.DefaultExID
+	}
+	return cfg.ExID
+}

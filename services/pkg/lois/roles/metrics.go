@@ -1,0 +1,51 @@
+package roles
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+)
+
+// Metrics are a LOIS role's Prometheus metrics (contract.Metric*). No id, address or key is
+// ever a label.
+type Metrics struct {
+	Packets  *prometheus.CounterVec // role, dir, result
+	PoolSize *prometheus.GaugeVec   // sid, dir
+	DVT      *prometheus.GaugeVec   // table (up|down)
+	DVTBytes *prometheus.GaugeVec   // table
+	GC       prometheus.Counter
+}
+
+// NewMetrics registers the metrics with reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Packets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricPackets,
+			Help: "LOIS packets handled, by role, direction and result (ok or the rejection reason)."}, []string{"role", "dir", "result"}),
+		PoolSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricPoolSize,
+			Help: "Unused keystreams a sender holds, by service and direction."}, []string{"sid", "dir"}),
+		DVT: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricDVT,
+			Help: "Live entries of the receiver's dynamic Vacuum table."}, []string{"dir"}),
+		DVTBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricDVTBytes,
+			Help: "Bytes of the receiver's dynamic Vacuum table."}, []string{"dir"}),
+		GC: prometheus.NewCounter(prometheus.CounterOpts{Name: contract.MetricGC,
+			Help: "Keystream entries collected unconsumed at expiry."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC)
+	}
+	return m
+}
+
+// counters are one role's and direction's counters, one per result, created up front so
+// that every reason shows (at 0) and the hot path does no label lookup.
+type counters map[string]prometheus.Counter
+
+func (m *Metrics) counters(role, dir string) counters {
+	c := counters{}
+	for _, r := range contract.Results {
+		c[r] = m.Packets.WithLabelValues(role, dir, r)
+	}
+	return c
+}
+
+func (c counters) inc(result string) { c[result].Inc() }

@@ -1,0 +1,190 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+)
+
+// ServerConfig configures an SI.
+type ServerConfig struct {
+	Core lois.Config
+	Keys []*contract.Keys // one per device session; each names this replica's partition
+	// Ports maps the port a local server listens on (P_srv) to its service id.
+	Ports map[uint16]uint16
+	// TUN leads to the real servers: recovered uploads are written to it, and the routes
+	// to device addresses point into it, so the servers' replies are read from it.
+	TUN     io.ReadWriteCloser
+	Wire    *net.UDPConn // bound to the SI's wire address (uploads from CI arrive here)
+	Margin  time.Duration
+	Grace   time.Duration
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+// serverSession is one device session at this SI: its download pools (this replica's
+// partition) and the DI's wire address.
+type serverSession struct {
+	pools lois.Pools
+	byID  map[uint16]*lois.Pool
+	wire  netip.AddrPort
+}
+
+// Server is a running SI.
+type Server struct {
+	cfg      ServerConfig
+	core     *lois.Server
+	up       lockedDVT
+	sessions map[[4]byte]*serverSession // by DIP (D-22: one session per device address here)
+	upC, dnC counters
+	seen     recentIDs
+	clk      clock
+	ex       uint16
+}
+
+// NewServer installs the upload streams of the SI's services and its download partition.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if len(cfg.Keys) == 0 || len(cfg.Ports) == 0 || cfg.TUN == nil || cfg.Wire == nil {
+		return nil, errors.New("lois server: keys, service ports, tun and a wire socket are required")
+	}
+	mine := map[uint16]bool{}
+	for _, sid := range cfg.Ports {
+		mine[sid] = true
+	}
+	t, err := newTable(cfg.Keys, "up", int64(cfg.Grace/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := install(t, cfg.Keys, "up", func(sid uint16) bool { return mine[sid] }); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), sessions: map[[4]byte]*serverSession{}, ex: exID(cfg.Core)}
+	s.up.t = t
+	for _, k := range cfg.Keys {
+		dip := netip.MustParseAddr(k.DeviceIP) // validated with the keys file
+		wire, err := netip.ParseAddrPort(k.DeviceWire)
+		if err != nil || !dip.Is4() {
+			return nil, fmt.Errorf("lois server: session %s needs an IPv4 device address and its wire address", k.Session)
+		}
+		ss := &serverSession{wire: wire, byID: map[uint16]*lois.Pool{}}
+		s.sessions[dip.As4()] = ss
+		for i := range k.Streams {
+			if k.Streams[i].Dir != "down" || !mine[k.Streams[i].SID] {
+				continue
+			}
+			st, err := k.Streams[i].Core()
+			if err != nil {
+				return nil, err
+			}
+			p := ss.byID[st.SID]
+			if p == nil {
+				p = &lois.Pool{}
+				ss.byID[st.SID] = p
+				ss.pools.Set(st.SID, p)
+			}
+			// Only this replica's indices: two replicas never hold one keystream (§3.11).
+			p.Add(&st, k.Replicas, k.Replica, st.Expiry-int64(cfg.Margin/time.Second))
+			clear(st.Key[:])
+		}
+	}
+	s.upC = cfg.Metrics.counters("si", "up")
+	s.dnC = cfg.Metrics.counters("si", "down")
+	s.clk.set(time.Now())
+	return s, nil
+}
+
+// Run moves packets until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	s.cfg.Log.Info("server interface running", "sessions", len(s.sessions), "services", len(s.cfg.Ports))
+	return run(ctx, s.cfg.Log, []io.Closer{s.cfg.TUN, s.cfg.Wire}, s.tick, s.upload, s.download)
+}
+
+func (s *Server) tick(now time.Time) {
+	s.clk.set(now)
+	s.up.gc(now.Unix(), s.cfg.Metrics, "up")
+}
+
+// upload is SI upload (spec §3.9 Step 2b): recover and deliver to the local stack.
+func (s *Server) upload() error {
+	buf := make([]byte, contract.MaxDatagram)
+	for {
+		n, _, err := s.cfg.Wire.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+		id, _ := lois.ParseID(buf[:n], s.ex)
+		s.up.mu.Lock()
+		off, _, err := s.core.RecoverUpload(buf[:n], 0)
+		s.up.mu.Unlock()
+		if err != nil {
+			s.upC.inc(rejection(err, id, &s.seen))
+			continue
+		}
+		s.seen.add(id)
+		if _, err := s.cfg.TUN.Write(buf[off:n]); err != nil {
+			s.upC.inc(contract.ResultIOError)
+			continue
+		}
+		s.upC.inc(contract.ResultOK)
+	}
+}
+
+// download is SI download (spec §3.9 Step 3): a server's reply is hidden with this
+// replica's partition of the device session's pairs and sent straight to the DI.
+func (s *Server) download() error {
+	buf := make([]byte, lois.Headroom+contract.MaxDatagram)
+	var last int64
+	for {
+		n, err := s.cfg.TUN.Read(buf[lois.Headroom:])
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+		pkt := buf[lois.Headroom : lois.Headroom+n]
+		if n < 20 || pkt[0]>>4 != 4 {
+			s.dnC.inc(contract.ResultMalformed)
+			continue
+		}
+		ss := s.sessions[[4]byte(pkt[16:20])]
+		if ss == nil {
+			s.dnC.inc(contract.ResultUnknownPeer)
+			continue
+		}
+		off, err := s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+		if err != nil {
+			s.dnC.inc(contract.Result(err))
+			continue
+		}
+		if _, err := s.cfg.Wire.WriteToUDPAddrPort(buf[off:lois.Headroom+n], ss.wire); err != nil {
+			s.dnC.inc(contract.ResultIOError)
+			continue
+		}
+		s.dnC.inc(contract.ResultOK)
+		if now := s.clk.now(); now != last {
+			last = now
+			total := map[uint16]int{}
+			for _, ss := range s.sessions {
+				for sid, p := range ss.byID {
+					total[sid] += p.Len()
+				}
+			}
+			for sid, n := range total {
+				s.cfg.Metrics.PoolSize.WithLabelValues(strconv.Itoa(int(sid)), "down").Set(float64(n))
+			}
+		}
+	}
+}
