@@ -121,7 +121,7 @@ func (w *DecryptWorker) handle(ctx context.Context, m jetstream.Msg) natsx.Outco
 	}
 	w.cfg.Metrics.Commands.WithLabelValues("decrypted").Add(float64(len(cmds) - void))
 	if void > 0 {
-		w.cfg.Metrics.Dropped.WithLabelValues("inner_layer").Add(float64(void))
+		w.cfg.Metrics.Rejected.WithLabelValues("undecryptable_inner").Add(float64(void))
 	}
 	w.cfg.Metrics.StageSeconds.WithLabelValues("decrypt_batch").Observe(time.Since(start).Seconds())
 	return natsx.Ack

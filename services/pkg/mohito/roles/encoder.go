@@ -224,9 +224,13 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		if len(cmds) > capacity {
 			capacity = mohito.CommandCapacity(len(cmds), d.Capacity[v])
 		}
-		table, slots, _, err := mohito.EncodeCommandTable(d.Params, cmds, capacity, rand.Reader)
+		table, slots, dups, err := mohito.EncodeCommandTable(d.Params, cmds, capacity, rand.Reader)
 		if err != nil {
 			return err
+		}
+		if dups > 0 {
+			// Two commands for one device slot in one round (spec O6): the first is kept.
+			e.cfg.Metrics.Rejected.WithLabelValues("duplicate_z").Add(float64(dups))
 		}
 		if m5, err = mohito.MarshalTable(mohito.KindCommandTable, t, uint32(v), capacity, table); err != nil {
 			return err

@@ -194,6 +194,7 @@ func (g *Gateway) authenticate(ctx context.Context) (string, error) {
 			return u, nil
 		}
 	}
+	g.cfg.Metrics.Rejected.WithLabelValues("unauthenticated").Inc()
 	return "", status.Error(codes.Unauthenticated, "unknown access token")
 }
 
@@ -244,17 +245,21 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 	t, m1, outer, err := submissionFrom(p, req)
 	if err != nil {
 		g.cfg.Metrics.Commands.WithLabelValues("rejected").Inc()
+		g.cfg.Metrics.Rejected.WithLabelValues("malformed").Inc()
 		return 0, 0, err
 	}
 	ri, _, err := g.rounds.get(ctx, t)
 	if err != nil {
+		g.cfg.Metrics.Rejected.WithLabelValues("round_closed").Inc()
 		return 0, 0, status.Error(codes.FailedPrecondition, "round closed or unknown: retry in the current round")
 	}
 	idx, err := g.cfg.Store.Admit(ctx, t, user, p.Q, m1)
 	switch {
 	case errors.Is(err, roundstate.ErrClosed):
+		g.cfg.Metrics.Rejected.WithLabelValues("round_closed").Inc()
 		return 0, 0, status.Error(codes.FailedPrecondition, "round closed: retry in the current round")
 	case errors.Is(err, roundstate.ErrRateLimit):
+		g.cfg.Metrics.Rejected.WithLabelValues("quota").Inc()
 		return 0, 0, status.Error(codes.ResourceExhausted, "more than q commands this round")
 	case errors.Is(err, roundstate.ErrDuplicate):
 		// A replayed envelope (the same M1 under this or another token) would

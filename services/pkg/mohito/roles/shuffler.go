@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,8 @@ type shufRound struct {
 	challenged bool
 	respDone   bool
 	first      time.Time
+	// undecryptable counts the round's users' messages whose outer layer did not open.
+	undecryptable atomic.Int64
 }
 
 // NewShufflerService returns the shuffler of cfg.Vendor.
@@ -281,8 +284,12 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			s.cfg.Metrics.Dropped.WithLabelValues("bad_m2").Inc()
 			return natsx.Drop
 		}
-		if err := r.sr.Accept(idx, layer); err != nil && !errors.Is(err, mohito.ErrIndex) {
+		err = r.sr.Accept(idx, layer)
+		if err != nil && !errors.Is(err, mohito.ErrIndex) {
 			return natsx.Drop
+		}
+		if err == nil && layer == nil {
+			r.undecryptable.Add(1) // once per index: a redelivery is ErrIndex
 		}
 		return s.maybeChallenge(ctx, p.T, r)
 	case contract.KindClose:
@@ -309,8 +316,17 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		st := r.sr.Stats()
 		r.n = st.N
 		s.cfg.Metrics.Fakes.Add(float64(st.Fakes))
-		if st.Replayed > 0 {
-			s.cfg.Metrics.Rejected.WithLabelValues("replayed_envelope").Add(float64(st.Replayed))
+		// Every invalid message of the round, by why: its outer layer did not open,
+		// it was a copy of another envelope, or its shares failed the G2 check.
+		undecryptable := int(r.undecryptable.Load())
+		for reason, n := range map[string]int{
+			"undecryptable_outer": undecryptable,
+			"replayed_envelope":   st.Replayed,
+			"share_check":         st.K - st.Valid - undecryptable - st.Replayed,
+		} {
+			if n > 0 {
+				s.cfg.Metrics.Rejected.WithLabelValues(reason).Add(float64(n))
+			}
 		}
 		if st.S > 0 {
 			s.cfg.Metrics.Bursts.Inc()
