@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -37,4 +38,19 @@ func update(t *testing.T, obj client.Object) {
 		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(want.DeepCopyObject()).Elem())
 	}
 	t.Fatalf("update %T %s: still conflicting", obj, obj.GetName())
+}
+
+// waitReadyMessage waits until obj is Ready=False with reason and a message containing want.
+func waitReadyMessage(t *testing.T, obj client.Object, conds func() []metav1.Condition, reason, want string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%T %s Ready=False/%s %q", obj, obj.GetName(), reason, want), func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := readyCondition(conds())
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != reason || !contains(c.Message, want) {
+			return fmt.Errorf("ready condition %+v", c)
+		}
+		return nil
+	})
 }

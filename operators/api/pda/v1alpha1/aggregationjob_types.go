@@ -154,18 +154,20 @@ type Window struct {
 
 // Mixing is the proxy's flush policy.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'Streaming') || (!has(self.flushItems) && !has(self.maxWait))",message="mixing.flushItems and mixing.maxWait apply only to Streaming mode"
+// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'Streaming') || (!has(self.flushItems) && !has(self.maxWait) && !has(self.minParticipants))",message="mixing.minParticipants, mixing.flushItems and mixing.maxWait apply only to Streaming mode"
 type Mixing struct {
 	// Mode: Window shuffles all of a window's items as one permutation (no co-membership leak);
-	// Streaming flushes every flushItems items from at least minParticipants participants.
+	// Streaming flushes every flushItems items from at least minParticipants participants. The
+	// services serve Window only: a job in Streaming mode is refused (Ready=False,
+	// UnsupportedByServices) rather than run as Window.
 	// +optional
 	// +kubebuilder:default=Window
 	// +kubebuilder:validation:Enum=Window;Streaming
 	Mode string `json:"mode,omitempty"`
 
-	// MinParticipants is K_min, the fewest distinct participants in one flush.
+	// MinParticipants is K_min, the fewest distinct participants in one flush (Streaming mode;
+	// spec default 10).
 	// +optional
-	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=2
 	MinParticipants int32 `json:"minParticipants,omitempty"`
 
