@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,6 +121,14 @@ func (e *env) waitWorkloads() {
 		}
 		return e.allAvailable()
 	})
+	// The roles run the suite the Round names (the deployment document they all read).
+	cm := &corev1.ConfigMap{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-deployment"}, cm); err != nil {
+		e.t.Fatalf("deployment ConfigMap of Round %s: %v", roundName, err)
+	}
+	if !strings.Contains(cm.Data["deployment.json"], `"suite": "MLKEM768X25519"`) {
+		e.t.Fatalf("Round %s does not run the post-quantum suite:\n%s", roundName, cm.Data["deployment.json"])
+	}
 }
 
 func (e *env) allAvailable() error {

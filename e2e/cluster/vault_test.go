@@ -176,6 +176,10 @@ func (e *env) roundOnVault() string {
 	}
 	spec := rd["spec"].(map[string]any)
 	spec["keys"] = map[string]any{"vault": map[string]any{"role": vaultRole, "path": vaultKeyFolder}}
+	// The cluster runs the post-quantum suite (ML-KEM-768 + X25519, issue 15 #13): X25519 runs in
+	// every other service-level test, this suite nowhere else through pods. Its keys are 32-byte
+	// seeds, as newKey writes them.
+	spec["suite"] = "MLKEM768X25519"
 	out, err := yaml.Marshal(rd)
 	if err != nil {
 		e.t.Fatal(err)
