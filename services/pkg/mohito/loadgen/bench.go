@@ -55,6 +55,9 @@ type BenchOptions struct {
 	// UsersPerRate is users (each with one device) per offered command/s: a user has at
 	// most one command in flight, so it must cover the latency (default 4 s).
 	UsersPerRate float64
+	// DeviceSpacing is how long apart one device's commands are issued (devices per offered
+	// command/s, default 2 s: two rounds of 1 s).
+	DeviceSpacing time.Duration
 	// Pin maps a role process name prefix ("decrypt-worker-0") to a CPU list for taskset.
 	Pin           map[string]string
 	CPUProfileDir string // write each role's CPU profile of the measured window here
@@ -193,6 +196,9 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	if o.UsersPerRate <= 0 {
 		o.UsersPerRate = 4
 	}
+	if o.DeviceSpacing <= 0 {
+		o.DeviceSpacing = 2 * o.Round
+	}
 	res := &BenchResult{Vendors: o.Vendors, RoundS: o.Round.Seconds(), CommandSize: o.CommandSize}
 	if o.FullRoundDir != "" {
 		us, err := fullRoundCPUPerEntry(ctx, o.FullRoundDir)
@@ -238,8 +244,8 @@ func printStep(w io.Writer, s *BenchStep) {
 	if !s.OK {
 		verdict = "FAILED: " + s.Why
 	}
-	fmt.Fprintf(w, "\nstep %.0f/s offered (%d users/devices): answered %.0f/s in %.0fs, %d issued, %d rounds (%d aborted), %.2f fakes per real, latency p50 %.0f ms p99 %.0f ms, %.2f gateway calls per command — %s\n",
-		s.Offered, s.Users, s.AnsweredPS, s.WindowS, s.Issued, s.Rounds, s.Aborted, s.FakesPerReal, s.LatencyP50MS, s.LatencyP99MS, s.GatewayCallsPerCmd, verdict)
+	fmt.Fprintf(w, "\nstep %.0f/s offered (%d users, %d devices): answered %.0f/s in %.0fs, %d issued, %d rounds (%d aborted), %.2f fakes per real, latency p50 %.0f ms p99 %.0f ms, %.2f gateway calls per command — %s\n",
+		s.Offered, s.Users, s.Devices, s.AnsweredPS, s.WindowS, s.Issued, s.Rounds, s.Aborted, s.FakesPerReal, s.LatencyP50MS, s.LatencyP99MS, s.GatewayCallsPerCmd, verdict)
 	fmt.Fprintf(w, "  gateway calls in the window: %v\n", s.GatewayCalls)
 	fmt.Fprintf(w, "  server CPU %.2f s in the window = %.0f µs per answered command", s.ServerCPUS, s.CPUPerCmdUS)
 	if s.CryptoBound > 0 {
@@ -405,7 +411,12 @@ func benchDeployment(o BenchOptions, rate float64, devices []int) contract.Deplo
 // benchStep runs one offered rate on a fresh deployment.
 func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, error) {
 	users := int(math.Ceil(rate*o.UsersPerRate)) + o.Vendors
-	st := &BenchStep{Offered: rate, Users: users, Devices: users}
+	// Devices are taken round-robin in issue order, so a device's commands are issued
+	// DeviceSpacing apart: never two in one round (q = 1 per device and user, spec O1), while
+	// a device count near the rate keeps the devices' per-round work — which every device
+	// does, with or without a command — from dominating the client process.
+	nDev := int(math.Ceil(rate*o.DeviceSpacing.Seconds())) + o.Vendors
+	st := &BenchStep{Offered: rate, Users: users, Devices: nDev}
 	dir, err := os.MkdirTemp("", "mohito-bench-")
 	if err != nil {
 		return nil, err
@@ -418,8 +429,8 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	e := &benchEnv{o: o, dir: dir}
 	defer e.stop()
 	devices := make([]int, o.Vendors)
-	for u := range users {
-		devices[u%o.Vendors]++
+	for d := range nDev {
+		devices[d%o.Vendors]++
 	}
 	df := benchDeployment(o, rate, devices)
 	db, _ := json.Marshal(df)
@@ -461,14 +472,14 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		sec   *mohito.DeviceSecret
 		creds mohito.DeviceCredentials
 	}
-	devs := make([]dev, users)
+	devs := make([]dev, nDev)
 	for v := range o.Vendors {
 		type entry struct {
 			ID  string `json:"id"`
 			PRF []byte `json:"prf"`
 		}
 		var reg []entry
-		for u := v; u < users; u += o.Vendors {
+		for u := v; u < nDev; u += o.Vendors {
 			s, err := mohito.NewDeviceSecret(rand.Reader)
 			if err != nil {
 				return nil, err
@@ -537,7 +548,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 			return nil, err
 		}
 		defer nc.Close()
-		for u := v; u < users; u += o.Vendors {
+		for u := v; u < nDev; u += o.Vendors {
 			if err := client.NewDevice(devs[u].id, devs[u].sec, p, client.NATSTransport{NC: nc}, handler).Start(); err != nil {
 				return nil, err
 			}
@@ -612,6 +623,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 					continue
 				}
 				n := seq.Add(1)
+				dv := &devs[int(n-1)%nDev].creds
 				payload := fmt.Sprintf("c%d-u%d;", n, u)
 				if len(payload) < o.PayloadSize {
 					payload += strings.Repeat("x", o.PayloadSize-len(payload))
@@ -624,7 +636,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 				go func() {
 					defer inflight.Done()
 					cctx, cancel := context.WithTimeout(ctx, timeout)
-					r.res, r.err = us[u].Send(cctx, &devs[u].creds, []byte(r.payload))
+					r.res, r.err = us[u].Send(cctx, dv, []byte(r.payload))
 					cancel()
 					r.done = time.Now()
 					idle <- u
