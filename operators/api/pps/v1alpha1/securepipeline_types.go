@@ -23,6 +23,7 @@ const (
 // SecurePipelineSpec is one secure publish–process–subscribe function: publishers' values go
 // in, a garbled circuit of Source is evaluated by the broker over them without the broker
 // seeing them, and only the subscribers can unmask the result (spec §3.3, §5.2).
+// +kubebuilder:validation:XValidation:rule="!has(self.check) || !has(self.mode) || self.mode != 'hardened'",message="check applies only to faithful functions: a hardened function has no consistency check (D21)"
 type SecurePipelineSpec struct {
 	// Source is the function's program in the PPS DSL (spec §4.6, D10). Its function id (fnid)
 	// is derived from the canonical form by the services and reported in status.fnID.
@@ -34,6 +35,13 @@ type SecurePipelineSpec struct {
 	// +optional
 	// +kubebuilder:default=faithful
 	Mode Mode `json:"mode,omitempty"`
+
+	// Check is the consistency check of a faithful function (spec D16): kkrt, the batched OPRF
+	// over a base-OT session (the broker's default), or oprf, the per-execution OPRF-PSI. A
+	// hardened function has none (D21). Unset, the broker's --check default applies.
+	// +optional
+	// +kubebuilder:validation:Enum=kkrt;oprf
+	Check string `json:"check,omitempty"`
 
 	// Publishers bind every topic the program reads ((val "<topic>"), (window ...),
 	// (static ...)) to the device that publishes it. Each device gets a NATS user allowed to

@@ -260,6 +260,7 @@ func Pipeline(p *ppsv1.SecurePipeline) contract.Pipeline {
 		Name:        PipelineName(p),
 		Source:      p.Spec.Source,
 		Mode:        string(p.Spec.Mode),
+		Check:       p.Spec.Check,
 		Subscribers: slices.Clone(p.Spec.Subscribers),
 		Window:      contract.Duration{Duration: p.Spec.Window.Duration},
 		Schedule:    contract.Duration{Duration: p.Spec.Schedule.Duration},

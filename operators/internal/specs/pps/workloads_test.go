@@ -222,6 +222,15 @@ func TestPipelinesFileIsWhatTheServicesRead(t *testing.T) {
 		len(got.Publishers) != 9 || got.Publishers[8].Topic != "lax/lot-9/occupied" || len(got.Subscribers) != 1 {
 		t.Errorf("pipeline %+v", got)
 	}
+	// The consistency check is carried over (unset: the broker's default).
+	if strings.Contains(cm.Data[PipelinesKey], `"check"`) {
+		t.Errorf("no check set, but one rendered: %s", cm.Data[PipelinesKey])
+	}
+	p.Spec.Check = contract.CheckOPRF
+	if cm, err := PipelinesConfigMap(p, BrokerDomain); err != nil || !strings.Contains(cm.Data[PipelinesKey], `"check": "oprf"`) {
+		t.Errorf("check oprf rendered as %q (%v)", cm.Data[PipelinesKey], err)
+	}
+	p.Spec.Check = ""
 	// Hardened mode (H1, D21) is carried over as is.
 	p.Spec.Mode = ppsv1.ModeHardened
 	if cm, err := PipelinesConfigMap(p, BrokerDomain); err != nil || !strings.Contains(cm.Data[PipelinesKey], `"mode": "hardened"`) {
