@@ -1,0 +1,152 @@
+package sddr
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+)
+
+// T1 / INV-1: both sides derive the same L, sk and encounter id, over many random key pairs.
+func TestKeyAgreement(t *testing.T) {
+	r := seeded(1)
+	for i := range 2000 {
+		a, b := newDevice(t, r.Uint64()), newDevice(t, r.Uint64())
+		sa, sb := hear(t, b, a, t0), hear(t, a, b, t0)
+		if sa.ID != sb.ID {
+			t.Fatalf("pair %d: encounter ids differ", i)
+		}
+		ra, rb := a.byID[sa.ID], b.byID[sb.ID]
+		if ra.keys != rb.keys || ra.dhk != rb.dhk {
+			t.Fatalf("pair %d: keys differ", i)
+		}
+		if ra.role == rb.role {
+			t.Fatalf("pair %d: both sides took role %d", i, ra.role)
+		}
+	}
+}
+
+// T1: keys that share a long prefix still order consistently (the ordering rule compares whole
+// encodings).
+func TestKeyAgreementEqualPrefix(t *testing.T) {
+	var lo, hi [PublicKeySize]byte
+	for i := range lo {
+		lo[i], hi[i] = 0x42, 0x42
+	}
+	hi[31] = 0x43
+	dhk := bytes.Repeat([]byte{7}, 32)
+	if deriveKeys(&lo, &hi, dhk) != deriveKeys(&hi, &lo, dhk) {
+		t.Fatal("L depends on which side computes it")
+	}
+	hi2 := hi
+	hi2[31] = 0x44
+	if deriveKeys(&lo, &hi, dhk).link == deriveKeys(&lo, &hi2, dhk).link {
+		t.Fatal("L does not depend on the last byte of a key")
+	}
+}
+
+// T2 / INV-2: L, sk and the id are distinct; another epoch key or another peer changes all.
+func TestKeySeparation(t *testing.T) {
+	a, b, c := newDevice(t, 1), newDevice(t, 2), newDevice(t, 3)
+	ab := a.byID[hear(t, b, a, t0).ID].keys
+	ac := a.byID[hear(t, c, a, t0).ID].keys
+	if bytes.Equal(ab.link[:], ab.sk[:]) || bytes.Contains(ab.link[:], ab.id[:]) || bytes.Contains(ab.sk[:], ab.id[:]) {
+		t.Fatal("L, sk and the encounter id are not separated")
+	}
+	if ab.link == ac.link || ab.sk == ac.sk || ab.id == ac.id {
+		t.Fatal("two peers in one epoch share a key")
+	}
+	if err := b.StartEpoch(t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	ab2 := a.byID[hear(t, b, a, t0.Add(time.Minute)).ID].keys
+	if ab2.link == ab.link || ab2.sk == ab.sk || ab2.id == ab.id {
+		t.Fatal("a new epoch key left a key unchanged")
+	}
+}
+
+// T3 / T4 / INV-9: mutual friends recognise each other after RecognitionHits beacons; a
+// one-way link gives one-way recognition.
+func TestFriendsRecogniseEachOther(t *testing.T) {
+	r := seeded(9)
+	a, b := newDevice(t, 10), newDevice(t, 11)
+	ab, oneway := linkValue(t, r), linkValue(t, r)
+	must(t, a.AddLink("bob", ab, Advertise|Listen))
+	must(t, b.AddLink("alice", ab, Advertise|Listen))
+	must(t, a.AddLink("bob-watch", oneway, Listen)) // A listens for B…
+	must(t, b.AddLink("to-alice", oneway, 0))       // …but B does not advertise it
+	now := t0.Add(time.Second)
+	must(t, a.StartEpoch(now))
+	must(t, b.StartEpoch(now))
+	if a.RecognitionHits() != 3 {
+		t.Fatalf("recognition needs %d beacons, want 3 for |LS| ≤ 256", a.RecognitionHits())
+	}
+	for i := 1; i <= 3; i++ {
+		sa, sb := hear(t, b, a, now), hear(t, a, b, now)
+		ma, okA := matched(sa, "bob")
+		mb, okB := matched(sb, "alice")
+		if !okA || !okB {
+			t.Fatalf("beacon %d: a friend's link is missing (a %v, b %v)", i, okA, okB)
+		}
+		if ma.Hits != i || mb.Hits != i || ma.Recognized != (i >= 3) || mb.Recognized != (i >= 3) {
+			t.Fatalf("beacon %d: hits %d/%d recognized %v/%v", i, ma.Hits, mb.Hits, ma.Recognized, mb.Recognized)
+		}
+		if m, ok := matched(sa, "bob-watch"); ok && m.Recognized {
+			t.Fatal("A recognised a link B does not advertise")
+		}
+		now = now.Add(time.Minute)
+		must(t, a.NextBeacon(now))
+		must(t, b.NextBeacon(now))
+	}
+}
+
+// T12: own beacons are ignored and a repeated (pk, count) changes nothing.
+func TestOwnAndDuplicateBeacons(t *testing.T) {
+	r := seeded(3)
+	a, b := newDevice(t, 1), newDevice(t, 2)
+	l := linkValue(t, r)
+	must(t, a.AddLink("b", l, Listen))
+	must(t, b.AddLink("a", l, Advertise))
+	must(t, b.StartEpoch(t0))
+	own := a.Advert()
+	if _, err := a.OnBeacon(own.Frame[:], own.Addr, t0); !errors.Is(err, ErrOwnBeacon) {
+		t.Fatalf("own beacon: %v", err)
+	}
+	hear(t, b, a, t0)
+	adv := b.Advert()
+	if _, err := a.OnBeacon(adv.Frame[:], adv.Addr, t0); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if m := a.peers[b.ep.pk].matching[0]; m.hits != 1 {
+		t.Fatalf("duplicate changed hits to %d", m.hits)
+	}
+}
+
+// §7 item 20: at most 255 new peers per inquiry.
+func TestInquiryBound(t *testing.T) {
+	a := newDevice(t, 1)
+	r := seeded(5)
+	for i := range MaxNewPerInquiry + 1 {
+		p := newDevice(t, r.Uint64())
+		adv := p.Advert()
+		_, err := a.OnBeacon(adv.Frame[:], adv.Addr, t0)
+		if i < MaxNewPerInquiry && err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		if i == MaxNewPerInquiry && !errors.Is(err, ErrInquiryFull) {
+			t.Fatalf("peer 256: %v, want ErrInquiryFull", err)
+		}
+	}
+	must(t, a.NextBeacon(t0.Add(time.Minute)))
+	p := newDevice(t, 999)
+	if _, err := a.OnBeacon(p.Advert().Frame[:], p.Advert().Addr, t0.Add(time.Minute)); err != nil {
+		t.Fatalf("next inquiry still refused: %v", err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
