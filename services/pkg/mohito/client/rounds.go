@@ -26,6 +26,8 @@ const feedIdle = 30 * time.Second
 type roundFeed struct {
 	mu        sync.Mutex
 	ri        *mohito.RoundInfo
+	at        time.Time     // when ri arrived
+	period    time.Duration // the interval between the last two rounds' arrivals (0: unknown)
 	changed   chan struct{} // closed and replaced when ri changes or the feed stops
 	running   bool
 	unpushed  bool // the gateway has no Rounds: poll
@@ -58,6 +60,19 @@ func (c *GatewayClient) NextRound(ctx context.Context, after uint64, poll time.D
 			continue
 		}
 		if ri != nil && ri.T > after {
+			// A round near the end of its period is likely closed by the time the
+			// submission arrives (rounds are pipelined: t closes as t+1 opens), and a
+			// refused submission costs a call and a round. Wait for the next one instead,
+			// for at most the rest of the period and a little more.
+			if late := f.lateBy(ri); late > 0 {
+				select {
+				case <-ch:
+					continue
+				case <-time.After(late):
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			}
 			return ri, nil
 		}
 		select {
@@ -78,12 +93,34 @@ func (c *GatewayClient) refreshRound(ctx context.Context, after uint64) {
 	c.rounds.offer(ri)
 }
 
+// lastFraction is the part of a round's period after which NextRound prefers the next round.
+const lastFraction = 0.25
+
+// lateBy returns how long to wait for ri's successor when ri, the current round, is in the
+// last lastFraction of its period (0: submit to ri).
+func (f *roundFeed) lateBy(ri *mohito.RoundInfo) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.period <= 0 || f.ri != ri {
+		return 0
+	}
+	age := time.Since(f.at)
+	if age < time.Duration((1-lastFraction)*float64(f.period)) || age > 2*f.period {
+		return 0
+	}
+	return f.period - age + f.period/10
+}
+
 // offer makes ri the feed's round if it is newer.
 func (f *roundFeed) offer(ri *mohito.RoundInfo) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ri == nil || ri.T > f.ri.T {
-		f.ri = ri
+		now := time.Now()
+		if f.ri != nil && ri.T == f.ri.T+1 {
+			f.period = now.Sub(f.at)
+		}
+		f.ri, f.at = ri, now
 		close(f.changed)
 		f.changed = make(chan struct{})
 	}
