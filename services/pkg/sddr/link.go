@@ -27,23 +27,26 @@ func NewLinkValue(r io.Reader) (LinkValue, error) {
 	return v, nil
 }
 
-// ParseLinkValue accepts exactly 32 bytes that look uniformly random: fewer than 12 distinct
-// byte values in 32 uniform bytes has probability below 2⁻⁶⁰, while passwords, counters and
-// repeated patterns are caught.
+// ParseLinkValue accepts exactly 32 bytes that look uniformly random. Uniform bytes are all
+// printable ASCII with probability (95/256)³² < 2⁻⁴⁵ and show fewer than 12 distinct values with
+// probability below 2⁻⁶⁰, so passwords, counters and repeated patterns are caught.
 func ParseLinkValue(b []byte) (LinkValue, error) {
 	var v LinkValue
 	if len(b) != LinkValueSize {
 		return v, fmt.Errorf("%w: %d bytes, want %d", ErrWeakLinkValue, len(b), LinkValueSize)
 	}
 	var seen [256]bool
-	distinct := 0
+	distinct, printable := 0, 0
 	for _, c := range b {
+		if c >= 0x20 && c < 0x7f {
+			printable++
+		}
 		if !seen[c] {
 			seen[c] = true
 			distinct++
 		}
 	}
-	if distinct < 12 {
+	if distinct < 12 || printable == len(b) {
 		return v, fmt.Errorf("%w: %d distinct bytes", ErrWeakLinkValue, distinct)
 	}
 	copy(v[:], b)
