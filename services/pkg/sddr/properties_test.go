@@ -3,6 +3,7 @@ package sddr
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -14,7 +15,7 @@ import (
 )
 
 // beaconFor builds GenBeacon(pk, count, as) with padding from r.
-func beaconFor(t testing.TB, pk *[PublicKeySize]byte, count uint8, as []LinkValue, r *rand.ChaCha8) Beacon {
+func beaconFor(t testing.TB, pk *[PublicKeySize]byte, count uint8, as []LinkValue, r io.Reader) Beacon {
 	t.Helper()
 	b := Beacon{PublicKey: *pk, Count: count}
 	f := b.filter()
