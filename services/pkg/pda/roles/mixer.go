@@ -233,8 +233,10 @@ func (x *Mixer) read(ctx context.Context, stream jetstream.Stream, subj string, 
 	}
 }
 
-// forward shuffles and publishes the window, returning the chunk ids.
-func (x *Mixer) forward(ctx context.Context, w uint64, items [][]byte) ([]string, error) {
+// shuffleWindow permutes window w's items in place (pda.Shuffle) with a PRG seeded by
+// HMAC(K_mix, w, digest of the window's item set), so a resumed seal republishes the same
+// order, and returns that digest.
+func (s *ProxySecrets) shuffleWindow(w uint64, items [][]byte) ([]byte, error) {
 	hs := make([][32]byte, len(items))
 	for i, it := range items {
 		hs[i] = sha256.Sum256(it)
@@ -245,12 +247,18 @@ func (x *Mixer) forward(ctx context.Context, w uint64, items [][]byte) ([]string
 		d.Write(h[:])
 	}
 	digest := d.Sum(nil)
-	wb := binary.BigEndian.AppendUint64(nil, w)
 	var seed [32]byte
-	copy(seed[:], x.sec.mac([]byte("PDA-V1-shuffle"), wb, digest))
-	if err := pda.Shuffle(items, rand.NewChaCha8(seed)); err != nil {
+	copy(seed[:], s.mac([]byte("PDA-V1-shuffle"), binary.BigEndian.AppendUint64(nil, w), digest))
+	return digest, pda.Shuffle(items, rand.NewChaCha8(seed))
+}
+
+// forward shuffles and publishes the window, returning the chunk ids.
+func (x *Mixer) forward(ctx context.Context, w uint64, items [][]byte) ([]string, error) {
+	digest, err := x.sec.shuffleWindow(w, items)
+	if err != nil {
 		return nil, err
 	}
+	wb := binary.BigEndian.AppendUint64(nil, w)
 	var batches []string
 	for i, c := 0, 0; i < len(items); i, c = i+x.cfg.ChunkItems, c+1 {
 		chunk := items[i:min(i+x.cfg.ChunkItems, len(items))]
