@@ -12,7 +12,6 @@ import (
 const goldenDeployment = "../../pkg/mohito/roles/testdata/deployment.json"
 
 func TestKeySourceExactlyOne(t *testing.T) {
-	t.Setenv("VAULT_TOKEN", "dev")
 	keyFile := filepath.Join(t.TempDir(), "sk")
 	k := make([]byte, 32)
 	k[0] = 1

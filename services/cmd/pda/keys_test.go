@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // real Vault dev server (KV v2), selected by the same OBSCURA_VAULT_* variables as the Mohito
 // roles. The proxy domain logs in with the Kubernetes auth method: Vault reviews a
 // ServiceAccount token against a real kube-apiserver (TokenReview) and the role's policy
-// allows only the proxy's path. The DB front-end uses token auth ($VAULT_TOKEN). A role that
+// allows only the proxy's path. The DB front-end uses token auth (--vault-token-file). A role that
 // loaded its bundle goes on to connect to NATS (at a URL with no port, which the client
 // refuses at once — an unreachable server the runtime would retry for ever: the error is
 // then a runtime one, not a configuration one); a role that cannot load it exits with a
@@ -50,7 +51,17 @@ func TestRolesLoadBundleFromVault(t *testing.T) { // not parallel: it sets the e
 	}
 
 	// What the operator sets on a pod (operators/internal/specs, AggregationJob with keys.vault).
+	rootTokenFile := filepath.Join(t.TempDir(), "vault-token")
+	if err := os.WriteFile(rootTokenFile, []byte(v.RootToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	vaultEnv := func(role, path string) {
+		// Token auth (no role) reads the token from a file; Kubernetes auth has none.
+		tokenFile := ""
+		if role == "" {
+			tokenFile = rootTokenFile
+		}
+		t.Setenv("OBSCURA_VAULT_TOKEN_FILE", tokenFile)
 		t.Setenv("OBSCURA_VAULT_ADDR", v.Addr())
 		t.Setenv("OBSCURA_VAULT_ROLE", role)
 		t.Setenv("OBSCURA_VAULT_MOUNT", "secret")

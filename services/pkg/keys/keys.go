@@ -47,9 +47,10 @@ const (
 	EnvVaultField    = "OBSCURA_VAULT_FIELD"
 	EnvVaultAuthPath = "OBSCURA_VAULT_AUTH_PATH"
 	EnvVaultJWTFile  = "OBSCURA_VAULT_JWT_FILE"
-	// EnvVaultToken is read (never a flag, so a token never shows in a process list) when no
-	// role is set: token auth for development and tests.
-	EnvVaultToken = "VAULT_TOKEN"
+	// EnvVaultTokenFile names the file holding a Vault token for token auth (development and
+	// tests). The token itself is never a flag or an environment variable: it would show in
+	// the process list and in `kubectl describe`; an ambient $VAULT_TOKEN is never used.
+	EnvVaultTokenFile = "OBSCURA_VAULT_TOKEN_FILE"
 )
 
 // ErrConfig marks an invalid source configuration (the binaries exit with status 2).
@@ -71,8 +72,10 @@ type Vault struct {
 	AuthPath string
 	// JWTFile is the service account token presented to Vault (default DefaultJWTFile).
 	JWTFile string
-	// Token is used when Role is empty (Bind fills it from $VAULT_TOKEN). Never printed:
-	// Vault and Source format as their String.
+	// TokenFile holds the token used when Role is empty (token auth), read at each login.
+	TokenFile string
+	// Token is the token itself, for programs that hold it in memory (tests); TokenFile is read
+	// when it is empty. Never printed: Vault and Source format as their String.
 	Token string `json:"-"`
 	// Timeout bounds each call (login, read); default 30s.
 	Timeout time.Duration
@@ -156,13 +159,13 @@ func (s *Source) BindAs(f *envflag.Set, fileFlag, defaultFile, usage string) {
 	}
 	v := &s.Vault
 	f.String(&v.Addr, "vault-addr", "", "Vault URL; selects Vault as the key source", EnvVaultAddr)
-	f.String(&v.Role, "vault-role", "", "Vault Kubernetes auth role (empty: token auth with $VAULT_TOKEN)", EnvVaultRole)
+	f.String(&v.Role, "vault-role", "", "Vault Kubernetes auth role (empty: token auth with --vault-token-file)", EnvVaultRole)
 	f.String(&v.Mount, "vault-mount", DefaultMount, "Vault KV v2 mount", EnvVaultMount)
 	f.String(&v.Path, "vault-path", "", "secret path under the mount (read from <mount>/data/<path>)", EnvVaultPath)
 	f.String(&v.Field, "vault-field", DefaultField, "secret field holding the key", EnvVaultField)
 	f.String(&v.AuthPath, "vault-auth-path", DefaultAuthPath, "mount path of Vault's Kubernetes auth method", EnvVaultAuthPath)
 	f.String(&v.JWTFile, "vault-jwt-file", DefaultJWTFile, "service account token for the Kubernetes auth login", EnvVaultJWTFile)
-	v.Token = os.Getenv(EnvVaultToken)
+	f.String(&v.TokenFile, "vault-token-file", "", "file holding a Vault token, for token auth when --vault-role is empty", EnvVaultTokenFile)
 }
 
 // useVault reports which source is configured, or an error if none or both are.
@@ -198,8 +201,11 @@ func (s *Source) Validate() error {
 	if v.Mount == "" || v.Field == "" {
 		errs = append(errs, errors.New("--vault-mount and --vault-field must not be empty"))
 	}
-	if v.Role == "" && v.Token == "" {
-		errs = append(errs, errors.New("Vault needs --vault-role (Kubernetes auth) or $VAULT_TOKEN (token auth)"))
+	switch {
+	case v.Role == "" && v.Token == "" && v.TokenFile == "":
+		errs = append(errs, errors.New("Vault needs --vault-role (Kubernetes auth) or --vault-token-file (token auth)"))
+	case v.Role != "" && v.TokenFile != "":
+		errs = append(errs, errors.New("set either --vault-role (Kubernetes auth) or --vault-token-file (token auth), not both"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))

@@ -83,7 +83,7 @@ func bind(t *testing.T, args ...string) (*Source, error) {
 }
 
 func TestValidateExactlyOneSource(t *testing.T) {
-	t.Setenv("VAULT_TOKEN", "")
+	t.Setenv("VAULT_TOKEN", "ambient") // never read
 	// The default key file alone is the file source.
 	s, err := bind(t)
 	if err != nil || s.String() != "file /etc/obscura/keys/private.key" {
@@ -115,15 +115,15 @@ func TestValidateExactlyOneSource(t *testing.T) {
 		{"--vault-addr", "127.0.0.1:8200", "--vault-path", "a", "--vault-role", "r"}, // not a URL
 		{"--vault-addr", "http://127.0.0.1:1", "--vault-role", "r"},                  // no path
 		{"--vault-addr", "http://127.0.0.1:1", "--vault-role", "r", "--vault-path", "../x"},
-		{"--vault-addr", "http://127.0.0.1:1", "--vault-path", "a"}, // neither role nor token
+		{"--vault-addr", "http://127.0.0.1:1", "--vault-path", "a"},                                                  // neither role nor token file ($VAULT_TOKEN is not read)
+		{"--vault-addr", "http://127.0.0.1:1", "--vault-path", "a", "--vault-role", "r", "--vault-token-file", "/t"}, // both
 	} {
 		if _, err := bind(t, args...); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want a configuration error", args, err)
 		}
 	}
-	// Token auth from VAULT_TOKEN.
-	t.Setenv("VAULT_TOKEN", "dev-token")
-	if _, err := bind(t, "--vault-addr", "http://127.0.0.1:1", "--vault-path", "a"); err != nil {
+	// Token auth from a token file (read at login, not here).
+	if _, err := bind(t, "--vault-addr", "http://127.0.0.1:1", "--vault-path", "a", "--vault-token-file", "/run/secrets/vault-token"); err != nil {
 		t.Errorf("token auth: %v", err)
 	}
 }

@@ -87,7 +87,17 @@ func (c Vault) login(ctx context.Context) (*vault.Client, func(), error) {
 		return nil, nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if c.Role == "" {
-		client.SetToken(c.Token)
+		token := c.Token
+		if token == "" {
+			b, err := os.ReadFile(c.TokenFile)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: Vault token (--vault-token-file): %w", where, err)
+			}
+			if token = strings.TrimSpace(string(b)); token == "" {
+				return nil, nil, fmt.Errorf("%s: Vault token file %s is empty", where, c.TokenFile)
+			}
+		}
+		client.SetToken(token)
 		return client, func() {}, nil
 	}
 	client.ClearToken() // never fall back to an ambient VAULT_TOKEN

@@ -83,6 +83,23 @@ func TestVaultKV(t *testing.T) {
 			t.Errorf("%s: the error echoes key material: %v", c.path, err)
 		}
 	}
+	// Token auth from a token file (--vault-token-file); $VAULT_TOKEN is never read
+	// (TestVaultKubernetesAuth sets it and checks it is not used).
+	tokenFile := filepath.Join(t.TempDir(), "vault-token")
+	if err := os.WriteFile(tokenFile, []byte(v.RootToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := src("mohito/hex", "")
+	fromFile.Vault.Token, fromFile.Vault.TokenFile = "", tokenFile
+	if got, err := fromFile.Load(ctx(t)); err != nil || !bytes.Equal(got, k2) {
+		t.Errorf("token file: %x, %v", got, err)
+	}
+	if err := os.WriteFile(tokenFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fromFile.Load(ctx(t)); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("empty token file (an ambient $VAULT_TOKEN must not be used): %v", err)
+	}
 	// Bad token, unreachable server: errors that name the source, within the timeout.
 	bad := src("mohito/hex", "")
 	bad.Vault.Token = "not-a-token"
