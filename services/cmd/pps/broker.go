@@ -41,6 +41,7 @@ type brokerConfig struct {
 	workers, chunkBytes, streamReplicas int
 	leaseTTL                            time.Duration
 	check                               string
+	windowCheck                         bool
 }
 
 func (c *brokerConfig) bind(f *envflag.Set) {
@@ -59,6 +60,7 @@ func (c *brokerConfig) bind(f *envflag.Set) {
 	f.Int(&c.streamReplicas, "stream-replicas", 1, "replicas of the PPS_PUB, PPS_DEV and PPS_OUT streams (3 in production)")
 	f.Duration(&c.leaseTTL, "lease-ttl", 10*time.Second, "TTL of the scheduler lease: how long a crashed leader's ticks wait for a standby")
 	f.String(&c.check, "check", contract.CheckKKRT, "consistency check of faithful pipelines that name none: kkrt (KKRT batched OPRF, D16b) or oprf (OPRF-PSI, D16a)")
+	f.Bool(&c.windowCheck, "window-check", true, "check each publish's labels (KKRT) as it arrives during the collection window, so the tick checks only the rest")
 }
 
 // validate checks the settings without reading anything.
@@ -195,7 +197,7 @@ func runBroker(args []string) error {
 		once.Do(func() {
 			b, err = roles.NewBroker(roles.BrokerOptions{NC: rt.NC, JS: rt.JS, Redis: rdb, Garbler: ppsv1.NewGarblerClient(cc),
 				Pipelines: sec.pipelines, Workers: c.workers, ChunkBytes: c.chunkBytes, StreamReplicas: c.streamReplicas,
-				LeaseTTL: c.leaseTTL, Check: c.check, Logger: rt.Log, Registerer: rt.Registry})
+				LeaseTTL: c.leaseTTL, Check: c.check, WindowCheck: c.windowCheck, Logger: rt.Log, Registerer: rt.Registry})
 		})
 		if b == nil {
 			return nil, nil, daemon.ConfigError(err)

@@ -64,6 +64,8 @@ type Broker struct {
 	// kkrtT; its checks are serialised.
 	kkrt  *pps.KKRTChecker
 	kkrtT *brokerKKRT
+	// win holds the labels checked during the collection window (WindowCheck).
+	win *windowChecks
 }
 
 // BrokerOptions configure a Broker.
@@ -96,6 +98,10 @@ type BrokerOptions struct {
 	// Check is the consistency check of faithful pipelines that do not name one:
 	// contract.CheckKKRT (default) or contract.CheckOPRF.
 	Check string
+	// WindowCheck checks each publish's labels with KKRT as it is stored, during the
+	// collection window, so that the tick checks only what was not checked yet
+	// (broker_window.go). Off, every check runs at the tick.
+	WindowCheck bool
 	// Clock drives the schedule (default: the wall clock); Rand draws execution ids and the
 	// consistency check's seed and blinds (default crypto/rand).
 	Clock BrokerClock
@@ -325,6 +331,7 @@ func NewBroker(opt BrokerOptions) (*Broker, error) {
 		store: NewBrokerStore(opt.Redis, set.retention), set: set, gen: make(chan struct{}),
 		workers: make(chan struct{}, opt.Workers),
 		kkrtT:   &brokerKKRT{g: opt.Garbler},
+		win:     newWindowChecks(),
 	}
 	b.kkrt = &pps.KKRTChecker{Garbler: b.kkrtT, Rand: opt.Rand}
 	b.publishFunctionStates()
@@ -434,6 +441,9 @@ func (b *Broker) Run(ctx context.Context) error {
 		)
 	})
 	g.Go("scheduler", b.runScheduler)
+	if b.opt.WindowCheck {
+		g.Go("window-checks", b.runWindowChecks)
+	}
 	return g.Wait()
 }
 
@@ -460,6 +470,7 @@ func (b *Broker) SetPipelines(ps []contract.Pipeline) error {
 		}
 	}
 	b.set = set
+	b.win.reset()
 	b.store.SetRetention(set.retention)
 	close(b.gen)
 	b.gen = make(chan struct{})

@@ -319,6 +319,8 @@ type btWorldOpts struct {
 	// (both empty: the defaults); garbler are options of the garbler.
 	check, pipelineCheck string
 	garbler              []garblerEnvOption
+	// windowCheck turns on the broker's window checks (BrokerOptions.WindowCheck).
+	windowCheck bool
 }
 
 // startWorld runs n publishers and one subscriber of the pipeline computing body over their
@@ -416,7 +418,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	_ = obs.Flush()
 
 	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: pipelines,
-		Clock: w.clk, ChunkBytes: 4096, Check: o.check}, nil)
+		Clock: w.clk, ChunkBytes: 4096, Check: o.check, WindowCheck: o.windowCheck}, nil)
 	if o.unregistered {
 		return w
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -76,5 +77,8 @@ func (b *Broker) handleLabels(ctx context.Context, m jetstream.Msg) natsx.Outcom
 		return natsx.Retry
 	}
 	b.m.Published.Inc()
+	if b.opt.WindowCheck && labels != nil {
+		b.win.enqueue(windowArrival{pub: id, round: p.Round, labels: slices.Clone(labels), at: now})
+	}
 	return natsx.Ack
 }

@@ -20,7 +20,10 @@ type BrokerMetrics struct {
 	Functions *prometheus.GaugeVec   // pipeline, status: 1 for the function's current state
 	Nullified *prometheus.CounterVec // pipeline, reason (pps.NullReason)
 	Latency   *prometheus.HistogramVec
-	Leader    prometheus.Gauge // 1 while this replica schedules
+	// CheckPositions counts the label positions checked for consistency, by phase: "window"
+	// (during the collection window, broker_window.go) or "tick".
+	CheckPositions *prometheus.CounterVec // pipeline, phase
+	Leader         prometheus.Gauge       // 1 while this replica schedules
 
 	// The contract's status metrics (contract.Metric*).
 	FunctionInfo *prometheus.GaugeVec   // pipeline, fn, circuit_hash
@@ -53,8 +56,10 @@ func NewBrokerMetrics(reg prometheus.Registerer) *BrokerMetrics {
 		Nullified: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_broker_nullified_slots_total",
 			Help: "Input slots nullified, by reason."}, append(slices.Clone(pl), "reason")),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pps_broker_execution_phase_seconds",
-			Help:    "Execution phases: check (consistency), garble (request to header), evaluate (header to result, while the stream arrives), total (window end to published output).",
+			Help:    "Execution phases: check (consistency, at the tick), window_check (one batch of labels checked as they arrived), garble (request to header), evaluate (header to result, while the stream arrives), total (window end to published output).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, append(slices.Clone(pl), "phase")),
+		CheckPositions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_broker_check_positions_total",
+			Help: "Label positions checked for consistency, by phase: window (as publishes arrive) or tick."}, append(slices.Clone(pl), "phase")),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pps_broker_scheduler_leader",
 			Help: "1 while this replica holds the scheduler lease."}),
 
@@ -70,7 +75,7 @@ func NewBrokerMetrics(reg prometheus.Registerer) *BrokerMetrics {
 		LastStatus:  gauge(contract.MetricLastStatus, "1 for the status of the last execution.", contract.LabelStatus),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Setups, m.Rejected, m.Published, m.Revoked, m.Functions, m.Nullified, m.Latency, m.Leader,
+		reg.MustRegister(m.Setups, m.Rejected, m.Published, m.Revoked, m.Functions, m.Nullified, m.Latency, m.CheckPositions, m.Leader,
 			m.FunctionInfo, m.ANDGates, m.CircuitBytes, m.Executions, m.LastTime, m.LastRound, m.LastValid,
 			m.LastLatency, m.LastStatus)
 	}

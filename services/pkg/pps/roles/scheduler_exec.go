@@ -225,7 +225,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 
 	// Garble, and evaluate while the stream arrives.
 	req := &ppsv1.GarbleRequest{FnId: f.f.ID, ChunkBytes: uint32(b.opt.ChunkBytes)}
-	hash := f.f.Circuit.Hash()
+	hash := f.plan.Hash() // the circuit's hash, computed once when the plan was compiled
 	req.CircuitHash = hash[:]
 	for s := range slots {
 		if slots[s].reason == pps.Valid {
@@ -307,10 +307,21 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 // KKRT (D16b) over the replica's session, or the OPRF-PSI (D16a). Slots the garbler reports
 // erased and slots with a label that is not one of the wire's two become nullified.
 func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, slots []schedSlot, e *Execution) error {
+	e.Checker = f.p.Check
+	if e.Checker == "" {
+		e.Checker = b.opt.Check
+	}
 	var recv []pps.ReceivedLabel
 	var checked []*ppsv1.SlotInput
 	for s := range slots {
 		if slots[s].reason != pps.Valid {
+			continue
+		}
+		// Labels found consistent during the window (broker_window.go) are not checked
+		// again if they are exactly the labels this execution evaluates.
+		if b.opt.WindowCheck && e.Checker == contract.CheckKKRT &&
+			b.win.checked(windowKey{pub: slots[s].pub, round: slots[s].round, value: slots[s].value}, slots[s].labels) {
+			e.WindowChecked++
 			continue
 		}
 		checked = append(checked, slots[s].input(s))
@@ -324,9 +335,8 @@ func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, 
 		erased []uint32
 		err    error
 	)
-	e.Checker = f.p.Check
-	if e.Checker == "" {
-		e.Checker = b.opt.Check
+	if len(recv) == 0 {
+		return nil
 	}
 	if e.Checker == contract.CheckOPRF {
 		psi := &brokerPSI{g: b.opt.Garbler, fn: f.f.ID, slots: checked}
@@ -340,6 +350,7 @@ func (b *Broker) check(ctx context.Context, f *brokerFunction, exec pps.ExecID, 
 	}
 	e.Check = time.Since(t0)
 	b.m.Latency.WithLabelValues(f.p.Name, "check").Observe(e.Check.Seconds())
+	b.m.CheckPositions.WithLabelValues(f.p.Name, "tick").Add(float64(len(recv)))
 	for _, s := range erased {
 		slots[s].reason = pps.Erased
 	}
@@ -388,9 +399,11 @@ func (b *Broker) release(ctx context.Context, set *brokerSet, f *brokerFunction,
 		}
 	}
 	req := &ppsv1.ReleaseRequest{}
+	now := b.clk.Now()
 	for pub, k := range keep {
 		if k > 0 {
 			req.Releases = append(req.Releases, &ppsv1.ReleaseRequest_Release{PubId: pub, BeforeRound: k - 1})
+			b.win.forget(pub, k-1, now, set.retention)
 		}
 	}
 	if len(req.Releases) == 0 {

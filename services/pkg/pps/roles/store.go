@@ -356,10 +356,13 @@ type Execution struct {
 	ANDGates  uint64              `json:"and_gates,omitempty"`
 	Bytes     uint64              `json:"bytes,omitempty"`
 	Check     time.Duration       `json:"check_ns,omitempty"`
-	Garble    time.Duration       `json:"garble_ns,omitempty"`
-	Evaluate  time.Duration       `json:"evaluate_ns,omitempty"`
-	Total     time.Duration       `json:"total_ns"`
-	Error     string              `json:"error,omitempty"`
+	// WindowChecked is the number of valid slots whose labels were checked during the
+	// collection window (exactly the labels evaluated); the tick's check covered the rest.
+	WindowChecked int           `json:"window_checked,omitempty"`
+	Garble        time.Duration `json:"garble_ns,omitempty"`
+	Evaluate      time.Duration `json:"evaluate_ns,omitempty"`
+	Total         time.Duration `json:"total_ns"`
+	Error         string        `json:"error,omitempty"`
 }
 
 // RecordExecution appends e to the function's bounded list of executions and updates its
