@@ -55,6 +55,7 @@ type world struct {
 
 type options struct {
 	plain     bool // no LOIS: the same path as a plain tunnel and L4 NAT (benchmark baseline)
+	paper     bool // LOIS in paper mode (no IP ID/TTL/TCP option normalisation)
 	n         int  // keystreams per service and direction
 	cloudWire string
 	devWire   string // where SIs send downloads (default the DI)
@@ -106,6 +107,9 @@ func setup(t *testing.T, o options) *world {
 	common := []string{"--cip", cipS, "--metrics-addr", metrics, "--health-addr", metrics, "--mtu", "1400"}
 	if o.plain {
 		common = append(common, "--plain")
+	}
+	if o.paper {
+		common = append(common, "--paper-mode")
 	}
 	start := func(n netns, name string, args ...string) *testenv.Daemon {
 		d := testenv.StartDaemon(t, name, n.cmd(loisBin, append(args, common...)...))

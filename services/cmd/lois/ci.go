@@ -98,7 +98,7 @@ func runCI(args []string) error {
 			return nil, err
 		}
 		cl, err := roles.NewCloud(roles.CloudConfig{Core: c.core(), Keys: keys, Backends: backends, FlowKey: flowKey,
-			Wire: wire, Grace: c.grace, Metrics: m, Log: log})
+			Wire: wire, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain})
 		if err != nil {
 			wire.Close()
 			return nil, daemon.ConfigError(err)

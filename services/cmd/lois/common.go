@@ -26,7 +26,7 @@ type base struct {
 	metricsAddr, healthAddr, addrFile, logLevel string
 	cip                                         string
 	unifiedPort, mtu                            int
-	paperMode                                   bool
+	paperMode, plain                            bool
 	margin, grace                               time.Duration
 	wireListen                                  string
 }
@@ -40,6 +40,7 @@ func (b *base) bind(f *envflag.Set, wirePort int) {
 	f.Int(&b.unifiedPort, "unified-port", lois.DefaultUnifiedPort, "the unified port U every LOIS packet shows")
 	f.Int(&b.mtu, "mtu", 1400, "MTU of the TUN path: a hardened SYN's MSS is clamped to MTU − 52")
 	f.Bool(&b.paperMode, "paper-mode", false, "the paper's behaviour: no IP ID/TTL/option normalisation, MASK 0x3F")
+	f.Bool(&b.plain, "plain", false, "benchmark baseline only: the same path WITHOUT LOIS (headers in clear, CI a plain L4 NAT)")
 	f.Duration(&b.margin, "safety-margin", 60*time.Second, "senders stop using an epoch this long before its expiry")
 	f.Duration(&b.grace, "grace", 120*time.Second, "receivers keep an epoch's entries this long after its expiry")
 	f.String(&b.wireListen, "wire-listen", fmt.Sprintf("0.0.0.0:%d", wirePort), "UDP address of this role on the emulated wire")

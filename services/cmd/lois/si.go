@@ -83,7 +83,7 @@ func runSI(args []string) error {
 			return nil, err
 		}
 		s, err := roles.NewServer(roles.ServerConfig{Core: c.core(), Keys: keys, Ports: ports, TUN: tun, Wire: wire,
-			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log})
+			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain})
 		if err != nil {
 			tun.Close()
 			wire.Close()

@@ -32,6 +32,8 @@ type CloudConfig struct {
 	Grace   time.Duration
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Plain runs the path without LOIS (benchmark baseline, plain.go).
+	Plain bool
 }
 
 // Cloud is a running CI.
@@ -43,6 +45,7 @@ type Cloud struct {
 	up    counters
 	seen  recentIDs
 	ex    uint16
+	plain plainBackends
 }
 
 // NewCloud installs the upload streams of every session and the backends' Maglev tables.
@@ -60,7 +63,8 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 	}
 	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core)}
 	c.table.t = t
-	bySID := map[uint16][]lois.Backend{}
+	bySID := plainBackends{}
+	c.plain = bySID
 	for _, b := range cfg.Backends {
 		bySID[b.SID] = append(bySID[b.SID], b.Backend)
 		if w, ok := c.wire[b.Backend.IP]; ok && w != b.Wire {
@@ -100,6 +104,10 @@ func (c *Cloud) forward() error {
 			return err
 		}
 		pkt := buf[:n]
+		if c.cfg.Plain {
+			c.forwardPlain(pkt)
+			continue
+		}
 		id, _ := lois.ParseID(pkt, c.ex)
 		c.table.mu.Lock()
 		be, err := c.core.Forward(pkt)
@@ -120,4 +128,24 @@ func (c *Cloud) forward() error {
 		}
 		c.up.inc(contract.ResultOK)
 	}
+}
+
+// forwardPlain is the baseline's L4 NAT (plain.go).
+func (c *Cloud) forwardPlain(pkt []byte) {
+	ihl, ok := plainParse(pkt)
+	if !ok || [4]byte(pkt[16:20]) != c.cfg.Core.CIP {
+		c.up.inc(contract.ResultNotLOIS)
+		return
+	}
+	be, ok := c.plain.pick(pkt, ihl)
+	if !ok {
+		c.up.inc(contract.ResultUnknownSID)
+		return
+	}
+	plainRewrite(pkt, ihl, 16, 2, be.IP, be.Port)
+	if _, err := c.cfg.Wire.WriteToUDPAddrPort(pkt, c.wire[be.IP]); err != nil {
+		c.up.inc(contract.ResultIOError)
+		return
+	}
+	c.up.inc(contract.ResultOK)
 }

@@ -30,6 +30,8 @@ type DeviceConfig struct {
 	Grace   time.Duration
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Plain runs the path without LOIS (benchmark baseline, plain.go).
+	Plain bool
 }
 
 // Device is a running DI.
@@ -116,7 +118,14 @@ func (d *Device) upload() error {
 			}
 			return err
 		}
-		off, err := d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+		off, err := lois.Headroom, error(nil)
+		if d.cfg.Plain {
+			if _, ok := plainParse(buf[off : off+n]); !ok || [4]byte(buf[off+16:off+20]) != d.cfg.Core.CIP {
+				err = lois.ErrNotLOIS
+			}
+		} else {
+			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+		}
 		if err != nil {
 			d.up.inc(contract.Result(err))
 			continue
@@ -145,9 +154,12 @@ func (d *Device) download() error {
 			return err
 		}
 		id, _ := lois.ParseID(buf[:n], d.ex)
-		d.down.mu.Lock()
-		off, _, err := d.core.RecoverDownload(buf[:n], 0)
-		d.down.mu.Unlock()
+		off := 0
+		if !d.cfg.Plain {
+			d.down.mu.Lock()
+			off, _, err = d.core.RecoverDownload(buf[:n], 0)
+			d.down.mu.Unlock()
+		}
 		if err != nil {
 			d.dn.inc(rejection(err, id, &d.seen))
 			continue

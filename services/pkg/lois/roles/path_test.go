@@ -312,3 +312,20 @@ func testEventually(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPlainRewriteChecksums: the baseline's incremental NAT keeps both checksums valid.
+func TestPlainRewriteChecksums(t *testing.T) {
+	p := tcp(dip, cip, dport, sid, 1, 2, 0x18, []byte("some payload bytes"))
+	ihl, ok := plainParse(p)
+	if !ok {
+		t.Fatal("plainParse refused a valid packet")
+	}
+	plainRewrite(p, ihl, 16, 2, sip, pSrv)
+	if !lois.ChecksumsValid(p) || [4]byte(p[16:20]) != sip || binary.BigEndian.Uint16(p[22:]) != pSrv {
+		t.Fatalf("destination rewrite: %x", p[:40])
+	}
+	plainRewrite(p, ihl, 12, 0, cip, sid)
+	if !lois.ChecksumsValid(p) || [4]byte(p[12:16]) != cip || binary.BigEndian.Uint16(p[20:]) != sid {
+		t.Fatalf("source rewrite: %x", p[:40])
+	}
+}

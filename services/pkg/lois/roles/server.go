@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ type ServerConfig struct {
 	Grace   time.Duration
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Plain runs the path without LOIS (benchmark baseline, plain.go).
+	Plain bool
 }
 
 // serverSession is one device session at this SI: its download pools (this replica's
@@ -125,9 +128,12 @@ func (s *Server) upload() error {
 			return err
 		}
 		id, _ := lois.ParseID(buf[:n], s.ex)
-		s.up.mu.Lock()
-		off, _, err := s.core.RecoverUpload(buf[:n], 0)
-		s.up.mu.Unlock()
+		off := 0
+		if !s.cfg.Plain {
+			s.up.mu.Lock()
+			off, _, err = s.core.RecoverUpload(buf[:n], 0)
+			s.up.mu.Unlock()
+		}
 		if err != nil {
 			s.upC.inc(rejection(err, id, &s.seen))
 			continue
@@ -164,7 +170,18 @@ func (s *Server) download() error {
 			s.dnC.inc(contract.ResultUnknownPeer)
 			continue
 		}
-		off, err := s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+		off, err := lois.Headroom, error(nil)
+		if s.cfg.Plain {
+			if ihl, ok := plainParse(pkt); !ok {
+				err = lois.ErrMalformed
+			} else if sid, ok := s.cfg.Ports[binary.BigEndian.Uint16(pkt[ihl:])]; !ok {
+				err = lois.ErrUnknownSID
+			} else {
+				plainRewrite(pkt, ihl, 12, 0, s.cfg.Core.CIP, sid)
+			}
+		} else {
+			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+		}
 		if err != nil {
 			s.dnC.inc(contract.Result(err))
 			continue
