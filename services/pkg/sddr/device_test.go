@@ -10,7 +10,11 @@ import (
 // T1 / INV-1: both sides derive the same L, sk and encounter id, over many random key pairs.
 func TestKeyAgreement(t *testing.T) {
 	r := seeded(1)
-	for i := range 2000 {
+	pairs := 10000 // spec T1
+	if testing.Short() {
+		pairs = 1000
+	}
+	for i := range pairs {
 		a, b := newDevice(t, r.Uint64()), newDevice(t, r.Uint64())
 		sa, sb := hear(t, b, a, t0), hear(t, a, b, t0)
 		if sa.ID != sb.ID {
