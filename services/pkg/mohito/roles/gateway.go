@@ -338,5 +338,7 @@ func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32, wa
 	if st == roundstate.StatusAborted {
 		return nil, status.Error(codes.Aborted, "round aborted: re-send the command")
 	}
-	return nil, status.Error(codes.NotFound, "no response for this ticket")
+	// Released (or forgotten: a restarted Redis) without a response for this ticket: nothing
+	// will come; re-sending is safe, the device answers a command id it has run from memory.
+	return nil, status.Error(codes.Aborted, "round released without a response for this ticket: re-send the command")
 }

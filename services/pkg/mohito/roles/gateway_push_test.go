@@ -164,6 +164,13 @@ func TestFetchIsAnsweredWhenTheRoundIsReleased(t *testing.T) {
 	if b, err := e.alice.Fetch(ctx, round, idx); err != nil || !bytes.Equal(b, m11) {
 		t.Fatalf("Fetch of a released round: %v", err)
 	}
+	// A released round without a response for the ticket (another index; or a round the
+	// store forgot) says re-send, at once, instead of leaving the user to wait for nothing.
+	for _, tk := range [][2]uint64{{round, uint64(idx) + 5}, {999, 0}} {
+		if _, err := e.alice.FetchWait(ctx, tk[0], uint32(tk[1]), 15*time.Second); status.Code(err) != codes.Aborted {
+			t.Fatalf("Fetch of ticket %v without a response: %v; want Aborted", tk, err)
+		}
+	}
 }
 
 // TestFetchWaitExpires: a long-poll on a round that is never released ends with

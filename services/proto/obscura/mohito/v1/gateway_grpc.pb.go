@@ -80,8 +80,9 @@ type GatewayClient interface {
 	// with DEADLINE_EXCEEDED when wait_ms (capped at about 20 s, and at the
 	// call's own deadline) passes first — fetch again. With wait_ms = 0 it
 	// answers at once: NOT_FOUND, no response yet (the polling fallback).
-	// ABORTED: the round was aborted; re-send the command in a later round.
-	// INVALID_ARGUMENT: the ticket is incomplete.
+	// ABORTED: the round was aborted, or released without a response for
+	// this ticket (or is no longer known); re-send the command in a later
+	// round. INVALID_ARGUMENT: the ticket is incomplete.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 }
 
@@ -192,8 +193,9 @@ type GatewayServer interface {
 	// with DEADLINE_EXCEEDED when wait_ms (capped at about 20 s, and at the
 	// call's own deadline) passes first — fetch again. With wait_ms = 0 it
 	// answers at once: NOT_FOUND, no response yet (the polling fallback).
-	// ABORTED: the round was aborted; re-send the command in a later round.
-	// INVALID_ARGUMENT: the ticket is incomplete.
+	// ABORTED: the round was aborted, or released without a response for
+	// this ticket (or is no longer known); re-send the command in a later
+	// round. INVALID_ARGUMENT: the ticket is incomplete.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
