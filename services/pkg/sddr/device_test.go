@@ -2,12 +2,15 @@ package sddr
 
 import (
 	"bytes"
+	"crypto/ecdh"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
 
-// T1 / INV-1: both sides derive the same L, sk and encounter id, over many random key pairs.
+// T1 / INV-1: both sides derive the same L, sk and encounter id — 10⁴ random key pairs through
+// the derivation, 200 of them through two whole engines exchanging beacons.
 func TestKeyAgreement(t *testing.T) {
 	r := seeded(1)
 	pairs := 10000 // spec T1
@@ -15,17 +18,34 @@ func TestKeyAgreement(t *testing.T) {
 		pairs = 1000
 	}
 	for i := range pairs {
+		var sa, sb [32]byte
+		r.Read(sa[:])
+		r.Read(sb[:])
+		a, err := ecdh.X25519().NewPrivateKey(sa[:])
+		must(t, err)
+		b, err := ecdh.X25519().NewPrivateKey(sb[:])
+		must(t, err)
+		pa, pb := [32]byte(a.PublicKey().Bytes()), [32]byte(b.PublicKey().Bytes())
+		da, err := a.ECDH(b.PublicKey())
+		must(t, err)
+		db, err := b.ECDH(a.PublicKey())
+		must(t, err)
+		if deriveKeys(&pa, &pb, da) != deriveKeys(&pb, &pa, db) {
+			t.Fatalf("pair %d: keys differ", i)
+		}
+	}
+	for i := range 200 {
 		a, b := newDevice(t, r.Uint64()), newDevice(t, r.Uint64())
 		sa, sb := hear(t, b, a, t0), hear(t, a, b, t0)
 		if sa.ID != sb.ID {
-			t.Fatalf("pair %d: encounter ids differ", i)
+			t.Fatalf("engine pair %d: encounter ids differ", i)
 		}
 		ra, rb := a.byID[sa.ID], b.byID[sb.ID]
 		if ra.keys != rb.keys || ra.dhk != rb.dhk {
-			t.Fatalf("pair %d: keys differ", i)
+			t.Fatalf("engine pair %d: keys differ", i)
 		}
 		if ra.role == rb.role {
-			t.Fatalf("pair %d: both sides took role %d", i, ra.role)
+			t.Fatalf("engine pair %d: both sides took role %d", i, ra.role)
 		}
 	}
 }
@@ -152,5 +172,60 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// T3: with |LS| = 256 against senders advertising 256 links, false entries average ≈ 12 after
+// one beacon (256·P_fp) and ≤ 0.03 after three (256·P_fp³ = 0.027).
+func TestFalseEntriesAfterThreeBeacons(t *testing.T) {
+	r := seeded(71)
+	const senders = 300
+	ls := randomSet(t, r, 256)
+	var after1, after3 int
+	for range senders {
+		pk := randomPK(r)
+		as := randomSet(t, r, 256)
+		alive := make([]bool, len(ls))
+		for c := range uint8(3) {
+			b := beaconFor(t, &pk, c, as, r)
+			for i := range ls {
+				if c > 0 && !alive[i] {
+					continue
+				}
+				dg := h1(&pk, c, &ls[i])
+				alive[i] = b.filter().Has(&dg)
+				if c == 0 && alive[i] {
+					after1++
+				}
+			}
+		}
+		for _, a := range alive {
+			if a {
+				after3++
+			}
+		}
+	}
+	p := BloomParams.FalsePositiveRate()
+	if ok, got := within(after1, senders*256, p); !ok {
+		t.Errorf("false entries after 1 beacon: %.2f per sender, analysis %.2f", got*256, 256*p)
+	}
+	mean3 := float64(after3) / senders
+	if bound := 256*p*p*p + 3.29*math.Sqrt(256*p*p*p/senders); mean3 > bound {
+		t.Errorf("false entries after 3 beacons: %.3f per sender > %.3f", mean3, bound)
+	}
+}
+
+// INV-8 from the receiver's side: one key under two addresses is flagged.
+func TestAddressAnomaly(t *testing.T) {
+	a, b := newDevice(t, 1), newDevice(t, 2)
+	hear(t, b, a, t0)
+	must(t, b.NextBeacon(t0.Add(time.Minute)))
+	adv := b.Advert()
+	other := adv.Addr
+	other[5] ^= 1
+	s, err := a.OnBeacon(adv.Frame[:], other, t0.Add(time.Minute))
+	must(t, err)
+	if !s.AddrChanged {
+		t.Fatal("a key seen under a second address was not flagged")
 	}
 }
