@@ -25,6 +25,10 @@ import (
 // every exchange succeeded; the figures go to docs/benchmarks.md:
 //
 //	cd e2e && LOIS_TUN_BENCH=1 go test ./lois/ -run TestTUNPathPacketRate -v
+//
+// LOIS_TUN_BENCH_ROUNDS=n changes the number of rounds; LOIS_TUN_BENCH_NOSACK=1 turns SACK
+// and TCP timestamps off at both endpoints in both modes (hardened LOIS strips them, D-10);
+// LOIS_TUN_BENCH_TXQLEN=q sets the TUN devices' queue length (default 500).
 func TestTUNPathPacketRate(t *testing.T) {
 	if os.Getenv("LOIS_TUN_BENCH") == "" {
 		t.Skip("set LOIS_TUN_BENCH=1 to measure the TUN path (needs root)")
@@ -51,6 +55,16 @@ func TestTUNPathPacketRate(t *testing.T) {
 			name := fmt.Sprintf("round%d/%s", round, mode)
 			t.Run(name, func(t *testing.T) {
 				w := setup(t, options{plain: mode == "plain", paper: mode == "lois-paper", n: 1 << 17, handler: h})
+				if os.Getenv("LOIS_TUN_BENCH_NOSACK") != "" { // both modes without SACK and timestamps, as hardened LOIS makes them
+					for _, n := range []netns{w.dev, w.srv} {
+						n.sysctl(t, "net.ipv4.tcp_sack=0")
+						n.sysctl(t, "net.ipv4.tcp_timestamps=0")
+					}
+				}
+				if q := os.Getenv("LOIS_TUN_BENCH_TXQLEN"); q != "" {
+					w.dev.ip(t, "link", "set", w.devTUN, "txqueuelen", q)
+					w.srv.ip(t, "link", "set", w.srvTUN, "txqueuelen", q)
+				}
 				count := func() int { return w.packets(t, w.dev, "di", "up", "ok") + w.packets(t, w.dev, "di", "down", "ok") }
 				p0 := count()
 				cpu0 := w.roleCPU(t)
