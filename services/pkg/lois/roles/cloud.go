@@ -46,12 +46,29 @@ type Cloud struct {
 	seen  recentIDs
 	ex    uint16
 	plain plainBackends
+	// installed are the sessions in the table, guarded by table.mu.
+	installed map[string]bool
+}
+
+// InstallSession installs a session's upload streams (Installer); a session installed
+// before is left as it is.
+func (c *Cloud) InstallSession(k *contract.Keys) error {
+	c.table.mu.Lock()
+	defer c.table.mu.Unlock()
+	if c.installed[k.Session] {
+		return nil
+	}
+	if _, err := install(c.table.t, []*contract.Keys{k}, "up", nil); err != nil {
+		return err
+	}
+	c.installed[k.Session] = true
+	return nil
 }
 
 // NewCloud installs the upload streams of every session and the backends' Maglev tables.
 func NewCloud(cfg CloudConfig) (*Cloud, error) {
-	if len(cfg.Keys) == 0 || len(cfg.Backends) == 0 || cfg.Wire == nil {
-		return nil, errors.New("lois cloud: keys, backends and a wire socket are required")
+	if len(cfg.Backends) == 0 || cfg.Wire == nil {
+		return nil, errors.New("lois cloud: backends and a wire socket are required")
 	}
 	t, err := newTable(cfg.Keys, "up", int64(cfg.Grace/time.Second))
 	if err != nil {
@@ -61,7 +78,11 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core)}
+	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core),
+		installed: map[string]bool{}}
+	for _, k := range cfg.Keys {
+		c.installed[k.Session] = true
+	}
 	c.table.t = t
 	bySID := plainBackends{}
 	c.plain = bySID

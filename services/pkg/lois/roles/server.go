@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
@@ -44,20 +45,23 @@ type serverSession struct {
 
 // Server is a running SI.
 type Server struct {
-	cfg      ServerConfig
-	core     *lois.Server
-	up       lockedDVT
-	sessions map[[4]byte]*serverSession // by DIP (D-22: one session per device address here)
-	upC, dnC counters
-	seen     recentIDs
-	clk      clock
-	ex       uint16
+	cfg       ServerConfig
+	core      *lois.Server
+	up        lockedDVT
+	sessions  atomic.Pointer[map[[4]byte]*serverSession] // by DIP (D-22: one session per device address here)
+	mine      map[uint16]bool
+	installed map[string]bool // sessions, guarded by up.mu
+	upC, dnC  counters
+	seen      recentIDs
+	clk       clock
+	ex        uint16
 }
 
-// NewServer installs the upload streams of the SI's services and its download partition.
+// NewServer installs the upload streams of the SI's services and its download partition
+// of each session in keys (none: sessions come later through InstallSession).
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if len(cfg.Keys) == 0 || len(cfg.Ports) == 0 || cfg.TUN == nil || cfg.Wire == nil {
-		return nil, errors.New("lois server: keys, service ports, tun and a wire socket are required")
+	if len(cfg.Ports) == 0 || cfg.TUN == nil || cfg.Wire == nil {
+		return nil, errors.New("lois server: service ports, tun and a wire socket are required")
 	}
 	mine := map[uint16]bool{}
 	for _, sid := range cfg.Ports {
@@ -67,36 +71,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := install(t, cfg.Keys, "up", func(sid uint16) bool { return mine[sid] }); err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), sessions: map[[4]byte]*serverSession{}, ex: exID(cfg.Core)}
+	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), mine: mine, installed: map[string]bool{}, ex: exID(cfg.Core)}
 	s.up.t = t
+	s.sessions.Store(&map[[4]byte]*serverSession{})
 	for _, k := range cfg.Keys {
-		dip := netip.MustParseAddr(k.DeviceIP) // validated with the keys file
-		wire, err := netip.ParseAddrPort(k.DeviceWire)
-		if err != nil || !dip.Is4() {
-			return nil, fmt.Errorf("lois server: session %s needs an IPv4 device address and its wire address", k.Session)
-		}
-		ss := &serverSession{wire: wire, byID: map[uint16]*lois.Pool{}}
-		s.sessions[dip.As4()] = ss
-		for i := range k.Streams {
-			if k.Streams[i].Dir != "down" || !mine[k.Streams[i].SID] {
-				continue
-			}
-			st, err := k.Streams[i].Core()
-			if err != nil {
-				return nil, err
-			}
-			p := ss.byID[st.SID]
-			if p == nil {
-				p = &lois.Pool{}
-				ss.byID[st.SID] = p
-				ss.pools.Set(st.SID, p)
-			}
-			// Only this replica's indices: two replicas never hold one keystream (§3.11).
-			p.Add(&st, k.Replicas, k.Replica, st.Expiry-int64(cfg.Margin/time.Second))
-			clear(st.Key[:])
+		if err := s.InstallSession(k); err != nil {
+			return nil, err
 		}
 	}
 	s.upC = cfg.Metrics.counters("si", "up")
@@ -105,9 +85,61 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// InstallSession installs a session's upload streams for this SI's services and, unless
+// k.Replica is negative (a replica outside the record's partition), its download partition
+// (Installer). A session installed before is left as it is.
+func (s *Server) InstallSession(k *contract.Keys) error {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	if s.installed[k.Session] {
+		return nil
+	}
+	dip, err := netip.ParseAddr(k.DeviceIP)
+	wire, werr := netip.ParseAddrPort(k.DeviceWire)
+	if err != nil || werr != nil || !dip.Is4() {
+		return fmt.Errorf("lois server: session %s needs an IPv4 device address and its wire address", k.Session)
+	}
+	if _, err := install(s.up.t, []*contract.Keys{k}, "up", func(sid uint16) bool { return s.mine[sid] }); err != nil {
+		return err
+	}
+	s.installed[k.Session] = true
+	if k.Replica < 0 {
+		return nil
+	}
+	ss := &serverSession{wire: wire, byID: map[uint16]*lois.Pool{}}
+	for i := range k.Streams {
+		if k.Streams[i].Dir != "down" || !s.mine[k.Streams[i].SID] {
+			continue
+		}
+		st, err := k.Streams[i].Core()
+		if err != nil {
+			return err
+		}
+		p := ss.byID[st.SID]
+		if p == nil {
+			p = &lois.Pool{}
+			ss.byID[st.SID] = p
+			ss.pools.Set(st.SID, p)
+		}
+		// Only this replica's indices: two replicas never hold one keystream (§3.11).
+		p.Add(&st, k.Replicas, k.Replica, st.Expiry-int64(s.cfg.Margin/time.Second))
+		clear(st.Key[:])
+	}
+	// Copy on write: the download loop reads the map without a lock. A session's pools
+	// belong to the download loop once published.
+	old := *s.sessions.Load()
+	next := make(map[[4]byte]*serverSession, len(old)+1)
+	for a, v := range old {
+		next[a] = v
+	}
+	next[dip.As4()] = ss
+	s.sessions.Store(&next)
+	return nil
+}
+
 // Run moves packets until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	s.cfg.Log.Info("server interface running", "sessions", len(s.sessions), "services", len(s.cfg.Ports))
+	s.cfg.Log.Info("server interface running", "sessions", len(*s.sessions.Load()), "services", len(s.cfg.Ports))
 	return run(ctx, s.cfg.Log, []io.Closer{s.cfg.TUN, s.cfg.Wire}, s.tick, s.upload, s.download)
 }
 
@@ -165,7 +197,7 @@ func (s *Server) download() error {
 			s.dnC.inc(contract.ResultMalformed)
 			continue
 		}
-		ss := s.sessions[[4]byte(pkt[16:20])]
+		ss := (*s.sessions.Load())[[4]byte(pkt[16:20])]
 		if ss == nil {
 			s.dnC.inc(contract.ResultUnknownPeer)
 			continue
@@ -194,7 +226,7 @@ func (s *Server) download() error {
 		if now := s.clk.now(); now != last {
 			last = now
 			total := map[uint16]int{}
-			for _, ss := range s.sessions {
+			for _, ss := range *s.sessions.Load() {
 				for sid, p := range ss.byID {
 					total[sid] += p.Len()
 				}
