@@ -94,8 +94,8 @@ func rfc4231(t testing.TB) []hmacVector {
 }
 
 // TestHMACSHA256RFC4231 (#6): RFC 4231 §4.2–4.8 pin refHMAC; TC1–TC5 (keys ≤ 32 bytes)
-// run through the HMAC state of an IDDeriver keyed with k ‖ 0…0, reused across messages
-// as Derive reuses it; and Derive(j, t) equals HMAC-SHA256(k_prf, BE32(j) ‖ BE64(t)),
+// run through the HMAC state of an IDDeriver keyed with k ‖ 0…0, after Derive has used
+// it (the key schedule survives the per-id Reset); and Derive(j, t) equals HMAC-SHA256(k_prf, BE32(j) ‖ BE64(t)),
 // untruncated (EphemeralIDSize = 32), for random keys and edge values of j and t.
 func TestHMACSHA256RFC4231(t *testing.T) {
 	for _, v := range rfc4231(t) {
@@ -109,8 +109,8 @@ func TestHMACSHA256RFC4231(t *testing.T) {
 		var k [KeySize]byte
 		copy(k[:], v.key)
 		d := NewIDDeriver(&k)
-		for range 2 { // the keyed state is reset and reused, as in Derive
-			d.Derive(7, 1<<40) // leaves state behind that a missing Reset would carry over
+		for range 2 { // the keyed state, already used by Derive, is reset and reused
+			d.Derive(7, 1<<40)
 			d.mac.Reset()
 			d.mac.Write(v.data)
 			if got := d.mac.Sum(d.sum[:0]); !bytes.Equal(got[:len(want)], want) {
