@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ecdh"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -227,5 +228,19 @@ func TestAddressAnomaly(t *testing.T) {
 	must(t, err)
 	if !s.AddrChanged {
 		t.Fatal("a key seen under a second address was not flagged")
+	}
+}
+
+// §7 item 12: Recognized needs the least n with P_fp^n ≤ min(1e-3, 0.05/|LS|).
+func TestRecognitionThreshold(t *testing.T) {
+	r := seeded(81)
+	d := newDevice(t, 1)
+	for _, tc := range []struct{ ls, hits int }{{1, 3}, {256, 3}, {474, 3}, {475, 4}, {1000, 4}, {10000, 4}, {10100, 5}} {
+		for len(d.listenBy) < tc.ls {
+			must(t, d.AddLink(fmt.Sprint(len(d.listenBy)), linkValue(t, r), Listen))
+		}
+		if got := d.RecognitionHits(); got != tc.hits {
+			t.Errorf("|LS| = %d: %d beacons, want %d", tc.ls, got, tc.hits)
+		}
 	}
 }
