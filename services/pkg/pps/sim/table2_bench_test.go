@@ -50,7 +50,9 @@ var table2Check = flag.String("table2.check", contract.CheckKKRT, "consistency c
 
 var table2WindowCheck = flag.Bool("table2.window-check", true, "check the labels during the collection window as they arrive (the broker's --window-check); false: the whole check at the tick")
 
-var table2TickProfile = flag.String("table2.tickprofile", "", "write a CPU profile of the ticks alone (tick to decoded output) to this file")
+var table2TickProfile = flag.String("table2.tickprofile", "", "write a CPU profile of each row's tick alone (tick to decoded output) to <this>.<row>.<n>; not with -cpuprofile")
+
+var table2Ticks int
 
 var table2Rounds = flag.Int("table2.rounds", ParkingSamples, "rounds per lot of the Table 2 benchmarks (the paper: 288)")
 
@@ -158,7 +160,8 @@ func table2Services(b *testing.B, mode string) {
 			var mb float64
 			var windowChecked int
 			if *table2TickProfile != "" {
-				pf, err := os.Create(*table2TickProfile)
+				table2Ticks++
+				pf, err := os.Create(fmt.Sprintf("%s.%s.%d", *table2TickProfile, row.name, table2Ticks))
 				if err != nil {
 					b.Fatal(err)
 				}
