@@ -56,6 +56,7 @@ type world struct {
 type options struct {
 	plain     bool // no LOIS: the same path as a plain tunnel and L4 NAT (benchmark baseline)
 	paper     bool // LOIS in paper mode (no IP ID/TTL/TCP option normalisation)
+	registrar bool // keys through `lois register` and JetStream (nats-server in the cloud namespace) instead of provisioned files
 	n         int  // keystreams per service and direction
 	cloudWire string
 	devWire   string // where SIs send downloads (default the DI)
@@ -98,8 +99,10 @@ func setup(t *testing.T, o options) *world {
 	if dw == "" {
 		dw = fmt.Sprintf("%s:%d", devWire, diPort)
 	}
-	sh(t, loisBin, "provision", "--out-dir", w.keys, "--services", strconv.Itoa(sid), "--device-ip", dipS,
-		"--device-wire", dw, "--n", strconv.Itoa(n))
+	if !o.registrar {
+		sh(t, loisBin, "provision", "--out-dir", w.keys, "--services", strconv.Itoa(sid), "--device-ip", dipS,
+			"--device-wire", dw, "--n", strconv.Itoa(n))
+	}
 	cw := o.cloudWire
 	if cw == "" {
 		cw = fmt.Sprintf("%s:%d", cloudWire, ciPort)
@@ -123,10 +126,26 @@ func setup(t *testing.T, o options) *world {
 		})
 		return d
 	}
-	w.ci = start(w.cloud, "ci", "ci", "--wire-listen", fmt.Sprintf("0.0.0.0:%d", ciPort), "--keys-files", filepath.Join(w.keys, "ci.json"),
-		"--backends", fmt.Sprintf("%d=%s:%d@%s:%d", sid, sipS, pSrv, srvWire, siPort))
-	w.si = start(w.srv, "si", "si", "--tun", w.srvTUN, "--wire-listen", fmt.Sprintf("%s:%d", srvWire, siPort),
-		"--keys-files", filepath.Join(w.keys, "si-0.json"), "--services", fmt.Sprintf("%d=%d", pSrv, sid))
+	ciKeys := []string{"--keys-files", filepath.Join(w.keys, "ci.json")}
+	siKeys := []string{"--keys-files", filepath.Join(w.keys, "si-0.json")}
+	if o.registrar {
+		startNATS(t, w.cloud)
+		ciKeys = []string{"--nats-url", "nats://127.0.0.1:4222", "--replica-name", "ci-0"}
+		siKeys = []string{"--nats-url", "nats://" + cloudSrv + ":4222", "--replica-name", "si-0", "--replica", "0"}
+	}
+	w.ci = start(w.cloud, "ci", append([]string{"ci", "--wire-listen", fmt.Sprintf("0.0.0.0:%d", ciPort),
+		"--backends", fmt.Sprintf("%d=%s:%d@%s:%d", sid, sipS, pSrv, srvWire, siPort)}, ciKeys...)...)
+	w.si = start(w.srv, "si", append([]string{"si", "--tun", w.srvTUN, "--wire-listen", fmt.Sprintf("%s:%d", srvWire, siPort),
+		"--services", fmt.Sprintf("%d=%d", pSrv, sid)}, siKeys...)...)
+	if o.registrar {
+		// The device's keys exist only once the CI and the SI acknowledged the session.
+		out, err := w.cloud.cmd(loisBin, "register", "--nats-url", "nats://127.0.0.1:4222", "--out-dir", w.keys,
+			"--services", strconv.Itoa(sid), "--device-ip", dipS, "--device-wire", dw, "--n", strconv.Itoa(n),
+			"--wait-for", "ci-0,si-0").CombinedOutput()
+		if err != nil {
+			t.Fatalf("lois register: %v\n%s", err, out)
+		}
+	}
 	w.di = start(w.dev, "di", "di", "--tun", w.devTUN, "--wire-listen", fmt.Sprintf("%s:%d", devWire, diPort),
 		"--cloud-wire", cw, "--keys-file", filepath.Join(w.keys, "di.json"))
 	// The roles created their TUN devices; address and route them now.

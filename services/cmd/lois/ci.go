@@ -18,6 +18,7 @@ import (
 
 type ciConfig struct {
 	base
+	natsFlags
 	keysFiles, backends, flowKeyFile string
 }
 
@@ -48,9 +49,9 @@ func parseBackends(s string) ([]roles.ServerBackend, error) {
 }
 
 func (c *ciConfig) validate() error {
-	errs := c.base.validate()
-	if len(splitList(c.keysFiles)) == 0 {
-		errs = append(errs, fmt.Errorf("--keys-files is required (the sessions' keys files)"))
+	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
+	if len(splitList(c.keysFiles)) == 0 && c.url == "" {
+		errs = append(errs, fmt.Errorf("--keys-files or --nats-url is required (the sessions' keys files, or the registrar's session stream)"))
 	}
 	if bs, err := parseBackends(c.backends); err != nil {
 		errs = append(errs, fmt.Errorf("--backends: %w", err))
@@ -67,6 +68,7 @@ func runCI(args []string) error {
 	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions (secret)")
 	f.String(&c.backends, "backends", "", "comma-separated sid=server-ip:port@si-wire-ip:port")
 	f.String(&c.flowKeyFile, "flow-key-file", "", "16-byte backend-hash key shared by every CI replica (hex file); none: random, one replica only")
+	c.natsFlags.bind(f, true)
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return err
 	}
@@ -103,6 +105,6 @@ func runCI(args []string) error {
 			wire.Close()
 			return nil, daemon.ConfigError(err)
 		}
-		return cl.Run, nil
+		return c.follow(cl.Run, cl, log), nil
 	})
 }

@@ -9,6 +9,8 @@
 //	                the server's replies hidden and sent straight to the DI
 //	lois provision  the registrar step done ahead of time: a fresh session's per-role keys
 //	                files (the seed is never written)
+//	lois register   the registrar step over JetStream: publish a session record, wait for
+//	                the replicas' install acks, then write the device's keys file
 //	lois probe      Kubernetes exec probe: GET <path> on the address in OBSCURA_ADDR_FILE
 //
 // Every flag has an environment fallback OBSCURA_<FLAG>; keys come from files only. A
@@ -24,6 +26,7 @@ func main() {
 		{Name: "ci", Run: runCI},
 		{Name: "si", Run: runSI},
 		{Name: "provision", Run: runProvision},
+		{Name: "register", Run: runRegister},
 		{Name: "probe", Run: daemon.RunProbe},
 	})
 }

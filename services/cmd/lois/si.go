@@ -14,6 +14,7 @@ import (
 
 type siConfig struct {
 	base
+	natsFlags
 	tun, keysFiles, services string
 }
 
@@ -39,12 +40,12 @@ func parseServices(s string) (map[uint16]uint16, error) {
 }
 
 func (c *siConfig) validate() error {
-	errs := c.base.validate()
+	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
 	if c.tun == "" || len(c.tun) > 15 {
 		errs = append(errs, fmt.Errorf("--tun %q: want an interface name of 1 to 15 bytes", c.tun))
 	}
-	if len(splitList(c.keysFiles)) == 0 {
-		errs = append(errs, fmt.Errorf("--keys-files is required (this replica's keys files)"))
+	if len(splitList(c.keysFiles)) == 0 && c.url == "" {
+		errs = append(errs, fmt.Errorf("--keys-files or --nats-url is required (this replica's keys files, or the registrar's session stream)"))
 	}
 	if s, err := parseServices(c.services); err != nil {
 		errs = append(errs, fmt.Errorf("--services: %w", err))
@@ -61,6 +62,7 @@ func runSI(args []string) error {
 	f.String(&c.tun, "tun", "lois1", "TUN device towards the real servers (created if absent, in this network namespace)")
 	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions for this replica (secret)")
 	f.String(&c.services, "services", "", "comma-separated server-port=sid of the services behind this SI")
+	c.natsFlags.bind(f, true)
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return err
 	}
@@ -89,6 +91,6 @@ func runSI(args []string) error {
 			wire.Close()
 			return nil, daemon.ConfigError(err)
 		}
-		return s.Run, nil
+		return c.follow(s.Run, s, log), nil
 	})
 }
