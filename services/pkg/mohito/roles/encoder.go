@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -216,9 +218,12 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		stop := e.holdClaim(ctx, name, rev)
 		defer stop()
 		start := time.Now()
+		// The vendor's batches in shuffled-position order (a map's order is random): which
+		// of two commands with one z is kept (O6) is then the same at every encoder and on
+		// every redo (spec §9 #7).
 		var cmds []mohito.ShuffledCommand
-		for _, b := range ev.batches {
-			cmds = append(cmds, b...)
+		for _, start := range slices.Sorted(maps.Keys(ev.batches)) {
+			cmds = append(cmds, ev.batches[start]...)
 		}
 		capacity := mohito.CommandCapacity(pl.Counts[v], d.Capacity[v])
 		if len(cmds) > capacity {
