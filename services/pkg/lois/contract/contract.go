@@ -181,12 +181,21 @@ func ReadKeys(path string) (*Keys, error) {
 		return nil, err
 	}
 	defer clear(b)
-	var k Keys
-	if err := json.Unmarshal(b, &k); err != nil {
+	k, err := ParseKeys(b)
+	if err != nil {
 		return nil, fmt.Errorf("keys file %s: %w", path, err)
 	}
+	return k, nil
+}
+
+// ParseKeys decodes and validates a keys file or session record.
+func ParseKeys(b []byte) (*Keys, error) {
+	var k Keys
+	if err := json.Unmarshal(b, &k); err != nil {
+		return nil, err
+	}
 	if err := k.Validate(); err != nil {
-		return nil, fmt.Errorf("keys file %s: %w", path, err)
+		return nil, err
 	}
 	return &k, nil
 }

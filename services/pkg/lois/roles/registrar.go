@@ -105,15 +105,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, rep
 	}()
 	return natsx.Consume(ctx, js, natsx.ConsumerSpec{Stream: contract.StreamSessions, Durable: durable,
 		Filters: []string{contract.SubjectSessionOpen(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-		var k contract.Keys
-		if err := json.Unmarshal(m.Data(), &k); err != nil {
+		rec, err := contract.ParseKeys(m.Data())
+		if err != nil {
 			log.Warn("session record dropped", "err", err)
 			return natsx.Drop
 		}
-		if err := k.Validate(); err != nil {
-			log.Warn("session record dropped", "err", err)
-			return natsx.Drop
-		}
+		k := *rec
 		k.Replica = replica
 		if k.Replicas > 0 && replica >= k.Replicas {
 			k.Replica = -1 // outside the record's partition: upload only
