@@ -55,9 +55,9 @@ func forbid(t *testing.T, got map[string][]string, why string, prefixes ...strin
 var transports = []string{"github.com/nats-io/", "github.com/redis/", "k8s.io/", "sigs.k8s.io/", "google.golang.org/grpc", "github.com/hashicorp/vault"}
 
 func TestCoresImportNoTransport(t *testing.T) {
-	got := deps(t, filepath.Join(root(t), "services"), "./pkg/mohito", "./pkg/pda", "./pkg/pda/ring", "./pkg/pps", "./pkg/pps/dsl", "./pkg/okvs", "./pkg/gc")
+	got := deps(t, filepath.Join(root(t), "services"), "./pkg/mohito", "./pkg/pda", "./pkg/pda/ring", "./pkg/pps", "./pkg/pps/dsl", "./pkg/okvs", "./pkg/gc", "./pkg/ot", "./pkg/lois", "./pkg/sddr", "./pkg/sddr/bloom")
 	forbid(t, got, "a protocol core or primitive imports no NATS, Redis, Kubernetes, gRPC or Vault", transports...)
-	forbid(t, got, "a core imports no runtime of its system", module+"services/pkg/mohito/", module+"services/pkg/pda/roles", module+"services/pkg/daemon")
+	forbid(t, got, "a core imports no runtime of its system", module+"services/pkg/mohito/", module+"services/pkg/pda/roles", module+"services/pkg/pps/roles", module+"services/pkg/lois/roles", module+"services/pkg/daemon")
 }
 
 func TestClientsLinkNoRoles(t *testing.T) {

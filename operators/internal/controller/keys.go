@@ -14,7 +14,7 @@ import (
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	"github.com/obscura-iot/obscura/services/pkg/keys"
-	mohitolib "github.com/obscura-iot/obscura/services/pkg/mohito"
+	mohitocontract "github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // X25519KeySize is the length of an X25519 private key (Mohito's sk_I and sk_V in the X25519
@@ -24,14 +24,16 @@ const X25519KeySize = 32
 // MLKEM768X25519SeedSize is the length of a Mohito private key in the MLKEM768X25519 suite: the
 // 32-byte seed from which the hybrid KEM derives its ML-KEM-768 and X25519 keys (crypto/hpke), not
 // an expanded ML-KEM decapsulation key. It equals X25519KeySize, which is why a check of "32 bytes"
-// passed for both suites without checking either; keyFormat names and parses each explicitly.
+// passed for both suites without checking either; keyFormat names each explicitly and takes its
+// size from the Mohito contract (mohitocontract.PrivateKeySize), which a services test holds to
+// mohito.ParsePrivateKey: every string of that size is a key of the suite.
 const MLKEM768X25519SeedSize = 32
 
 // keyFormat is what every entry of a key Secret must hold for the services that load it.
 type keyFormat struct {
 	name  string             // for messages: "X25519 private key"
 	size  int                // bytes after keys.Decode
-	parse func([]byte) error // the services' own parser, so the check cannot drift from them
+	parse func([]byte) error // what the services refuse beyond the size (nil error: any bytes)
 }
 
 // symmetricKey is a key format of size bytes in which any bytes are a key.
@@ -41,16 +43,15 @@ func symmetricKey(size int, name string) *keyFormat {
 
 // mohitoSuites are the HPKE suites a Round's spec.suite names, with their private-key formats.
 var mohitoSuites = map[string]struct {
-	suite mohitolib.Suite
-	size  int
-	what  string
+	size int
+	what string
 }{
-	"X25519":         {mohitolib.SuiteX25519, X25519KeySize, "X25519 private key"},
-	"MLKEM768X25519": {mohitolib.SuiteMLKEM768X25519, MLKEM768X25519SeedSize, "MLKEM768X25519 private key seed"},
+	mohitocontract.SuiteX25519:         {X25519KeySize, "X25519 private key"},
+	mohitocontract.SuiteMLKEM768X25519: {MLKEM768X25519SeedSize, "MLKEM768X25519 private key seed"},
 }
 
 // mohitoKeyFormat is the format of Mohito private keys in suite (spec.suite of a Round; "" is the
-// default X25519) as mohito.ParsePrivateKey takes them.
+// default X25519) as the roles load them: the contract's size, any bytes.
 func mohitoKeyFormat(suite string) (*keyFormat, error) {
 	if suite == "" {
 		suite = "X25519"
@@ -59,9 +60,15 @@ func mohitoKeyFormat(suite string) (*keyFormat, error) {
 	if !ok {
 		return nil, fmt.Errorf("suite %q has no key format (X25519 or MLKEM768X25519)", suite)
 	}
-	return &keyFormat{name: s.what, size: s.size, parse: func(b []byte) error {
-		_, err := mohitolib.ParsePrivateKey(s.suite, b)
-		return err
+	size, ok := mohitocontract.PrivateKeySize(suite)
+	if !ok || size != s.size {
+		return nil, fmt.Errorf("suite %q: the operator's key size %d disagrees with the contract's %d", suite, s.size, size)
+	}
+	return &keyFormat{name: s.what, size: size, parse: func(b []byte) error {
+		if len(b) != size {
+			return fmt.Errorf("want %d bytes, got %d", size, len(b))
+		}
+		return nil
 	}}, nil
 }
 
