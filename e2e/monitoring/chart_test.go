@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -253,4 +254,23 @@ func containerPorts(t *testing.T, o *unstructured.Unstructured) []string {
 		}
 	}
 	return out
+}
+
+// The NATS NetworkPolicy admits the reloader's metrics port (from the release namespace, like
+// the monitor port), or neither a PodMonitor nor the annotations could reach it.
+func TestNATSNetworkPolicyAdmitsReloaderMetrics(t *testing.T) {
+	np := find(render(t), "NetworkPolicy", "obscura-nats")
+	if np == nil {
+		t.Fatal("NetworkPolicy/obscura-nats not rendered")
+	}
+	ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	for _, r := range ingress {
+		ports, _, _ := unstructured.NestedSlice(r.(map[string]any), "ports")
+		for _, p := range ports {
+			if fmt.Sprint(p.(map[string]any)["port"]) == "9090" {
+				return
+			}
+		}
+	}
+	t.Errorf("NetworkPolicy/obscura-nats admits no traffic to port 9090: %v", ingress)
 }
