@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -302,7 +303,8 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		if err != nil {
 			return status.Errorf(codes.Internal, "garble: %v", err)
 		}
-		inputs, err = pps.GarblerInputs(a, ss.labels)
+		// The slots' labels on every core (ss.labels only reads the seeds).
+		inputs, err = pps.GarblerInputsParallel(a, ss.labels, runtime.GOMAXPROCS(0))
 	}
 	ss.zero()
 	if err != nil {

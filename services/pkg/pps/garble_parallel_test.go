@@ -1,0 +1,53 @@
+package pps
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// GarblerInputsParallel gives exactly GarblerInputs' inputs whatever the worker count, with
+// nullified slots and validity constants where GarblerInputs puts them, and fails as it does
+// when a slot's labels cannot be derived.
+func TestGarblerInputsParallelEqualsSequential(t *testing.T) {
+	const n = 3*parallelSlotsMin + 7
+	seeds := make([]Seed, n)
+	for s := range seeds {
+		seeds[s][0], seeds[s][1] = byte(s), byte(s>>8)
+	}
+	labels := func(s int) (*[ValueBits]LabelPair, error) {
+		l := ValueLabels(&seeds[s], s%3)
+		return &l, nil
+	}
+	nulls := map[int]NullReason{0: Missing, parallelSlotsMin: Inconsistent, n - 1: Erased, 2*parallelSlotsMin + 1: NotAllowed}
+	a, err := Nullify(layoutOf(n, 1, 0), nulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := GarblerInputs(a, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{2, 3, 4, 64} {
+		got, err := GarblerInputsParallel(a, labels, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%d workers: inputs differ from GarblerInputs'", w)
+		}
+	}
+	if want[0].Const != true || want[parallelSlotsMin*ValueBits].Const != true || want[ValueBits].A0 == want[ValueBits].A1 {
+		t.Error("nullified slots not constant or a valid slot without two labels")
+	}
+	boom := errors.New("no seed")
+	bad := func(s int) (*[ValueBits]LabelPair, error) {
+		if s == 2*parallelSlotsMin+3 {
+			return nil, boom
+		}
+		return labels(s)
+	}
+	if _, err := GarblerInputsParallel(a, bad, 4); !errors.Is(err, boom) {
+		t.Errorf("labels error: %v, want %v", err, boom)
+	}
+}
