@@ -43,9 +43,10 @@ const (
 	ResultsBucket    = "pda_results"    // DB: <w> (the merged WindowResult) and <w>.<shard> (parts)
 )
 
-// VirtualNodes is the number of ring points per shard (spec §4.3); a ring document with
-// another count is refused.
-const VirtualNodes = 256
+// VirtualNodes is the number of ring points per shard of the rings the operator publishes
+// (pda/ring.VirtualNodes: 4,096, so that T-DIST-2 holds; the spec's 256 does not meet it). A
+// ring document with 256 still decodes; any other count is refused.
+const VirtualNodes = 4096
 
 // Message headers. None of them crosses into the DB domain with anything a participant
 // chose or the proxy could link to one (the pool's pid header is stripped by the mixer).

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -16,30 +17,48 @@ func shards(n int) []string {
 	return s
 }
 
-// T-DIST-2: 8 shards, 10⁶ random positions. [!] The spec asks for ±5 % of the mean, but
-// with V = 256 points per shard a shard's share of the ring has a relative standard
-// deviation of about 1/√V ≈ 6 %, so ±5 % cannot hold in general (here shard-0 is at −7 %).
-// The test pins the deviations of this deterministic ring at ±10 % and logs them; ±5 %
-// needs V in the thousands.
+// TestBalance is T-DIST-2: 8 shards, 10⁶ random key positions, every shard within ±5 % of
+// the mean — for shard names of the shapes the tests and the operator use (shard-i and
+// <job>-db-shard-i for several jobs). With the spec's 256 points per shard this failed for
+// all 20 rings tried (worst 18 %); with VirtualNodes = 4,096 it holds. A ring decoded from a
+// document of 256 points (published before the change) still routes, with its old balance.
 func TestBalance(t *testing.T) {
-	r, err := New(1, shards(8))
-	if err != nil {
-		t.Fatal(err)
+	names := [][]string{shards(8)}
+	for _, job := range []string{"flows", "demo", "dns", "netflow", "sample"} {
+		var s []string
+		for i := range 8 {
+			s = append(s, fmt.Sprintf("%s-db-shard-%d", job, i))
+		}
+		names = append(names, s)
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
 	const n = 1_000_000
-	load := map[string]int{}
-	for range n {
-		load[r.Owner(rnd.Uint64())]++
-	}
-	mean := float64(n) / 8
-	for _, s := range r.Shards() {
-		c := load[s]
-		dev := float64(c)/mean - 1
-		t.Logf("%s: %+.1f%%", s, 100*dev)
-		if dev > 0.10 || dev < -0.10 {
-			t.Errorf("%s: load %d, %.1f%% from the mean", s, c, 100*dev)
+	for _, ids := range names {
+		r, err := New(1, ids)
+		if err != nil {
+			t.Fatal(err)
 		}
+		load := map[string]int{}
+		for range n {
+			load[r.Owner(rnd.Uint64())]++
+		}
+		mean := float64(n) / 8
+		worst := 0.0
+		for _, s := range r.Shards() {
+			dev := float64(load[s])/mean - 1
+			worst = max(worst, dev, -dev)
+			if dev > 0.05 || dev < -0.05 {
+				t.Errorf("%s: load %d, %+.1f%% from the mean (T-DIST-2: ±5%%)", s, load[s], 100*dev)
+			}
+		}
+		t.Logf("%s…: worst %.1f%%", ids[0], 100*worst)
+	}
+	legacy, err := Decode([]byte(`{"version":3,"virtual_nodes":256,"shards":["a","b"]}`))
+	if err != nil || len(legacy.points) != 2*LegacyVirtualNodes {
+		t.Fatalf("a 256-point document: %v", err)
+	}
+	if b, _ := legacy.MarshalJSON(); !strings.Contains(string(b), `"virtual_nodes":256`) {
+		t.Errorf("a 256-point ring re-encodes as %s", b)
 	}
 }
 
