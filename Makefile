@@ -1,6 +1,7 @@
 # Obscura — build, generate, test.
 #
-#   make test      the test command (README, .ci/run): tools + generate check + vet + all tests
+#   make test      the test command (README, .ci/run): tools + generate check + vet + promtool rule tests + all tests
+#   make rules-test  promtool check + unit tests of the alerting rules (charts/obscura/rules)
 #   make tools     install pinned tools into ./bin (hack/tools.sh)
 #   make generate  deepcopy, CRDs (crds/) and RBAC (config/rbac) with controller-gen; the user API's
 #                  protobuf/gRPC code (services/proto) with buf, protoc-gen-go and protoc-gen-go-grpc
@@ -30,7 +31,7 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, buf, protoc-gen-go(-grpc), staticcheck, vault, redis-server, envoy)
+tools: ## install pinned tools into ./bin (kube-apiserver, etcd, nats-server, helm, controller-gen, kustomize, buf, protoc-gen-go(-grpc), staticcheck, promtool, vault, redis-server, envoy)
 	@hack/tools.sh
 
 .PHONY: generate
@@ -66,8 +67,14 @@ lint: ## go vet, gofmt and staticcheck (pinned in hack/tools/staticcheck)
 build: ## build every binary
 	go build $(PKGS)
 
+.PHONY: rules-test
+rules-test: ## check and unit-test the alerting rules with promtool (charts/obscura/rules, monitoring/tests)
+	@hack/tools.sh promtool
+	$(BIN)/promtool check rules charts/obscura/rules/*.yaml
+	$(BIN)/promtool test rules monitoring/tests/*.test.yaml
+
 .PHONY: test
-test: tools generate-check lint ## the full test suite (what .ci/run runs)
+test: tools generate-check lint rules-test ## the full test suite (what .ci/run runs)
 	go test $(GO_TEST_FLAGS) $(PKGS)
 
 .PHONY: test-short

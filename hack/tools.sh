@@ -31,6 +31,10 @@ GO_TOOLS=(
   "buf|v1.75.0|buf|github.com/bufbuild/buf/cmd/buf|buf"
   # The second linter of `make lint` (go vet is the first): staticcheck 2026.2.2, built for Go 1.26.
   "staticcheck|v0.8.2|staticcheck|honnef.co/go/tools/cmd/staticcheck|staticcheck"
+  # promtool for `make rules-test` (`promtool check rules` + `promtool test rules` on
+  # charts/obscura/rules, monitoring/tests): Prometheus v3.13 (Go module v0.313.0), built without
+  # its service-discovery plugins (tags_for).
+  "promtool|v0.313.0|promtool|github.com/prometheus/prometheus/cmd/promtool|promtool"
   # Vault dev server for services/testenv.StartVault (KV v2 + Kubernetes auth). v1.21.4 cannot be
   # built from the proxy (it needs its in-tree sdk); cold build 8-15 min and ~5.7 GB RAM.
   "vault|v1.21.0|vault|github.com/hashicorp/vault|vault"
@@ -65,6 +69,15 @@ ldflags_for() {
   esac
 }
 
+# Build tags per tool. promtool: no service-discovery plugins (`promtool check|test rules` needs
+# none; the AWS, Azure, GCE and Kubernetes SDKs would add many minutes to a cold build).
+tags_for() {
+  case "$1" in
+    promtool) echo "remove_all_sd" ;;
+    *) echo "" ;;
+  esac
+}
+
 # The stamp covers the version and the wrapper module's files (go.mod, go.sum and any Go source,
 # e.g. the kube multi-call main), so changing a pin or the wrapper rebuilds.
 stamp_for() {
@@ -91,7 +104,7 @@ go_tool() {
     log "$name $version: building from the module proxy (hack/tools/$dir) ..."
     local start=$SECONDS
     (cd "$ROOT/hack/tools/$dir" && GOWORK=off \
-      go build -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
+      go build -tags "$(tags_for "$name")" -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
     mv "$CACHE/$key.tmp" "$CACHE/$key"
     log "$name $version: built in $((SECONDS - start))s"
   fi
