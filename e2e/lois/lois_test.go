@@ -56,6 +56,7 @@ type world struct {
 type options struct {
 	plain     bool // no LOIS: the same path as a plain tunnel and L4 NAT (benchmark baseline)
 	paper     bool // LOIS in paper mode (no IP ID/TTL/TCP option normalisation)
+	stp       bool // stochastic traffic padding at the DI and the SI
 	registrar bool // keys through `lois register` and JetStream (nats-server in the cloud namespace) instead of provisioned files
 	n         int  // keystreams per service and direction
 	cloudWire string
@@ -114,6 +115,10 @@ func setup(t *testing.T, o options) *world {
 	if o.paper {
 		common = append(common, "--paper-mode")
 	}
+	stp := []string{}
+	if o.stp { // windows always open, ≈ 100 cover packets/s each way
+		stp = []string{"--stp", "--stp-q", "1", "--stp-period", "1s", "--stp-rate", "15000"}
+	}
 	start := func(n netns, name string, args ...string) *testenv.Daemon {
 		d := testenv.StartDaemon(t, name, n.cmd(loisBin, append(args, common...)...))
 		t.Cleanup(func() { d.Terminate(); d.Stopped(10 * time.Second) })
@@ -136,7 +141,7 @@ func setup(t *testing.T, o options) *world {
 	w.ci = start(w.cloud, "ci", append([]string{"ci", "--wire-listen", fmt.Sprintf("0.0.0.0:%d", ciPort),
 		"--backends", fmt.Sprintf("%d=%s:%d@%s:%d", sid, sipS, pSrv, srvWire, siPort)}, ciKeys...)...)
 	w.si = start(w.srv, "si", append([]string{"si", "--tun", w.srvTUN, "--wire-listen", fmt.Sprintf("%s:%d", srvWire, siPort),
-		"--services", fmt.Sprintf("%d=%d", pSrv, sid)}, siKeys...)...)
+		"--services", fmt.Sprintf("%d=%d", pSrv, sid)}, append(siKeys, stp...)...)...)
 	if o.registrar {
 		// The device's keys exist only once the CI and the SI acknowledged the session.
 		out, err := w.cloud.cmd(loisBin, "register", "--nats-url", "nats://127.0.0.1:4222", "--out-dir", w.keys,
@@ -146,8 +151,8 @@ func setup(t *testing.T, o options) *world {
 			t.Fatalf("lois register: %v\n%s", err, out)
 		}
 	}
-	w.di = start(w.dev, "di", "di", "--tun", w.devTUN, "--wire-listen", fmt.Sprintf("%s:%d", devWire, diPort),
-		"--cloud-wire", cw, "--keys-file", filepath.Join(w.keys, "di.json"))
+	w.di = start(w.dev, "di", append([]string{"di", "--tun", w.devTUN, "--wire-listen", fmt.Sprintf("%s:%d", devWire, diPort),
+		"--cloud-wire", cw, "--keys-file", filepath.Join(w.keys, "di.json")}, stp...)...)
 	// The roles created their TUN devices; address and route them now.
 	for _, a := range []struct {
 		n          netns
@@ -240,10 +245,11 @@ func (w *world) curl(t *testing.T, path string) string {
 // the server's address, the client port, the service or server port, or any seq/ack the
 // endpoints used (taken from a capture on the device's TUN); uploads show only CIP and the
 // unified port, downloads only the unified port as source and the device address as their
-// destination (which the path needs, spec §2.5). Then a captured upload replayed at the CI
+// destination (which the path needs, spec §2.5). Padding (STP) runs at the DI and the SI; the
+// capture holds their cover packets too, and each receiver drops them. Then a captured upload replayed at the CI
 // is rejected and counted as a replay, and does not reach the server.
 func TestHTTPThroughLOIS(t *testing.T) {
-	w := setup(t, options{})
+	w := setup(t, options{stp: true})
 	wire := startCapture(t, w.cloud, w.cloudVeth)
 	plain := startCapture(t, w.dev, w.devTUN)
 
@@ -260,7 +266,14 @@ func TestHTTPThroughLOIS(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond) // let the capture read what the kernel queued
 	ups, downs := checkWire(t, wire.take(), plainFields(t, plain.take()))
-	t.Logf("capture on %s: %d uploads, %d downloads, no original header field", w.cloudVeth, len(ups), len(downs))
+	t.Logf("capture on %s: %d uploads, %d downloads (cover packets included), no original header field", w.cloudVeth, len(ups), len(downs))
+	// Padding ran both ways, and every cover packet was dropped by its receiver.
+	testenv.Eventually(t, 5*time.Second, "cover packets dropped at SI and DI", func() error {
+		if si, di := w.packets(t, w.srv, "si", "up", "pad_dropped"), w.packets(t, w.dev, "di", "down", "pad_dropped"); si == 0 || di == 0 {
+			return fmt.Errorf("pads dropped: SI %d, DI %d", si, di)
+		}
+		return nil
+	})
 	if len(ups) < 4 || len(downs) < 4 {
 		t.Fatalf("captured %d uploads and %d downloads, want ≥ 4 each (handshake, request, response, close)", len(ups), len(downs))
 	}

@@ -29,6 +29,10 @@ type base struct {
 	paperMode, plain                            bool
 	margin, grace                               time.Duration
 	wireListen                                  string
+	stp                                         bool
+	stpPeriod, stpTick                          time.Duration
+	stpQ                                        float64
+	stpRate                                     int
 }
 
 func (b *base) bind(f *envflag.Set, wirePort int) {
@@ -43,6 +47,11 @@ func (b *base) bind(f *envflag.Set, wirePort int) {
 	f.Bool(&b.plain, "plain", false, "benchmark baseline only: the same path WITHOUT LOIS (headers in clear, CI a plain L4 NAT)")
 	f.Duration(&b.margin, "safety-margin", 60*time.Second, "senders stop using an epoch this long before its expiry")
 	f.Duration(&b.grace, "grace", 120*time.Second, "receivers keep an epoch's entries this long after its expiry")
+	f.Bool(&b.stp, "stp", false, "stochastic traffic padding of this sender's packets (di: uploads, si: downloads; spec §4)")
+	f.Duration(&b.stpPeriod, "stp-period", 60*time.Second, "STP period T (and window length)")
+	f.Float64(&b.stpQ, "stp-q", 0.1, "STP probability that a period gets a random shaping window")
+	f.Int(&b.stpRate, "stp-rate", 2000, "STP rate R in bytes per second inside windows")
+	f.Duration(&b.stpTick, "stp-tick", 10*time.Millisecond, "STP tick Δ")
 	f.String(&b.wireListen, "wire-listen", fmt.Sprintf("0.0.0.0:%d", wirePort), "UDP address of this role on the emulated wire")
 }
 
@@ -74,6 +83,9 @@ func (b *base) validate() []error {
 	if b.margin < 0 || b.grace < 0 {
 		bad("--safety-margin and --grace must not be negative")
 	}
+	if b.stp && (b.stpQ < 0 || b.stpQ > 1 || b.stpRate < 1 || b.stpTick <= 0 || b.stpPeriod < b.stpTick) {
+		bad("--stp-q in [0,1], --stp-rate ≥ 1, --stp-tick > 0 and --stp-period ≥ --stp-tick")
+	}
 	if _, err := netip.ParseAddrPort(b.wireListen); err != nil {
 		bad("--wire-listen %q: %v", b.wireListen, err)
 	}
@@ -82,6 +94,14 @@ func (b *base) validate() []error {
 
 func (b *base) core() lois.Config {
 	return lois.Config{CIP: netip.MustParseAddr(b.cip).As4(), UnifiedPort: uint16(b.unifiedPort), PaperMode: b.paperMode, MTU: b.mtu}
+}
+
+// stpConfig is the padding configuration, nil without --stp.
+func (b *base) stpConfig() *lois.STPConfig {
+	if !b.stp {
+		return nil
+	}
+	return &lois.STPConfig{Period: b.stpPeriod, Q: b.stpQ, Rate: b.stpRate, Tick: b.stpTick}
 }
 
 // readKeys reads keys files; an unreadable or malformed one is a configuration error.

@@ -58,7 +58,7 @@ func runDI(args []string) error {
 			return nil, err
 		}
 		d, err := roles.NewDevice(roles.DeviceConfig{Core: c.core(), Keys: keys[0], TUN: tun, Wire: wire,
-			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain})
+			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()})
 		if err != nil {
 			tun.Close()
 			wire.Close()

@@ -27,6 +27,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"si bad mtu", runSI, []string{"--keys-files", "/x", "--services", "80=8080", "--mtu", "100"}, "--mtu"},
 		{"provision no device", runProvision, []string{"--out-dir", t.TempDir(), "--services", "8080"}, "--device-ip"},
 		{"stray argument", runDI, []string{"extra"}, "unexpected"},
+		{"di bad stp", runDI, []string{"--keys-file", "/x", "--stp", "--stp-q", "2"}, "--stp-q"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -85,7 +85,7 @@ func runSI(args []string) error {
 			return nil, err
 		}
 		s, err := roles.NewServer(roles.ServerConfig{Core: c.core(), Keys: keys, Ports: ports, TUN: tun, Wire: wire,
-			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain})
+			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()})
 		if err != nil {
 			tun.Close()
 			wire.Close()

@@ -31,6 +31,7 @@ const (
 	MetricDVT      = "lois_dvt_entries" // live entries of a receiver's table
 	MetricDVTBytes = "lois_dvt_bytes"
 	MetricGC       = "lois_gc_dropped_total" // entries collected unconsumed (expiry)
+	MetricCover    = "lois_stp_cover_bytes_total"
 )
 
 // Results of lois_pkts_total.
@@ -46,11 +47,12 @@ const (
 	ResultNoRoom      = "no_room"     // options leave no room for the LOIS option
 	ResultUnknownPeer = "unknown_device"
 	ResultIOError     = "io_error"
+	ResultPadSent     = "pad_sent" // a cover packet a sender hid and sent (STP)
 )
 
 // Results is every result value, for pre-created counters.
 var Results = []string{ResultOK, ResultUnknownID, ResultReplay, ResultExhausted, ResultMalformed,
-	ResultNotLOIS, ResultPad, ResultUnknownSID, ResultNoRoom, ResultUnknownPeer, ResultIOError}
+	ResultNotLOIS, ResultPad, ResultUnknownSID, ResultNoRoom, ResultUnknownPeer, ResultIOError, ResultPadSent}
 
 // Result maps a core error to its result label.
 func Result(err error) string {

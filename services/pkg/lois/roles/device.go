@@ -32,6 +32,8 @@ type DeviceConfig struct {
 	Log     *slog.Logger
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
+	// STP, if set, pads the uploads (spec §4).
+	STP *lois.STPConfig
 }
 
 // Device is a running DI.
@@ -45,6 +47,8 @@ type Device struct {
 	pool map[uint16]*lois.Pool
 	seen recentIDs
 	ex   uint16
+	pad  *padder
+	stop stopper
 }
 
 // NewDevice builds the DI's pools (upload) and table (download) from its keys.
@@ -81,6 +85,12 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		p.Add(&s, 1, 0, s.Expiry-int64(cfg.Margin/time.Second))
 		clear(s.Key[:])
 	}
+	if cfg.STP != nil && !cfg.Plain {
+		if d.pad, err = newPadder(*cfg.STP); err != nil {
+			return nil, err
+		}
+	}
+	d.stop = make(stopper)
 	d.clk.set(time.Now())
 	return d, nil
 }
@@ -88,7 +98,39 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 // Run moves packets until ctx ends.
 func (d *Device) Run(ctx context.Context) error {
 	d.cfg.Log.Info("device interface running", "cloud", d.cfg.Cloud.String(), "services", len(d.pool))
-	return run(ctx, d.cfg.Log, []io.Closer{d.cfg.TUN, d.cfg.Wire}, d.tick, d.upload, d.download)
+	loops := []func() error{d.upload, d.download}
+	if d.pad != nil {
+		loops = append(loops, d.padLoop)
+	}
+	return run(ctx, d.cfg.Log, []io.Closer{d.cfg.TUN, d.cfg.Wire, d.stop}, d.tick, loops...)
+}
+
+// padLoop sends the upload cover packets every Δ (spec §4: STP runs on the device for upload).
+func (d *Device) padLoop() error {
+	t := time.NewTicker(d.cfg.STP.Tick)
+	defer t.Stop()
+	buf := make([]byte, lois.Headroom+1500)
+	for {
+		select {
+		case <-d.stop:
+			return nil
+		case now := <-t.C:
+			n := d.pad.tick(now, buf, func(n int) bool {
+				off, err := d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+				if err != nil {
+					d.up.inc(contract.Result(err))
+					return false
+				}
+				if _, err := d.cfg.Wire.WriteToUDPAddrPort(buf[off:lois.Headroom+n], d.cfg.Cloud); err != nil {
+					d.up.inc(contract.ResultIOError)
+					return false
+				}
+				d.up.inc(contract.ResultPadSent)
+				return true
+			})
+			d.cfg.Metrics.Cover.WithLabelValues("di").Add(float64(n))
+		}
+	}
 }
 
 func (d *Device) tick(now time.Time) {
@@ -96,9 +138,13 @@ func (d *Device) tick(now time.Time) {
 	d.down.gc(now.Unix(), d.cfg.Metrics, "down")
 }
 
-// poolGauge reports the unused upload pairs per service; only the upload loop, which owns
-// the pools, calls it.
+// poolGauge reports the unused upload pairs per service; the upload loop, which owns the
+// pools, calls it (holding the pad lock when the pad loop shares them).
 func (d *Device) poolGauge() {
+	if d.pad != nil {
+		d.pad.mu.Lock()
+		defer d.pad.mu.Unlock()
+	}
 	for sid, p := range d.pool {
 		d.cfg.Metrics.PoolSize.WithLabelValues(strconv.Itoa(int(sid)), "up").Set(float64(p.Len()))
 	}
@@ -123,6 +169,13 @@ func (d *Device) upload() error {
 			if _, ok := plainParse(buf[off : off+n]); !ok || [4]byte(buf[off+16:off+20]) != d.cfg.Core.CIP {
 				err = lois.ErrNotLOIS
 			}
+		} else if d.pad != nil {
+			d.pad.mu.Lock()
+			if n >= 40 && [4]byte(buf[off+16:off+20]) == d.cfg.Core.CIP {
+				d.pad.real(buf[off:off+n], time.Now().UnixNano())
+			}
+			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+			d.pad.mu.Unlock()
 		} else {
 			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
 		}

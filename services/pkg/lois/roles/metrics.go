@@ -14,6 +14,7 @@ type Metrics struct {
 	DVT      *prometheus.GaugeVec   // table (up|down)
 	DVTBytes *prometheus.GaugeVec   // table
 	GC       prometheus.Counter
+	Cover    *prometheus.CounterVec // role: STP cover bytes sent
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered, for tests).
@@ -29,9 +30,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of the receiver's dynamic Vacuum table."}, []string{"dir"}),
 		GC: prometheus.NewCounter(prometheus.CounterOpts{Name: contract.MetricGC,
 			Help: "Keystream entries collected unconsumed at expiry."}),
+		Cover: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricCover,
+			Help: "Stochastic traffic padding: cover bytes sent (IP length before hiding)."}, []string{"role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC)
+		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC, m.Cover)
 	}
 	return m
 }

@@ -33,6 +33,8 @@ type ServerConfig struct {
 	Log     *slog.Logger
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
+	// STP, if set, pads each session's downloads (spec §4).
+	STP *lois.STPConfig
 }
 
 // serverSession is one device session at this SI: its download pools (this replica's
@@ -41,6 +43,7 @@ type serverSession struct {
 	pools lois.Pools
 	byID  map[uint16]*lois.Pool
 	wire  netip.AddrPort
+	pad   *padder // nil without STP; its mu guards pools against the pad loop
 }
 
 // Server is a running SI.
@@ -55,6 +58,7 @@ type Server struct {
 	seen      recentIDs
 	clk       clock
 	ex        uint16
+	stop      stopper
 }
 
 // NewServer installs the upload streams of the SI's services and its download partition
@@ -74,6 +78,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), mine: mine, installed: map[string]bool{}, ex: exID(cfg.Core)}
 	s.up.t = t
 	s.sessions.Store(&map[[4]byte]*serverSession{})
+	s.stop = make(stopper)
 	for _, k := range cfg.Keys {
 		if err := s.InstallSession(k); err != nil {
 			return nil, err
@@ -107,6 +112,11 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 		return nil
 	}
 	ss := &serverSession{wire: wire, byID: map[uint16]*lois.Pool{}}
+	if s.cfg.STP != nil && !s.cfg.Plain {
+		if ss.pad, err = newPadder(*s.cfg.STP); err != nil {
+			return err
+		}
+	}
 	for i := range k.Streams {
 		if k.Streams[i].Dir != "down" || !s.mine[k.Streams[i].SID] {
 			continue
@@ -140,7 +150,42 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 // Run moves packets until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	s.cfg.Log.Info("server interface running", "sessions", len(*s.sessions.Load()), "services", len(s.cfg.Ports))
-	return run(ctx, s.cfg.Log, []io.Closer{s.cfg.TUN, s.cfg.Wire}, s.tick, s.upload, s.download)
+	loops := []func() error{s.upload, s.download}
+	if s.cfg.STP != nil && !s.cfg.Plain {
+		loops = append(loops, s.padLoop)
+	}
+	return run(ctx, s.cfg.Log, []io.Closer{s.cfg.TUN, s.cfg.Wire, s.stop}, s.tick, loops...)
+}
+
+// padLoop sends every session's download cover packets each Δ (spec §4: STP runs on the
+// server for download).
+func (s *Server) padLoop() error {
+	t := time.NewTicker(s.cfg.STP.Tick)
+	defer t.Stop()
+	buf := make([]byte, lois.Headroom+1500)
+	for {
+		select {
+		case <-s.stop:
+			return nil
+		case now := <-t.C:
+			for _, ss := range *s.sessions.Load() {
+				n := ss.pad.tick(now, buf, func(n int) bool {
+					off, err := s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+					if err != nil {
+						s.dnC.inc(contract.Result(err))
+						return false
+					}
+					if _, err := s.cfg.Wire.WriteToUDPAddrPort(buf[off:lois.Headroom+n], ss.wire); err != nil {
+						s.dnC.inc(contract.ResultIOError)
+						return false
+					}
+					s.dnC.inc(contract.ResultPadSent)
+					return true
+				})
+				s.cfg.Metrics.Cover.WithLabelValues("si").Add(float64(n))
+			}
+		}
+	}
 }
 
 func (s *Server) tick(now time.Time) {
@@ -211,6 +256,13 @@ func (s *Server) download() error {
 			} else {
 				plainRewrite(pkt, ihl, 12, 0, s.cfg.Core.CIP, sid)
 			}
+		} else if ss.pad != nil {
+			ss.pad.mu.Lock()
+			if _, ok := s.cfg.Ports[binary.BigEndian.Uint16(pkt[20:])]; ok && n >= 40 {
+				ss.pad.real(pkt, time.Now().UnixNano())
+			}
+			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+			ss.pad.mu.Unlock()
 		} else {
 			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
 		}
@@ -227,8 +279,14 @@ func (s *Server) download() error {
 			last = now
 			total := map[uint16]int{}
 			for _, ss := range *s.sessions.Load() {
+				if ss.pad != nil {
+					ss.pad.mu.Lock()
+				}
 				for sid, p := range ss.byID {
 					total[sid] += p.Len()
+				}
+				if ss.pad != nil {
+					ss.pad.mu.Unlock()
 				}
 			}
 			for sid, n := range total {
