@@ -274,3 +274,17 @@ func TestNATSNetworkPolicyAdmitsReloaderMetrics(t *testing.T) {
 	}
 	t.Errorf("NetworkPolicy/obscura-nats admits no traffic to port 9090: %v", ingress)
 }
+
+// The schema rejects monitoring values the templates do not understand.
+func TestChartSchemaRejectsBadMonitoringValues(t *testing.T) {
+	for _, args := range [][]string{
+		{"--set", "monitoring.prometheusOperator=yes"},
+		{"--set", "monitoring.interval=30"},
+		{"--set", "monitoring.rules.extra=true"},
+	} {
+		all := append([]string{"template", "obscura", "charts/obscura"}, args...)
+		if out, err := testenv.Helm(t, all...); err == nil {
+			t.Errorf("helm template %v accepted:\n%.300s", args, out)
+		}
+	}
+}
