@@ -245,7 +245,8 @@ func (w *world) curl(t *testing.T, path string) string {
 // the server's address, the client port, the service or server port, or any seq/ack the
 // endpoints used (taken from a capture on the device's TUN); uploads show only CIP and the
 // unified port, downloads only the unified port as source and the device address as their
-// destination (which the path needs, spec §2.5). Padding (STP) runs at the DI and the SI; the
+// destination (which the path needs, spec §2.5); no two wire packets share the hidden
+// address, seq or ack (T8: grouping by a hidden field gives singletons). Padding (STP) runs at the DI and the SI; the
 // capture holds their cover packets too, and each receiver drops them. Then a captured upload replayed at the CI
 // is rejected and counted as a replay, and does not reach the server.
 func TestHTTPThroughLOIS(t *testing.T) {
@@ -349,6 +350,7 @@ func plainFields(t *testing.T, frames [][]byte) fields {
 func checkWire(t *testing.T, frames [][]byte, plain fields) (ups, downs [][]byte) {
 	t.Helper()
 	cip, dip, sip := netip.MustParseAddr(cipS).As4(), netip.MustParseAddr(dipS).As4(), netip.MustParseAddr(sipS).As4()
+	seen := map[[2]uint64]bool{}
 	for _, fr := range frames {
 		if len(fr) < 14+28 || binary.BigEndian.Uint16(fr[12:]) != 0x0800 {
 			continue
@@ -385,6 +387,17 @@ func checkWire(t *testing.T, frames [][]byte, plain fields) (ups, downs [][]byte
 		}
 		if plain.seqs[binary.BigEndian.Uint32(in[24:])] || plain.seqs[binary.BigEndian.Uint32(in[28:])] {
 			t.Fatalf("a seq or ack the endpoints used shows on the wire: %x", hdr)
+		}
+		// Unlinkability (T8): no two packets share a hidden 32-bit field — the hidden address
+		// (source for uploads, source for downloads too), seq and ack are fresh every packet,
+		// so grouping packets by any of them gives singletons (16-bit ports would collide by
+		// chance at this count and are left out).
+		for i, off := range []int{12, 24, 28} {
+			k := [2]uint64{uint64(dst)<<8 | uint64(i), uint64(binary.BigEndian.Uint32(in[off:]))}
+			if seen[k] {
+				t.Fatalf("two %d-bound packets share the hidden field at offset %d: %x", dst, off, hdr)
+			}
+			seen[k] = true
 		}
 	}
 	return ups, downs
