@@ -14,6 +14,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 type ciConfig struct {
@@ -94,7 +95,7 @@ func runCI(args []string) error {
 		crand.Read(flowKey[:])
 	}
 	backends, _ := parseBackends(c.backends)
-	return serve("lois-ci", &c.base, func(log *slog.Logger, m *roles.Metrics) (func(context.Context) error, error) {
+	return serve("lois-ci", &c.base, func(log *slog.Logger, m *roles.Metrics, health *telemetry.Health) (func(context.Context) error, error) {
 		wire, err := listenWire(c.wireListen)
 		if err != nil {
 			return nil, err
@@ -105,6 +106,6 @@ func runCI(args []string) error {
 			wire.Close()
 			return nil, daemon.ConfigError(err)
 		}
-		return c.follow(cl.Run, cl, log), nil
+		return c.follow(cl.Run, cl, log, health), nil
 	})
 }

@@ -148,7 +148,7 @@ func listenWire(addr string) (*net.UDPConn, error) {
 
 // serve runs a packet role: the observability servers, the role's setup (not ready until
 // it is done) and its packet loops, until SIGTERM/SIGINT.
-func serve(name string, b *base, setup func(log *slog.Logger, m *roles.Metrics) (func(context.Context) error, error)) error {
+func serve(name string, b *base, setup func(log *slog.Logger, m *roles.Metrics, health *telemetry.Health) (func(context.Context) error, error)) error {
 	log := telemetry.NewLogger(os.Stderr, name, b.logLevel)
 	reg := telemetry.NewRegistry()
 	health := &telemetry.Health{}
@@ -160,7 +160,7 @@ func serve(name string, b *base, setup func(log *slog.Logger, m *roles.Metrics) 
 		return err
 	}
 	m := roles.NewMetrics(reg)
-	runRole, err := setup(log, m)
+	runRole, err := setup(log, m, health)
 	if err != nil {
 		return err
 	}

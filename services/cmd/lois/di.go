@@ -9,6 +9,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 type diConfig struct {
@@ -47,7 +48,7 @@ func runDI(args []string) error {
 	if err != nil {
 		return err
 	}
-	return serve("lois-di", &c.base, func(log *slog.Logger, m *roles.Metrics) (func(context.Context) error, error) {
+	return serve("lois-di", &c.base, func(log *slog.Logger, m *roles.Metrics, _ *telemetry.Health) (func(context.Context) error, error) {
 		tun, err := roles.OpenTUN(c.tun)
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 // natsFlags connect a role to the registrar's JetStream (optional for ci and si: without
@@ -58,8 +59,8 @@ func (n *natsFlags) validate(follower bool) []error {
 	return errs
 }
 
-func (n *natsFlags) connect() (jetstream.JetStream, func(), error) {
-	opts := []nats.Option{nats.Name("obscura-lois"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
+func (n *natsFlags) connect(extra ...nats.Option) (jetstream.JetStream, func(), error) {
+	opts := append([]nats.Option{nats.Name("obscura-lois"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}, extra...)
 	if n.user != "" {
 		b, err := os.ReadFile(n.passwordFile)
 		if err != nil {
@@ -80,15 +81,20 @@ func (n *natsFlags) connect() (jetstream.JetStream, func(), error) {
 }
 
 // follow runs the role's packet loops and, with --nats-url, follows the session stream into
-// inst.
-func (n *natsFlags) follow(run func(context.Context) error, inst roles.Installer, log *slog.Logger) func(context.Context) error {
+// inst; the role is not ready while NATS is not connected (it could not install new sessions).
+func (n *natsFlags) follow(run func(context.Context) error, inst roles.Installer, log *slog.Logger, health *telemetry.Health) func(context.Context) error {
 	if n.url == "" {
 		return run
 	}
 	return func(ctx context.Context) error {
-		js, closeNC, err := n.connect()
+		up := func(*nats.Conn) { health.SetReady(true, "") }
+		js, closeNC, err := n.connect(nats.ConnectHandler(up), nats.ReconnectHandler(up),
+			nats.DisconnectErrHandler(func(*nats.Conn, error) { health.SetReady(false, "NATS not connected") }))
 		if err != nil {
 			return err
+		}
+		if !js.Conn().IsConnected() {
+			health.SetReady(false, "NATS not connected")
 		}
 		defer closeNC()
 		ctx, cancel := context.WithCancel(ctx)

@@ -10,6 +10,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 type siConfig struct {
@@ -74,7 +75,7 @@ func runSI(args []string) error {
 		return err
 	}
 	ports, _ := parseServices(c.services)
-	return serve("lois-si", &c.base, func(log *slog.Logger, m *roles.Metrics) (func(context.Context) error, error) {
+	return serve("lois-si", &c.base, func(log *slog.Logger, m *roles.Metrics, health *telemetry.Health) (func(context.Context) error, error) {
 		tun, err := roles.OpenTUN(c.tun)
 		if err != nil {
 			return nil, err
@@ -91,6 +92,6 @@ func runSI(args []string) error {
 			wire.Close()
 			return nil, daemon.ConfigError(err)
 		}
-		return c.follow(s.Run, s, log), nil
+		return c.follow(s.Run, s, log, health), nil
 	})
 }
