@@ -176,7 +176,8 @@ func (w *windowChecks) reset() {
 func (b *Broker) WindowChecksPending() int { return b.win.pending() }
 
 // windowCheckFns maps each (publisher, value index) to the pipeline its window checks run in
-// the name of: the first registered faithful pipeline checking with KKRT that reads it.
+// the name of: the first registered faithful pipeline checking with KKRT, whose seed TTL
+// covers its window and schedule, that reads it.
 func (b *Broker) windowCheckFns(set *brokerSet) map[windowKey]*brokerFunction {
 	out := map[windowKey]*brokerFunction{}
 	for _, f := range set.fns {
@@ -187,6 +188,13 @@ func (b *Broker) windowCheckFns(set *brokerSet) map[windowKey]*brokerFunction {
 			continue
 		}
 		if st, _ := f.state(); st != FunctionRegistered {
+			continue
+		}
+		// A window check makes the garbler derive and retain the round's seed when it
+		// arrives, not at the tick: a seed TTL shorter than window + schedule would then
+		// erase early rounds before their tick. Such pipelines are checked at the tick only
+		// (zero: the garbler's default, 26 h).
+		if ttl := f.p.SeedTTL.Duration; ttl != 0 && ttl < f.p.Window.Duration+f.p.Schedule.Duration {
 			continue
 		}
 		for s, pub := range f.slotPub {

@@ -138,3 +138,45 @@ func TestBrokerWindowCheckInconsistentOnArrival(t *testing.T) {
 		t.Errorf("%v slots counted inconsistent, want 1", v)
 	}
 }
+
+// Which pipelines a window check may run in the name of: registered faithful KKRT pipelines
+// whose seed TTL (zero: the garbler's default) covers window + schedule. Hardened and OPRF
+// pipelines, unregistered ones and a seed TTL shorter than the window (the garbler would
+// erase an early round's seed before the tick) are left to the tick.
+func TestWindowCheckFunctions(t *testing.T) {
+	devs := newBTDevices(t, 2)
+	pl := func(name string, mutate func(*contract.Pipeline)) contract.Pipeline {
+		p := btPipeline(name, "sum", devs[:1], devs[1:], 0, time.Hour, time.Hour)
+		mutate(&p)
+		return p
+	}
+	cases := []struct {
+		name   string
+		mutate func(*contract.Pipeline)
+		reg    bool
+		want   bool
+	}{
+		{"kkrt, default seed TTL", func(*contract.Pipeline) {}, true, true},
+		{"seed TTL covers window and schedule", func(p *contract.Pipeline) { p.SeedTTL.Duration = 2 * time.Hour }, true, true},
+		{"seed TTL shorter than window and schedule", func(p *contract.Pipeline) { p.SeedTTL.Duration = 90 * time.Minute }, true, false},
+		{"oprf", func(p *contract.Pipeline) { p.Check = contract.CheckOPRF }, true, false},
+		{"hardened", func(p *contract.Pipeline) { p.Mode = contract.ModeHardened }, true, false},
+		{"not registered", func(*contract.Pipeline) {}, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			set, err := compileBrokerPipelines([]contract.Pipeline{pl("ns/p", c.mutate)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.reg {
+				set.fns[0].status = FunctionRegistered
+			}
+			b := &Broker{opt: BrokerOptions{Check: contract.CheckKKRT}}
+			got := b.windowCheckFns(set)[windowKey{pub: devs[0].id}] != nil
+			if got != c.want {
+				t.Errorf("window-checked %v, want %v", got, c.want)
+			}
+		})
+	}
+}
