@@ -437,6 +437,9 @@ func closedChan() chan struct{} {
 	return ch
 }
 
+// Deployment returns the deployment the cluster runs.
+func (c *Cluster) Deployment() roles.Deployment { return c.cfg.Deployment }
+
 // Delivered returns how many times each payload reached a device.
 func (c *Cluster) Delivered() map[string]int {
 	c.mu.Lock()

@@ -51,7 +51,10 @@ func TestKillWorkersMidRound(t *testing.T) {
 		for _, r := range h.Reports() {
 			lastKill.Store(max(lastKill.Load(), r.T))
 		}
-		target := h.planned.Load() + 3
+		// Long enough for commands submitted after the last kill to be answered: each waits
+		// for its round, the shuffler exchange and the vendors' fixed release (G7).
+		d := h.cluster.Deployment()
+		target := h.planned.Load() + 3 + int64(2*d.ResponseDeadline/d.Round)
 		waitFor(t, 60*time.Second, "rounds after the last kill", func() bool { return h.planned.Load() >= target })
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)

@@ -100,7 +100,9 @@ func TestRoundsExactlyOnce(t *testing.T) {
 		close(stop)
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
-	if err := sim.Check(h.cluster, recs, 50); err != nil {
+	// Two answered commands per user at least (each takes a round, the shuffler exchange and
+	// the vendors' fixed 1 s release; a run answers about 90).
+	if err := sim.Check(h.cluster, recs, 24); err != nil {
 		t.Fatal(err)
 	}
 	if h.aborted.Load() != 0 {
