@@ -12,13 +12,13 @@ import (
 func SmallDeployment(devices []int, commandSize int, round time.Duration) roles.Deployment {
 	n := len(devices)
 	d := roles.Deployment{
-		Params:           mohito.Params{Vendors: n, Q: 1, CommandSize: commandSize, ResponseSize: 128, Suite: mohito.SuiteX25519},
-		Delta:            2,
-		Quantum:          16,
-		OutBatch:         32,
-		Encoders:         2,
-		Round:            round,
-		ShufflerTimeout:  4 * round,
+		Params:          mohito.Params{Vendors: n, Q: 1, CommandSize: commandSize, ResponseSize: 128, Suite: mohito.SuiteX25519},
+		Delta:           2,
+		Quantum:         16,
+		OutBatch:        32,
+		Encoders:        2,
+		Round:           round,
+		ShufflerTimeout: 4 * round,
 		// The vendors release their response tables this long after delivery, whatever the
 		// devices did (G7): every command's latency includes it. Devices answer at a quarter.
 		ResponseDeadline: time.Second,
