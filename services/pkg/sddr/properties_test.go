@@ -172,14 +172,6 @@ func TestLoadHiding(t *testing.T) {
 	}
 }
 
-// countingReader counts bytes drawn.
-type countingReader struct {
-	r *rand.ChaCha8
-	n int
-}
-
-func (c *countingReader) Read(b []byte) (int, error) { c.n += len(b); return c.r.Read(b) }
-
 // T8: padding draws exactly K·(N−|AS|) indices; more than N real elements is an error.
 func TestPaddingDraws(t *testing.T) {
 	r := seeded(8)
