@@ -52,7 +52,7 @@ func usageFlags(t *testing.T, run func([]string) error) map[string]string {
 func TestSecretsOnlyFromFiles(t *testing.T) {
 	secretish := regexp.MustCompile(`pass|secret|token|cred|key|jwt`)
 	// Flags with a secret-like name that hold no secret value: paths, public keys, a type.
-	paths := map[string]bool{"keys": true, "tls-key": true, "key": true, "nats-creds": true, "nats-password-file": true, "vault-jwt-file": true}
+	paths := map[string]bool{"keys": true, "tls-key": true, "key": true, "nats-creds": true, "nats-password-file": true, "vault-jwt-file": true, "vault-token-file": true}
 	public := map[string]bool{"db-public-key": true, "proxy-public-key": true, "key-type": true}
 	nats := map[string]bool{"proxy": true, "mixer": true, "oracle": true, "db-frontend": true, "db-shard": true}
 	for name, run := range map[string]func([]string) error{
