@@ -266,7 +266,7 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 // response phase (finish's own deadlines), plus slack.
 func (c *Coordinator) drainTimeout() time.Duration {
 	d := &c.cfg.Deployment
-	return 2*d.ShufflerTimeout + 4*d.ResponseDeadline + 2*time.Second
+	return d.ShufflerTimeout + d.ResponsePhase() + 2*time.Second
 }
 
 func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
@@ -535,9 +535,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	// Response phase deadline (spec O12): if V* never returns M10 the
 	// round is aborted so users re-send. Commands of such a round may have
 	// reached their devices; a re-send is a new command (new cmd_id).
-	// The vendors release their response tables exactly one response deadline after their
-	// commands went out (G7), so the phase takes that long at least; the rest is slack.
-	deadline := time.Now().Add(c.cfg.Deployment.ShufflerTimeout + 4*c.cfg.Deployment.ResponseDeadline)
+	deadline := time.Now().Add(c.cfg.Deployment.ResponsePhase())
 	for time.Now().Before(deadline) {
 		if st, _ := c.cfg.Store.Status(ctx, t); st == roundstate.StatusDone {
 			c.status.completed(ctx, rep, time.Now())

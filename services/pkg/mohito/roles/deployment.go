@@ -82,6 +82,14 @@ func (d *Deployment) AnswerAfter() time.Duration {
 	return d.ResponseDeadline / 4
 }
 
+// ResponsePhase bounds a round's response phase, from its plan to its release, before the
+// coordinator aborts it (spec O12): the shuffler's exchange, the vendors' fixed release one
+// response deadline after their commands went out (G7), and slack for the encoders, the
+// responder and an encoder handover — three response deadlines, at least 6 s.
+func (d *Deployment) ResponsePhase() time.Duration {
+	return d.ShufflerTimeout + d.ResponseDeadline + max(3*d.ResponseDeadline, 6*time.Second)
+}
+
 // Batches is the number of M4 batches of a list of n entries.
 func (d *Deployment) Batches(n int) int { return (n + d.OutBatch - 1) / d.OutBatch }
 

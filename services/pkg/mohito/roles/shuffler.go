@@ -159,7 +159,7 @@ func (s *ShufflerService) serve(ctx context.Context, lost <-chan struct{}) error
 // coordinator and the response phase.
 func (s *ShufflerService) roundLife() time.Duration {
 	d := &s.cfg.Deployment
-	return d.Round + d.ShufflerTimeout + 4*d.ResponseDeadline
+	return d.Round + d.ResponsePhase()
 }
 
 func (s *ShufflerService) drainTimeout() time.Duration { return s.roundLife() + 2*time.Second }
