@@ -65,6 +65,52 @@ func closed(err error) bool {
 	return errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed)
 }
 
+// receiver is the receiving half of the DI (downloads) and the SI (uploads): datagrams from
+// the wire are recovered under the table's lock (unless plain), counted by result, and the
+// recovered packet is written to the TUN. A replay of a recently consumed id is told apart
+// from an unknown one (rejection).
+type receiver struct {
+	wire  *net.UDPConn
+	tun   io.Writer
+	plain bool
+	ex    uint16
+	table *lockedDVT
+	c     counters
+	seen  *recentIDs
+}
+
+// run reads until the wire is closed (nil) or fails. recover returns the offset of the
+// recovered packet in its buffer.
+func (r receiver) run(recover func([]byte) (int, error)) error {
+	buf := make([]byte, contract.MaxDatagram)
+	for {
+		n, _, err := r.wire.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+		id, _ := lois.ParseID(buf[:n], r.ex)
+		off := 0
+		if !r.plain {
+			r.table.mu.Lock()
+			off, err = recover(buf[:n])
+			r.table.mu.Unlock()
+		}
+		if err != nil {
+			r.c.inc(rejection(err, id, r.seen))
+			continue
+		}
+		r.seen.add(id)
+		if _, err := r.tun.Write(buf[off:n]); err != nil {
+			r.c.inc(contract.ResultIOError)
+			continue
+		}
+		r.c.inc(contract.ResultOK)
+	}
+}
+
 // lockedDVT guards a receiver's table: the packet loop takes entries, the tick collects
 // expired ones (a DVT is not safe for concurrent use).
 type lockedDVT struct {

@@ -197,33 +197,11 @@ func (d *Device) upload() error {
 
 // download recovers the SIs' packets and writes them to the TUN (spec §3.9 DI download).
 func (d *Device) download() error {
-	buf := make([]byte, contract.MaxDatagram)
-	for {
-		n, _, err := d.cfg.Wire.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if closed(err) {
-				return nil
-			}
-			return err
-		}
-		id, _ := lois.ParseID(buf[:n], d.ex)
-		off := 0
-		if !d.cfg.Plain {
-			d.down.mu.Lock()
-			off, _, err = d.core.RecoverDownload(buf[:n], 0)
-			d.down.mu.Unlock()
-		}
-		if err != nil {
-			d.dn.inc(rejection(err, id, &d.seen))
-			continue
-		}
-		d.seen.add(id)
-		if _, err := d.cfg.TUN.Write(buf[off:n]); err != nil {
-			d.dn.inc(contract.ResultIOError)
-			continue
-		}
-		d.dn.inc(contract.ResultOK)
-	}
+	r := receiver{wire: d.cfg.Wire, tun: d.cfg.TUN, plain: d.cfg.Plain, ex: d.ex, table: &d.down, c: d.dn, seen: &d.seen}
+	return r.run(func(p []byte) (int, error) {
+		off, _, err := d.core.RecoverDownload(p, 0)
+		return off, err
+	})
 }
 
 // rejection names the reason of a receiver's error, telling a replay of a recently consumed

@@ -195,33 +195,11 @@ func (s *Server) tick(now time.Time) {
 
 // upload is SI upload (spec §3.9 Step 2b): recover and deliver to the local stack.
 func (s *Server) upload() error {
-	buf := make([]byte, contract.MaxDatagram)
-	for {
-		n, _, err := s.cfg.Wire.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if closed(err) {
-				return nil
-			}
-			return err
-		}
-		id, _ := lois.ParseID(buf[:n], s.ex)
-		off := 0
-		if !s.cfg.Plain {
-			s.up.mu.Lock()
-			off, _, err = s.core.RecoverUpload(buf[:n], 0)
-			s.up.mu.Unlock()
-		}
-		if err != nil {
-			s.upC.inc(rejection(err, id, &s.seen))
-			continue
-		}
-		s.seen.add(id)
-		if _, err := s.cfg.TUN.Write(buf[off:n]); err != nil {
-			s.upC.inc(contract.ResultIOError)
-			continue
-		}
-		s.upC.inc(contract.ResultOK)
-	}
+	r := receiver{wire: s.cfg.Wire, tun: s.cfg.TUN, plain: s.cfg.Plain, ex: s.ex, table: &s.up, c: s.upC, seen: &s.seen}
+	return r.run(func(p []byte) (int, error) {
+		off, _, err := s.core.RecoverUpload(p, 0)
+		return off, err
+	})
 }
 
 // download is SI download (spec §3.9 Step 3): a server's reply is hidden with this
