@@ -272,13 +272,17 @@ func (c *Coordinator) drainTimeout() time.Duration {
 func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 	d := &c.cfg.Deployment
 	now := time.Now()
-	s := c.sched.Next(func(v int) bool {
-		if !c.avail.out(v, now) {
-			return false
+	out := make([]bool, d.Params.Vendors)
+	for v := range out {
+		out[v] = c.avail.out(v, now)
+	}
+	s := c.sched.Next(func(v int) bool { return out[v] })
+	// Counted once per choice and vendor passed by (Next may ask about a vendor twice).
+	for v, o := range out {
+		if o && v != s && d.Weights[v] > 0 {
+			c.cfg.Metrics.ShufflerSkips.WithLabelValues(strconv.Itoa(v)).Inc()
 		}
-		c.cfg.Metrics.ShufflerSkips.WithLabelValues(strconv.Itoa(v)).Inc()
-		return true
-	})
+	}
 	targets, err := mohito.DrawTargets(d.Policy, d.Delta, rand.Reader)
 	if err != nil {
 		return nil, err
