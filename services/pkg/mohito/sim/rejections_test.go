@@ -3,7 +3,6 @@ package sim_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"testing"
@@ -70,7 +69,7 @@ func TestRejectionsCountedByReason(t *testing.T) {
 	expect("malformed", b, codes.InvalidArgument, err)
 
 	// Gateway: a round that is closed (its predecessor).
-	fresh := func(u int, round uint64, dev *mohito.DeviceCredentials) []byte {
+	fresh := func(round uint64, dev *mohito.DeviceCredentials) []byte {
 		old := *ri
 		old.T = round
 		m1, _, err := mohito.IssueCommand(&old, dev, 1, []byte("x"), time.Now(), rand.Reader)
@@ -80,7 +79,7 @@ func TestRejectionsCountedByReason(t *testing.T) {
 		return m1
 	}
 	b = rejected("round_closed")
-	_, _, err = c.Users[0].GW.Submit(ctx, fresh(0, ri.T-1, &c.Creds[0][0]))
+	_, _, err = c.Users[0].GW.Submit(ctx, fresh(ri.T-1, &c.Creds[0][0]))
 	expect("round_closed", b, codes.FailedPrecondition, err)
 
 	// Gateway: q + 1 submissions by one user in one round (q = 1), and a
@@ -93,12 +92,12 @@ func TestRejectionsCountedByReason(t *testing.T) {
 			return err
 		}
 		ri = cur
-		first = fresh(1, cur.T, &c.Creds[0][1])
+		first = fresh(cur.T, &c.Creds[0][1])
 		_, _, err = c.Users[1].GW.Submit(ctx, first)
 		return err
 	})
 	bq, bd := rejected("quota"), rejected("duplicate_envelope")
-	_, _, errQ := c.Users[1].GW.Submit(ctx, fresh(1, cur.T, &c.Creds[1][1]))
+	_, _, errQ := c.Users[1].GW.Submit(ctx, fresh(cur.T, &c.Creds[1][1]))
 	_, _, errD := c.Users[2].GW.Submit(ctx, first)
 	if status.Code(errQ) == codes.FailedPrecondition || status.Code(errD) == codes.FailedPrecondition {
 		t.Skipf("round %d closed between submissions (loaded machine): %v / %v", cur.T, errQ, errD)
@@ -115,8 +114,7 @@ func TestRejectionsCountedByReason(t *testing.T) {
 		}
 		m1 := make([]byte, p.SubmissionSize())
 		rand.Read(m1)
-		copy(m1, fresh(2, cur.T, &c.Creds[0][0])[:10]) // the clear header of round cur.T
-		binary.BigEndian.PutUint64(m1[2:], cur.T)
+		copy(m1, fresh(cur.T, &c.Creds[0][0])[:10]) // the clear header of round cur.T
 		_, _, err = c.Users[2].GW.Submit(ctx, m1)
 		return err
 	})
