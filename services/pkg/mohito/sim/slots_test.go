@@ -39,16 +39,13 @@ func TestUserSlotsInOneRound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("a round after %d", ri.T), func() error {
 			next, err := c.Users[0].GW.RoundInfo(ctx)
-			if err != nil {
-				t.Fatal(err)
+			if err == nil && next.T <= ri.T {
+				err = fmt.Errorf("round %d still open", next.T)
 			}
-			if next.T > ri.T {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err
+		})
 		var wg sync.WaitGroup
 		res := make([]*client.Result, 2)
 		errs := make([]error, 2)
