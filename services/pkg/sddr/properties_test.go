@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,51 +247,64 @@ func TestSaltDependence(t *testing.T) {
 // controller-only path) never sees an address with two keys or a key with two addresses.
 func TestRotationAtomic(t *testing.T) {
 	d := newDevice(t, 4)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	seen := make(chan *Advert, 1<<16)
+	must(t, d.StartEpoch(t0))
+	var (
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+		epochs atomic.Int64 // distinct keys the observer has seen
+		mixed  atomic.Value // the first inconsistency the observer saw
+	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		byAddr, byPK := map[Address][32]byte{}, map[[32]byte]Address{}
 		for {
 			select {
 			case <-stop:
 				return
 			default:
-				if len(seen) < cap(seen) {
-					seen <- d.Advert()
-				}
 			}
+			a := d.Advert()
+			var pk [32]byte
+			copy(pk[:], a.Frame[4:36])
+			if p, ok := byAddr[a.Addr]; ok && p != pk {
+				mixed.CompareAndSwap(nil, "one address served with two keys")
+			}
+			if ad, ok := byPK[pk]; ok && ad != a.Addr {
+				mixed.CompareAndSwap(nil, "one key served under two addresses")
+			}
+			byAddr[a.Addr], byPK[pk] = pk, a.Addr
+			epochs.Store(int64(len(byPK)))
 		}
 	}()
-	now := t0
-	for i := range 400 {
+	// Rotations run while the observer reads; after each one the driver waits (bounded) until
+	// the observer has read the new epoch, so every rotation races with reads however the
+	// scheduler interleaves the two goroutines.
+	now, started := t0, int64(1)
+	for i := range 300 {
 		now = now.Add(time.Minute)
 		if i%3 == 0 {
 			must(t, d.StartEpoch(now))
+			started++
+			for deadline := time.Now().Add(time.Minute); epochs.Load() < started; {
+				if time.Now().After(deadline) {
+					close(stop)
+					wg.Wait()
+					t.Fatalf("the observer saw %d of %d epochs", epochs.Load(), started)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
 		} else {
 			must(t, d.NextBeacon(now))
 		}
 	}
 	close(stop)
 	wg.Wait()
-	close(seen)
-	byAddr, byPK := map[Address][32]byte{}, map[[32]byte]Address{}
-	n := 0
-	for a := range seen {
-		n++
-		var pk [32]byte
-		copy(pk[:], a.Frame[4:36])
-		if p, ok := byAddr[a.Addr]; ok && p != pk {
-			t.Fatal("one address served with two keys")
-		}
-		if ad, ok := byPK[pk]; ok && ad != a.Addr {
-			t.Fatal("one key served under two addresses")
-		}
-		byAddr[a.Addr], byPK[pk] = pk, a.Addr
+	if m := mixed.Load(); m != nil {
+		t.Fatal(m)
 	}
-	if len(byPK) < 2 {
-		t.Fatalf("observer saw %d epochs in %d adverts", len(byPK), n)
+	if got := epochs.Load(); got != started {
+		t.Fatalf("the observer saw %d epochs, %d were started", got, started)
 	}
 }
 
