@@ -280,6 +280,13 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 		t.Errorf("status vendors/shufflers/capacity = %d/%d/%d, want 2/2/360",
 			rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity)
 	}
+	// The response timing every round has (G7, issue item 10): the deadline is one period and
+	// devices answer at a quarter of it.
+	if rd.Status.ResponseDeadline == nil || rd.Status.ResponseDeadline.Duration != rd.Spec.Period.Duration ||
+		rd.Status.DeviceAnswerAfter == nil || rd.Status.DeviceAnswerAfter.Duration != rd.Spec.Period.Duration/4 {
+		t.Errorf("status responseDeadline/deviceAnswerAfter = %v/%v, want %v/%v",
+			rd.Status.ResponseDeadline, rd.Status.DeviceAnswerAfter, rd.Spec.Period.Duration, rd.Spec.Period.Duration/4)
+	}
 
 	// Raising δ makes the same capacities insufficient: C_v could exceed K_v.
 	rd.Spec.Delta = 150

@@ -24,6 +24,7 @@ import (
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // Reasons a Round reports.
@@ -104,14 +105,13 @@ func (r *RoundReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 
 func (r *RoundReconciler) evaluate(ctx context.Context, rd *mohitov1.Round) (outcome, []mohitov1.Vendor, error) {
 	rd.Status.Vendors, rd.Status.Shufflers, rd.Status.PaddedCapacity = 0, 0, 0
+	rd.Status.ResponseDeadline = &metav1.Duration{Duration: mohito.ResponseDeadline(rd)}
+	rd.Status.DeviceAnswerAfter = &metav1.Duration{Duration: contract.DefaultDeviceAnswerAfter(mohito.ResponseDeadline(rd))}
 
 	switch {
 	case rd.Spec.Mode == mohitov1.ProtocolPaperLiteral:
 		return *degraded(ReasonUnsupportedByServices,
 			"mode PaperLiteral exists in the protocol library for benchmarks only; the services run Hardened rounds"), nil, nil
-	case rd.Spec.AsyncWindow > 0:
-		return *degraded(ReasonUnsupportedByServices,
-			"asyncWindow %d: asynchronous responses exist in the protocol library but the services do not run them yet; use 0", rd.Spec.AsyncWindow), nil, nil
 	}
 	vendors, o, err := r.selectedVendors(ctx, rd)
 	if err != nil || o != nil {

@@ -90,13 +90,6 @@ type RoundSpec struct {
 	// +kubebuilder:default={}
 	Encoders Encoders `json:"encoders,omitempty"`
 
-	// AsyncWindow is W, the number of rounds a device may answer late (spec App. A, O15);
-	// 0 disables asynchronous responses.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=16
-	AsyncWindow int32 `json:"asyncWindow,omitempty"`
-
 	// Rounds limits the series to this many rounds; unset runs until deleted.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
@@ -276,6 +269,18 @@ type RoundStatus struct {
 	// +optional
 	AbortedRounds int64 `json:"abortedRounds,omitempty"`
 
+	// ResponseDeadline is when every vendor releases its response table after its commands went
+	// to its devices (spec O12, G7: a fixed offset, never "all answered"); the services set it to
+	// one period, so every round lasts at least the shuffler exchange plus this. A device that
+	// answers later is dropped for that round (mohito_dropped_total{reason="device_response_late"}).
+	// +optional
+	ResponseDeadline *metav1.Duration `json:"responseDeadline,omitempty"`
+
+	// DeviceAnswerAfter is when devices answer after a delivery, whatever they executed (G7):
+	// a quarter of the response deadline. Commands must execute within it.
+	// +optional
+	DeviceAnswerAfter *metav1.Duration `json:"deviceAnswerAfter,omitempty"`
+
 	// LastRoundSeconds is the duration of the last completed round.
 	// +optional
 	LastRoundSeconds *resource.Quantity `json:"lastRoundSeconds,omitempty"`
@@ -328,6 +333,7 @@ type RoundStatus struct {
 // +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
 // +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerReplicas`
+// +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.responseDeadline`,priority=1
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.completedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Aborted",type=integer,JSONPath=`.status.abortedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -203,6 +203,16 @@ func (in *RoundStatus) DeepCopyInto(out *RoundStatus) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.ResponseDeadline != nil {
+		in, out := &in.ResponseDeadline, &out.ResponseDeadline
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.DeviceAnswerAfter != nil {
+		in, out := &in.DeviceAnswerAfter, &out.DeviceAnswerAfter
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.LastRoundSeconds != nil {
 		in, out := &in.LastRoundSeconds, &out.LastRoundSeconds
 		x := (*in).DeepCopy()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,8 +41,7 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor, weights map[strin
 		ResponseSize:     int(rd.Spec.ResponseSize),
 		Period:           rd.Spec.Period.Duration.String(),
 		ShufflerTimeout:  rd.Spec.ShufflerPolicy.ResponseTimeout.Duration.String(),
-		ResponseDeadline: rd.Spec.Period.Duration.String(), // spec O12: one period after S_v
-		AsyncWindow:      int(rd.Spec.AsyncWindow),
+		ResponseDeadline: ResponseDeadline(rd).String(),
 		Encoders:         int(rd.Spec.Encoders.Partitions),
 		OutBatch:         OutBatch,
 		ResponseQuantum:  ResponseQuantum,
@@ -65,6 +65,9 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor, weights map[strin
 	}
 	return doc, nil
 }
+
+// ResponseDeadline is the Round's response deadline: one period after S_v went out (spec O12).
+func ResponseDeadline(rd *mohitov1.Round) time.Duration { return rd.Spec.Period.Duration }
 
 // DeploymentConfigMap is the ConfigMap holding the deployment JSON, and the hash of its
 // contents that pod templates carry so a parameter change rolls the pods.

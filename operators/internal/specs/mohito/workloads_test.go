@@ -30,7 +30,7 @@ func samples(t *testing.T) (*mohitov1.Round, *mohitov1.Vendor, *mohitov1.Shuffle
 		o.SetNamespace("home")
 	}
 	// Schema defaults the samples leave out.
-	rd.Spec.Mode, rd.Spec.Suite, rd.Spec.AsyncWindow = mohitov1.ProtocolHardened, "X25519", 0
+	rd.Spec.Mode, rd.Spec.Suite = mohitov1.ProtocolHardened, "X25519"
 	rd.Spec.Gateway.Replicas = 2
 	return rd, v, s
 }

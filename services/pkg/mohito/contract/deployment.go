@@ -31,6 +31,12 @@ type DeploymentFile struct {
 	Vendors           []DeploymentVendor `json:"vendors"`
 }
 
+// DefaultDeviceAnswerAfter is the devices' answer offset when DeviceAnswerAfter is empty: a
+// quarter of the response deadline (the rest is the devices' transit slack).
+func DefaultDeviceAnswerAfter(responseDeadline time.Duration) time.Duration {
+	return responseDeadline / 4
+}
+
 // DeploymentVendor is one vendor of a DeploymentFile.
 type DeploymentVendor struct {
 	Index                 int    `json:"index"`

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/records"
 )
 
@@ -79,7 +80,7 @@ func (d *Deployment) AnswerAfter() time.Duration {
 	if d.DeviceAnswerAfter > 0 {
 		return d.DeviceAnswerAfter
 	}
-	return d.ResponseDeadline / 4
+	return contract.DefaultDeviceAnswerAfter(d.ResponseDeadline)
 }
 
 // ResponsePhase bounds a round's response phase, from its plan to its release, before the
