@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
@@ -66,14 +65,6 @@ func TestAggregationJobTrustDomains(t *testing.T) {
 	waitRollingOut(t, job, conds)
 	markAvailable(t, proxyNS)
 	markAvailable(t, dbNS)
-	waitReady(t, job, conds, metav1.ConditionTrue, common.ReasonReconciled)
-
-	// Streaming mixing is refused, not run as Window (issue 15 #11).
-	job.Spec.Mixing = pdav1.Mixing{Mode: "Streaming", MinParticipants: 10, FlushItems: ptr.To[int32](1000)}
-	update(t, job)
-	waitReadyMessage(t, job, conds, ReasonUnsupportedByServices, "mixing.mode Streaming")
-	job.Spec.Mixing = pdav1.Mixing{Mode: "Window"}
-	update(t, job)
 	waitReady(t, job, conds, metav1.ConditionTrue, common.ReasonReconciled)
 
 	// One party under two names would count twice towards τ.

@@ -45,11 +45,6 @@ const (
 // front-ends and shards, keeps the ring in step with spec.shards, and reports whether the
 // workloads have caught up.
 func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav1.AggregationJob, start, end metav1.Time) (outcome, error) {
-	if job.Spec.Mixing.Mode == "Streaming" {
-		// Refused, never run as Window: the services' mixer shuffles whole windows only.
-		return *degraded(ReasonUnsupportedByServices,
-			"mixing.mode Streaming (spec §4.4: flush every flushItems items from at least minParticipants participants) is not served by the PDA services; use Window, which shuffles each whole window as one permutation"), nil
-	}
 	for _, d := range []struct {
 		role string
 		td   pdav1.TrustDomain

@@ -153,34 +153,15 @@ type Window struct {
 }
 
 // Mixing is the proxy's flush policy.
-//
-// +kubebuilder:validation:XValidation:rule="(has(self.mode) && self.mode == 'Streaming') || (!has(self.flushItems) && !has(self.maxWait) && !has(self.minParticipants))",message="mixing.minParticipants, mixing.flushItems and mixing.maxWait apply only to Streaming mode"
 type Mixing struct {
-	// Mode: Window shuffles all of a window's items as one permutation (no co-membership leak);
-	// Streaming flushes every flushItems items from at least minParticipants participants. The
-	// services serve Window only: a job in Streaming mode is refused (Ready=False,
-	// UnsupportedByServices) rather than run as Window.
+	// Mode: Window shuffles all of a window's items as one permutation, so no batch reveals which
+	// items arrived together (spec U10's default). The spec's Streaming mode (flush every Q items
+	// from at least K_min participants, the paper's prototype) leaks batch co-membership and is
+	// not served by the services, so the API does not offer it.
 	// +optional
 	// +kubebuilder:default=Window
-	// +kubebuilder:validation:Enum=Window;Streaming
+	// +kubebuilder:validation:Enum=Window
 	Mode string `json:"mode,omitempty"`
-
-	// MinParticipants is K_min, the fewest distinct participants in one flush (Streaming mode;
-	// spec default 10).
-	// +optional
-	// +kubebuilder:validation:Minimum=2
-	MinParticipants int32 `json:"minParticipants,omitempty"`
-
-	// FlushItems is Q, the batch size that triggers a flush in Streaming mode.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	FlushItems *int32 `json:"flushItems,omitempty"`
-
-	// MaxWait flushes early in Streaming mode (only with at least minParticipants).
-	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
 }
 
 // Participant is one party allowed to submit.
