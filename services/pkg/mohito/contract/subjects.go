@@ -20,6 +20,10 @@ const (
 	// BucketOKVSClaims records which encoder encodes a command table (spec §4.5 stage C),
 	// so overlapping partitions never encode one twice.
 	BucketOKVSClaims = "MOHITO_OKVS_CLAIMS"
+	// BucketEncoderLeases holds one lease per encoder partition: the replicas of a partition
+	// share its durable consumers, so only the lease holder consumes (a round's records split
+	// between two replicas would leave each without a whole table until the ack wait).
+	BucketEncoderLeases = "MOHITO_ENCODER_LEASES"
 
 	// ConsumerDecryptWorkers is the decrypt workers' durable pull consumer on
 	// StreamIntegratorIn; the operator scales on its NumPending/NumAckPending.

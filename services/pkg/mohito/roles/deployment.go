@@ -86,8 +86,9 @@ func (d *Deployment) AnswerAfter() time.Duration {
 // ResponsePhase bounds a round's response phase, from its plan to its release, before the
 // coordinator aborts it (spec O12): the shuffler's exchange, the vendors' fixed release one
 // response deadline after their commands went out (G7), and slack for the encoders, the
-// responder and an encoder handover (its successor may wait for redeliveries and a claim of
-// up to claimTTL) — three response deadlines, at least 10 s.
+// responder and an encoder handover (after a crash its successor waits for the partition's
+// lease, EncoderLeaseTTL, and for the redelivery of what the dead one held) — three response
+// deadlines, at least 10 s.
 func (d *Deployment) ResponsePhase() time.Duration {
 	return d.ShufflerTimeout + d.ResponseDeadline + max(3*d.ResponseDeadline, 10*time.Second)
 }

@@ -76,10 +76,27 @@ func (e *Encoder) Run(ctx context.Context) error {
 		rfilters = append(rfilters, fmt.Sprintf("%s.r.*.%s", contract.IntegratorInbox(v), contract.KindRespTable))
 	}
 	name := contract.EncoderConsumer(e.cfg.Partition, e.cfg.Deployment.Encoders)
-	return natsx.ConsumeAll(ctx, e.cfg.JS, e.cfg.Log,
-		natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, Handler: e.handleResponseTable},
-		natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, Handler: e.handleRecord})
+	// One replica of a partition consumes at a time: a table needs every batch of its vendor's
+	// round, and a durable consumer shared by two replicas splits them. A stopped leader releases
+	// what it held and the lease, so the standby takes over at once (within EncoderLeaseTTL after
+	// a crash).
+	lease, err := natsx.NewLease(ctx, e.cfg.JS, contract.BucketEncoderLeases, name, e.id, EncoderLeaseTTL, e.cfg.Log)
+	if err != nil {
+		return fmt.Errorf("encoder lease: %w", err)
+	}
+	lease.Lead(ctx, func(ctx context.Context, _ <-chan struct{}) error {
+		e.mu.Lock()
+		e.rounds = map[uint64]*encRound{} // what an earlier leadership held was released
+		e.mu.Unlock()
+		return natsx.ConsumeAll(ctx, e.cfg.JS, e.cfg.Log,
+			natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, Handler: e.handleResponseTable},
+			natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, Handler: e.handleRecord})
+	}, nil)
+	return nil
 }
+
+// EncoderLeaseTTL is the lease of an encoder partition's active replica.
+const EncoderLeaseTTL = 3 * time.Second
 
 const staleAfter = 2 * time.Minute
 
@@ -216,7 +233,17 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 			return fmt.Errorf("claim table: %w", err)
 		}
 		stop := e.holdClaim(ctx, name, rev)
-		defer stop()
+		durable := false
+		defer func() {
+			last := stop()
+			if !durable {
+				// Not encoded (stopped, or a store failed): release the claim so the
+				// next owner encodes at once instead of after claimTTL and an ack wait.
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				_ = e.claims.Delete(dctx, name, jetstream.LastRevision(last))
+				cancel()
+			}
+		}()
 		start := time.Now()
 		// The vendor's batches in shuffled-position order (a map's order is random): which
 		// of two commands with one z is kept (O6) is then the same at every encoder and on
@@ -249,6 +276,9 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 		if _, err := e.objects.PutBytes(ctx, name, m5); err != nil {
 			return fmt.Errorf("store table: %w", err)
 		}
+		// Durable: a later owner reuses it. The claim stays until claimTTL, so an overlapping
+		// partition that looked before the put cannot encode a second table.
+		durable = true
 	}
 	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.ToVendor(v, t, contract.KindTable), "okvs-"+name, m5); err != nil {
 		return err
@@ -256,8 +286,9 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 	return nil
 }
 
-// holdClaim renews the claim on table name until the returned stop is called.
-func (e *Encoder) holdClaim(ctx context.Context, name string, rev uint64) (stop func()) {
+// holdClaim renews the claim on table name until the returned stop is called; stop returns the
+// claim's last revision.
+func (e *Encoder) holdClaim(ctx context.Context, name string, rev uint64) (stop func() uint64) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -277,7 +308,7 @@ func (e *Encoder) holdClaim(ctx context.Context, name string, rev uint64) (stop 
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() uint64 { cancel(); <-done; return rev }
 }
 
 // handleResponseTable decodes S_v^resp at the stored slots (R3 with G1) and
