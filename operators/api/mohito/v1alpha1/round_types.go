@@ -118,13 +118,9 @@ type RoundCapacity struct {
 	// +kubebuilder:validation:Enum=Random;Fixed
 	Draw CapacityDraw `json:"draw,omitempty"`
 
-	// SizeClassGrowthPercent is the step between public OKVS size classes used when a round
-	// overflows K_v (G3b).
-	// +optional
-	// +kubebuilder:default=25
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100
-	SizeClassGrowthPercent int32 `json:"sizeClassGrowthPercent,omitempty"`
+	// A round whose vendor list overflows K_v (a burst beyond the padding) uses the next public
+	// size class, 2K_v, then 4K_v, … (G3b, mohito.CommandCapacity); the classes are fixed by
+	// K_v, so there is no knob for them.
 }
 
 // CapacityDraw says how C_v is drawn.
