@@ -460,7 +460,7 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 		co.Common.bind(f)
 		redis(&co.RedisAddr)
 		key(&co.Key, "sk_I (the coordinator publishes pk_I)")
-		f.Int(&co.MaxRounds, "max-rounds", 0, "stop opening rounds after this many (0: forever)")
+		f.Int(&co.MaxRounds, "max-rounds", 0, "stop once the series has opened this many rounds, counted in the status bucket over every coordinator (0: forever)")
 		f.String(&co.ReplicaID, "replica-id", "", "leader-lease identity (default $POD_NAME or hostname-pid)")
 		cfg = &co
 	case contract.RoleDecryptWorker:

@@ -33,4 +33,5 @@ const (
 	EnvPartition   = "OBSCURA_PARTITION"
 	EnvTokensFile  = "OBSCURA_TOKENS_FILE"
 	EnvDevicesFile = "OBSCURA_DEVICES_FILE"
+	EnvMaxRounds   = "OBSCURA_MAX_ROUNDS"
 )

@@ -152,6 +152,10 @@ func (p pod) forRound(rd *mohitov1.Round, role, configHash string) pod {
 // It holds sk_I: it announces pk_I to the vendors and takes part in the G2 share check.
 func Coordinator(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deployment {
 	p := pod{key: &rd.Spec.Keys, Pod: specs.Pod{Redis: pl.IntegratorRedis, CPU: "100m", Memory: "128Mi"}}.forRound(rd, contract.RoleCoordinator, configHash)
+	if n := rd.Spec.Rounds; n != nil {
+		// spec.rounds: the coordinator stops once the series has opened this many rounds.
+		p.Env = append(p.Env, corev1.EnvVar{Name: EnvMaxRounds, Value: strconv.FormatInt(*n, 10)})
+	}
 	return deployment(rd.Name+"-"+contract.RoleCoordinator, rd.Namespace, 1, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 

@@ -290,3 +290,25 @@ func TestKeyEpochsMountTheSecretWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundsLimitReachesTheCoordinator: spec.rounds is the coordinator's max-rounds (the series
+// stops opening rounds after that many), and without it the coordinator runs until deleted.
+func TestRoundsLimitReachesTheCoordinator(t *testing.T) {
+	rd, _, _ := samples(t)
+	envOf := func() map[string]string {
+		env := map[string]string{}
+		for _, e := range Coordinator(rd, platform, "h").Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		return env
+	}
+	rd.Spec.Rounds = nil
+	if v, ok := envOf()[EnvMaxRounds]; ok {
+		t.Fatalf("no spec.rounds, but the coordinator gets %s=%s", EnvMaxRounds, v)
+	}
+	n := int64(12)
+	rd.Spec.Rounds = &n
+	if v := envOf()[EnvMaxRounds]; v != "12" {
+		t.Fatalf("spec.rounds 12: the coordinator gets %s=%q", EnvMaxRounds, v)
+	}
+}

@@ -17,6 +17,7 @@ func StatusShufflerKey(v int) string       { return "shuffler." + strconv.Itoa(v
 // SeriesStatus is the value of series.<series>.
 type SeriesStatus struct {
 	CurrentRound      uint64  `json:"currentRound"`
+	OpenedRounds      int64   `json:"openedRounds"` // rounds the series opened, over every coordinator
 	CompletedRounds   int64   `json:"completedRounds"`
 	AbortedRounds     int64   `json:"abortedRounds"`
 	LastRoundSeconds  float64 `json:"lastRoundSeconds"`

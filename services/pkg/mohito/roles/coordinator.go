@@ -28,7 +28,7 @@ type CoordinatorConfig struct {
 	VendorKeys *KeyDirectory   // pk_V by vendor and epoch (key directory); the highest is in force
 	ID         string          // replica id for the leader lease
 	LeaseTTL   time.Duration   // leader lease (default 3 s)
-	MaxRounds  int             // stop opening after this many rounds (0: run forever)
+	MaxRounds  int             // stop once the series has opened this many rounds (0: run forever)
 	Log        *slog.Logger
 	Metrics    *Metrics
 	OnRound    func(RoundReport) // called when a round is planned or aborted
@@ -56,7 +56,6 @@ type Coordinator struct {
 	lease  *natsx.Lease
 	mu     sync.Mutex
 	active map[uint64]*coordRound
-	opened int
 	status *statusBook
 
 	announced   uint32 // integrator epoch last announced to the vendors
@@ -135,12 +134,18 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 	}()
 	// lead and this check run in turn on this goroutine: opened needs no lock.
-	c.lease.Lead(ctx, c.lead, func() bool { return c.cfg.MaxRounds == 0 || c.opened < c.cfg.MaxRounds })
+	c.lease.Lead(ctx, c.lead, func() bool { return !c.seriesDone() })
 	return nil
 }
 
 // allocate returns a fresh round id by compare-and-set: ids are never reused
 // across restarts or leaders (spec O2).
+// seriesDone: the series has opened MaxRounds rounds (counted in the status bucket, so over
+// every leader and restart).
+func (c *Coordinator) seriesDone() bool {
+	return c.cfg.MaxRounds > 0 && c.status.openedRounds() >= int64(c.cfg.MaxRounds)
+}
+
 func (c *Coordinator) allocate(ctx context.Context) (uint64, error) {
 	for ctx.Err() == nil {
 		e, err := c.ids.Get(ctx, "last")
@@ -237,7 +242,8 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer closePrev()
 	next := time.Now()
 	for ctx.Err() == nil {
-		if c.cfg.MaxRounds > 0 && c.opened >= c.cfg.MaxRounds {
+		if c.seriesDone() {
+			c.cfg.Log.Info("series complete: opening no more rounds", "max_rounds", c.cfg.MaxRounds)
 			return nil
 		}
 		t, err := c.allocate(ctx)
@@ -250,7 +256,6 @@ func (c *Coordinator) lead(ctx context.Context, lost <-chan struct{}) error {
 		}
 		closePrev()
 		prev = r
-		c.opened++
 		next = next.Add(c.cfg.Deployment.Round)
 		if !clock.Sleep(ctx, time.Until(next)) {
 			break

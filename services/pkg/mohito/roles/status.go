@@ -92,9 +92,18 @@ func (b *statusBook) opened(ctx context.Context, t uint64, shuffler int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.s.CurrentRound = max(b.s.CurrentRound, t)
+	b.s.OpenedRounds++
 	b.vendors[shuffler].ShufflerDuty++
 	b.shufflers[shuffler].LastRound, b.shufflers[shuffler].LastResult = t, contract.ShuffleOpen
 	b.writeLocked(ctx, shuffler)
+}
+
+// openedRounds is how many rounds the series has opened, restored at start: MaxRounds counts
+// it, so a restarted or new leader does not run the series' rounds again.
+func (b *statusBook) openedRounds() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.s.OpenedRounds
 }
 
 func (b *statusBook) aborted(ctx context.Context, t uint64, shuffler int) {
