@@ -6,7 +6,9 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 )
 
-func init() { register("simulate", runSimulate, "one shard of an encounter simulation (result: one JSON object)") }
+func init() {
+	register("simulate", runSimulate, "one shard of an encounter simulation (result: one JSON object)")
+}
 
 // runSimulate is `sddr simulate`.
 func runSimulate(args []string) error {
