@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/internal/controller"
+	"github.com/obscura-iot/obscura/operators/internal/loisstatus"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
@@ -44,6 +45,9 @@ type Config struct {
 	PDA             PDAConfig
 	// PPSImage runs both PPS parties; with --nats-url the operator runs SecurePipelines.
 	PPSImage string
+	// LOISImage runs the LOIS cloud interfaces; with --nats-url the operator runs
+	// HeaderGateways' workloads.
+	LOISImage string
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -171,6 +175,7 @@ func main() {
 	flag.StringVar(&cfg.Mohito.Image, "mohito-image", envOr("OBSCURA_MOHITO_IMAGE", ""), "image running every Mohito role (env OBSCURA_MOHITO_IMAGE)")
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
 	flag.StringVar(&cfg.PDA.Image, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
+	flag.StringVar(&cfg.LOISImage, "lois-image", envOr("OBSCURA_LOIS_IMAGE", ""), "image running the LOIS cloud interfaces (lois ci); with --nats-url the operator runs HeaderGateways' workloads (env OBSCURA_LOIS_IMAGE)")
 	flag.StringVar(&cfg.PPSImage, "pps-image", envOr("OBSCURA_PPS_IMAGE", ""), "image running both PPS parties (pps broker, pps garbler); with --nats-url the operator runs SecurePipelines' workloads (env OBSCURA_PPS_IMAGE)")
 	flag.StringVar(&cfg.PDA.ProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
 	flag.StringVar(&cfg.PDA.ProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
@@ -250,7 +255,8 @@ func run(cfg Config) error {
 		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},
 		PDA:     controller.PDAOptions{Image: cfg.PDA.Image, Services: pdaServices},
 		// The broker's figures are scraped from its pods' metrics, which needs no credentials.
-		PPS: controller.PPSOptions{Image: cfg.PPSImage, Services: ppsstatus.Metrics{}},
+		PPS:  controller.PPSOptions{Image: cfg.PPSImage, Services: ppsstatus.Metrics{}},
+		LOIS: controller.LOISOptions{Image: cfg.LOISImage, Services: loisstatus.Metrics{}},
 		NATSAccounts: controller.NATSAccountsOptions{Secret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
 			OperatorUsers: operatorUsers, Owner: cfg.NATSAccountsOwner},
 	}); err != nil {

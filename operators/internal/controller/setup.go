@@ -6,10 +6,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/operators/internal/loisstatus"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/lois"
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pps"
@@ -24,6 +26,7 @@ type Options struct {
 	Mohito  MohitoOptions
 	PDA     PDAOptions
 	PPS     PPSOptions
+	LOIS    LOISOptions
 	// NATSAccounts renders the NATS server's accounts; its zero value renders none.
 	NATSAccounts NATSAccountsOptions
 }
@@ -58,6 +61,15 @@ type PPSOptions struct {
 	Services ppsstatus.Source
 	// MetricsPort is where the broker pods serve /metrics (0: the shared MetricsPort).
 	MetricsPort int
+}
+
+// LOISOptions configures the HeaderGateway reconciler.
+type LOISOptions struct {
+	// Image runs the LOIS cloud interfaces (`lois ci`); without it (or without
+	// Runtime.NATSURL) gateways are only validated.
+	Image string
+	// Services reads what the cloud interfaces report; nil leaves the figures empty.
+	Services loisstatus.Source
 }
 
 // NATSAccountsOptions: when Secret is named, the server's accounts are rendered there, with
@@ -100,6 +112,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 			Platform: opts.pdaPlatform(), Services: opts.PDA.Services}).SetupWithManager},
 		{"securepipeline", (&SecurePipelineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("securepipeline-controller"),
 			Platform: opts.ppsPlatform(), Services: opts.PPS.Services, MetricsPort: opts.PPS.MetricsPort}).SetupWithManager},
+		{"headergateway", (&HeaderGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("headergateway-controller"),
+			Platform: lois.Platform{Image: opts.LOIS.Image, Runtime: opts.Runtime}, Services: opts.LOIS.Services}).SetupWithManager},
 	}
 	if a := opts.NATSAccounts; a.Secret.Name != "" {
 		reconcilers = append(reconcilers, struct {

@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
+	"github.com/obscura-iot/obscura/operators/internal/loisstatus"
 	"github.com/obscura-iot/obscura/operators/internal/mohitostatus"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/ppsstatus"
@@ -124,6 +125,7 @@ func runSuite(m *testing.M) int {
 		Mohito:       MohitoOptions{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379", Services: services},
 		PDA:          PDAOptions{Image: "obscura/pda:test", Services: pdaServices},
 		PPS:          PPSOptions{Image: "obscura/pps:test", Services: ppsstatus.Metrics{}, MetricsPort: brokerMetrics.Port()},
+		LOIS:         LOISOptions{Image: "obscura/lois:test", Services: loisstatus.Metrics{}},
 		NATSAccounts: NATSAccountsOptions{Secret: testAccountsSecret, OperatorUsers: testOperatorUsers}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -51,6 +51,9 @@ func parseBackends(s string) ([]roles.ServerBackend, error) {
 
 func (c *ciConfig) validate() error {
 	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
+	if err := c.base.applyOrdinal(c.name); err != nil {
+		errs = append(errs, err)
+	}
 	if len(splitList(c.keysFiles)) == 0 && c.url == "" {
 		errs = append(errs, fmt.Errorf("--keys-files or --nats-url is required (the sessions' keys files, or the registrar's session stream)"))
 	}

@@ -33,6 +33,9 @@ type base struct {
 	stpPeriod, stpTick                          time.Duration
 	stpQ                                        float64
 	stpRate                                     int
+	// ordinalPorts: add the StatefulSet ordinal of --replica-name to the wire and metrics
+	// ports (replicas on one host network share its port space).
+	ordinalPorts bool
 }
 
 func (b *base) bind(f *envflag.Set, wirePort int) {
@@ -53,6 +56,32 @@ func (b *base) bind(f *envflag.Set, wirePort int) {
 	f.Int(&b.stpRate, "stp-rate", 2000, "STP rate R in bytes per second inside windows")
 	f.Duration(&b.stpTick, "stp-tick", 10*time.Millisecond, "STP tick Δ")
 	f.String(&b.wireListen, "wire-listen", fmt.Sprintf("0.0.0.0:%d", wirePort), "UDP address of this role on the emulated wire")
+	f.Bool(&b.ordinalPorts, "ordinal-ports", false, "ci, si: add this replica's StatefulSet ordinal (the trailing -<n> of --replica-name) to the ports of --wire-listen and --metrics-addr (replicas sharing a host network)")
+}
+
+// applyOrdinal adds the ordinal at the end of name ("gw-lois-ci-2": 2) to the ports of
+// --wire-listen and --metrics-addr when --ordinal-ports is set.
+func (b *base) applyOrdinal(name string) error {
+	if !b.ordinalPorts {
+		return nil
+	}
+	i := strings.LastIndexByte(name, '-')
+	n, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil || n < 0 || n > 1000 {
+		return fmt.Errorf("--ordinal-ports: --replica-name %q does not end in -<ordinal>", name)
+	}
+	for _, a := range []*string{&b.wireListen, &b.metricsAddr} {
+		host, port, err := net.SplitHostPort(*a)
+		if err != nil {
+			return fmt.Errorf("--ordinal-ports: %q: %v", *a, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p == 0 || p+n > 65535 {
+			return fmt.Errorf("--ordinal-ports: %q needs a fixed port below %d", *a, 65536-n)
+		}
+		*a = net.JoinHostPort(host, strconv.Itoa(p+n))
+	}
+	return nil
 }
 
 func (b *base) validate() []error {

@@ -42,6 +42,9 @@ func parseServices(s string) (map[uint16]uint16, error) {
 
 func (c *siConfig) validate() error {
 	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
+	if err := c.base.applyOrdinal(c.name); err != nil {
+		errs = append(errs, err)
+	}
 	if c.tun == "" || len(c.tun) > 15 {
 		errs = append(errs, fmt.Errorf("--tun %q: want an interface name of 1 to 15 bytes", c.tun))
 	}

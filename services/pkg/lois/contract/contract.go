@@ -32,6 +32,7 @@ const (
 	MetricDVTBytes = "lois_dvt_bytes"
 	MetricGC       = "lois_gc_dropped_total" // entries collected unconsumed (expiry)
 	MetricCover    = "lois_stp_cover_bytes_total"
+	MetricSessions = "lois_sessions_installed" // role: device sessions a CI or SI has installed
 )
 
 // Results of lois_pkts_total.

@@ -62,6 +62,7 @@ func (c *Cloud) InstallSession(k *contract.Keys) error {
 		return err
 	}
 	c.installed[k.Session] = true
+	c.cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(len(c.installed)))
 	return nil
 }
 
@@ -101,6 +102,7 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 		c.core.SetBackends(sid, mg)
 	}
 	c.up = cfg.Metrics.counters("ci", "up")
+	cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(len(c.installed)))
 	cfg.Log.Info("cloud interface installed", "sessions", len(cfg.Keys), "entries", n, "services", len(bySID))
 	return c, nil
 }

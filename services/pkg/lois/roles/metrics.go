@@ -15,6 +15,7 @@ type Metrics struct {
 	DVTBytes *prometheus.GaugeVec   // table
 	GC       prometheus.Counter
 	Cover    *prometheus.CounterVec // role: STP cover bytes sent
+	Sessions *prometheus.GaugeVec   // role: device sessions installed (ci, si)
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered, for tests).
@@ -32,9 +33,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Keystream entries collected unconsumed at expiry."}),
 		Cover: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricCover,
 			Help: "Stochastic traffic padding: cover bytes sent (IP length before hiding)."}, []string{"role"}),
+		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricSessions,
+			Help: "Device sessions whose keystreams this role has installed."}, []string{"role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC, m.Cover)
+		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC, m.Cover, m.Sessions)
 	}
 	return m
 }

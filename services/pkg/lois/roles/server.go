@@ -84,6 +84,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, err
 		}
 	}
+	cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(len(s.installed)))
 	s.upC = cfg.Metrics.counters("si", "up")
 	s.dnC = cfg.Metrics.counters("si", "down")
 	s.clk.set(time.Now())
@@ -108,6 +109,7 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 		return err
 	}
 	s.installed[k.Session] = true
+	s.cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(len(s.installed)))
 	if k.Replica < 0 {
 		return nil
 	}

@@ -1,0 +1,345 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode is how the interfaces treat the header fields LOIS does not hide (spec D-10/D-11).
+// +kubebuilder:validation:Enum=hardened;paper
+type Mode string
+
+const (
+	// ModeHardened normalises IP ID, TTL, TCP timestamps and SACK options and uses MASK 0xFF
+	// (the default).
+	ModeHardened Mode = "hardened"
+	// ModePaper is the paper's behaviour: no normalisation, MASK 0x3F (`lois --paper-mode`).
+	ModePaper Mode = "paper"
+)
+
+// PaddingPolicy says whether the senders pad their traffic (spec §4).
+// +kubebuilder:validation:Enum=off;stp
+type PaddingPolicy string
+
+const (
+	// PaddingOff sends no cover packets.
+	PaddingOff PaddingPolicy = "off"
+	// PaddingSTP is stochastic traffic padding at the SIs' downloads (`lois si --stp`); the
+	// devices pad their uploads with the same parameters (the registrar's settings).
+	PaddingSTP PaddingPolicy = "stp"
+)
+
+// HeaderGatewaySpec is one LOIS cloud: devices hide their packets' headers with one-time
+// keystreams and send them to CloudAddress:UnifiedPort; the cloud interfaces look the
+// keystream up, pick a service's server and forward; the server interfaces recover the
+// headers for the servers and hide their replies (shared/specs/lois.md §2, §3.9).
+//
+// +kubebuilder:validation:XValidation:rule="self.services.all(s, s.port != self.unifiedPort)",message="a service's port (its SID) must differ from the unified port: devices would not tell them apart"
+// +kubebuilder:validation:XValidation:rule="duration(self.keystreams.lifetime) > duration(self.keystreams.safetyMargin) + duration(self.keystreams.grace)",message="keystreams.lifetime must exceed safetyMargin + grace (spec §3.12)"
+type HeaderGatewaySpec struct {
+	// CloudAddress is the cloud address CIP every device sends to and every reply comes from
+	// (IPv4; `lois --cip`).
+	// +optional
+	// +kubebuilder:default="198.18.0.1"
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="cloudAddress must be an IPv4 address"
+	CloudAddress string `json:"cloudAddress,omitempty"`
+
+	// UnifiedPort is the one destination port every LOIS packet shows (U; `lois --unified-port`).
+	// +optional
+	// +kubebuilder:default=443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	UnifiedPort int32 `json:"unifiedPort,omitempty"`
+
+	// Mode is hardened (the default: IP ID, TTL and TCP options normalised) or paper.
+	// +optional
+	// +kubebuilder:default=hardened
+	Mode Mode `json:"mode,omitempty"`
+
+	// MTU of the devices' and servers' TUN path: a hardened SYN's MSS is clamped to MTU − 52.
+	// +optional
+	// +kubebuilder:default=1400
+	// +kubebuilder:validation:Minimum=576
+	// +kubebuilder:validation:Maximum=9000
+	MTU int32 `json:"mtu,omitempty"`
+
+	// Services are what devices reach behind the unified port, each by its service id (the
+	// port the device dials).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.port == a.port))",message="service ports (SIDs) must be unique"
+	Services []Service `json:"services"`
+
+	// Cloud runs the cloud interfaces.
+	// +optional
+	// +kubebuilder:default={}
+	Cloud CloudInterface `json:"cloud,omitempty"`
+
+	// Server is how many server interfaces run in front of each service.
+	// +optional
+	// +kubebuilder:default={}
+	Server ServerInterface `json:"server,omitempty"`
+
+	// Keystreams is the keystream budget and its rotation (spec §3.12).
+	// +optional
+	// +kubebuilder:default={}
+	Keystreams Keystreams `json:"keystreams,omitempty"`
+
+	// Padding is the traffic padding policy (spec §4).
+	// +optional
+	// +kubebuilder:default={}
+	Padding Padding `json:"padding,omitempty"`
+
+	// Registrar is where the device sessions are recorded: the session stream on NATS
+	// JetStream every interface follows (install before use, spec §3.2).
+	// +optional
+	// +kubebuilder:default={}
+	Registrar Registrar `json:"registrar,omitempty"`
+}
+
+// Service is one service behind the unified port.
+type Service struct {
+	// Name identifies the service in this resource.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=40
+	Name string `json:"name"`
+
+	// Port is the service id (SID): the destination port devices dial at the cloud address.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// Backend is the server's address and port (SIP:P_srv) the cloud interfaces rewrite the
+	// destination to.
+	Backend Backend `json:"backend"`
+
+	// ServerWire is the UDP address (IPv4:port) of the server interface in front of this
+	// service, where the cloud interfaces forward its packets (spec §10's emulated wire).
+	// +kubebuilder:validation:MaxLength=21
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{1,3}(\\\\.[0-9]{1,3}){3}:[0-9]{1,5}$') && isIP(self.split(':')[0])",message="serverWire must be IPv4:port"
+	ServerWire string `json:"serverWire"`
+}
+
+// Backend is one server.
+type Backend struct {
+	// Address is the server's IPv4 address (SIP).
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="backend.address must be an IPv4 address"
+	Address string `json:"address"`
+
+	// Port is the server's port (P_srv).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// CloudInterface is the horizontally scaled cloud edge.
+type CloudInterface struct {
+	// Replicas of the cloud interface. Every replica installs every session's upload
+	// keystreams and shares one flow key, so any replica routes a flow alike (D-16); the
+	// registrar waits for each replica's install acknowledgement.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// WirePort is the UDP port of replica 0's wire socket; replica i listens on WirePort + i
+	// (on a host network replicas share one port space).
+	// +optional
+	// +kubebuilder:default=7400
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=65000
+	WirePort int32 `json:"wirePort,omitempty"`
+
+	// Resources replace the cloud interface container's defaults.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// ServerInterface says how many server interfaces serve each service.
+type ServerInterface struct {
+	// Replicas of the server interface per service: the download keystreams of every
+	// session are partitioned i mod Replicas (spec §3.11), so no two replicas ever hold the
+	// same keystream. The server interfaces run beside their servers (they need a TUN
+	// towards them) as si-<port>-<i>, i < Replicas; the registrar waits for each.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// Keystreams is the keystream budget and rotation.
+type Keystreams struct {
+	// PerEpoch is the number of keystreams per device, service and direction in one epoch
+	// (n, spec §3.12).
+	// +optional
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=1048576
+	PerEpoch int32 `json:"perEpoch,omitempty"`
+
+	// Lifetime is an epoch's length: its keystreams expire this long after registration.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Lifetime metav1.Duration `json:"lifetime,omitempty"`
+
+	// SafetyMargin: senders stop using an epoch this long before its expiry.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	SafetyMargin metav1.Duration `json:"safetyMargin,omitempty"`
+
+	// Grace: receivers keep an epoch's entries this long after its expiry.
+	// +optional
+	// +kubebuilder:default="120s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Grace metav1.Duration `json:"grace,omitempty"`
+}
+
+// Padding is the stochastic traffic padding (STP) policy.
+//
+// +kubebuilder:validation:XValidation:rule="self.policy == 'stp' || (!has(self.period) && !has(self.probabilityPercent) && !has(self.rateBytesPerSecond) && !has(self.tick))",message="STP parameters apply only with policy stp"
+// +kubebuilder:validation:XValidation:rule="!has(self.period) || !has(self.tick) || duration(self.period) >= duration(self.tick)",message="padding.period must be at least padding.tick"
+type Padding struct {
+	// Policy is off (no cover packets) or stp.
+	// +optional
+	// +kubebuilder:default=off
+	Policy PaddingPolicy `json:"policy,omitempty"`
+
+	// Period is the STP period T (and window length). Default 60s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Period *metav1.Duration `json:"period,omitempty"`
+
+	// ProbabilityPercent is q in percent: the chance that a period gets a random shaping
+	// window. Default 10.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	ProbabilityPercent *int32 `json:"probabilityPercent,omitempty"`
+
+	// RateBytesPerSecond is R: the rate a window is filled to. Default 2000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=125000000
+	RateBytesPerSecond *int32 `json:"rateBytesPerSecond,omitempty"`
+
+	// Tick is Δ: how often the padder tops a window up. Default 10ms.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="padding.tick must be positive"
+	Tick *metav1.Duration `json:"tick,omitempty"`
+}
+
+// Registrar is the session stream the interfaces follow.
+type Registrar struct {
+	// Cloud is the cloud's name in the session subjects (lois.<cloud>.session.open,
+	// lois.<cloud>.ack.…). Default: the resource's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	Cloud string `json:"cloud,omitempty"`
+
+	// NATSSecret names a Secret in the resource's namespace whose entries user and password
+	// are the NATS user the interfaces connect with (the password mounted as a file); unset
+	// connects without a user.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NATSSecret string `json:"natsSecret,omitempty"`
+}
+
+// HeaderGatewayStatus is the observed state of a HeaderGateway.
+type HeaderGatewayStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Progressing, Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// CloudReplicas is the number of cloud interface replicas running and ready.
+	// +optional
+	CloudReplicas int32 `json:"cloudReplicas,omitempty"`
+
+	// Devices is the number of device sessions the cloud interfaces have installed (the
+	// smallest count over the replicas that answered: a session counts once every replica
+	// can take its packets).
+	// +optional
+	Devices int64 `json:"devices,omitempty"`
+
+	// KeystreamsInstalled is the number of live upload keystream entries in a cloud
+	// interface's table (the largest over the replicas; every replica holds them all).
+	// +optional
+	KeystreamsInstalled int64 `json:"keystreamsInstalled,omitempty"`
+
+	// KeystreamsConsumed is the number of uploads the cloud interfaces forwarded, each with a
+	// keystream used once and deleted (summed over the replicas since they started).
+	// +optional
+	KeystreamsConsumed int64 `json:"keystreamsConsumed,omitempty"`
+
+	// PacketsPerSecond is the rate of forwarded uploads between the last two observations.
+	// +optional
+	PacketsPerSecond string `json:"packetsPerSecond,omitempty"`
+
+	// Rejected counts the cloud interfaces' rejected uploads by reason (unknown_id, replay,
+	// malformed, …).
+	// +optional
+	Rejected map[string]int64 `json:"rejected,omitempty"`
+
+	// LastObserved is when the cloud interfaces' figures were last read.
+	// +optional
+	LastObserved *metav1.Time `json:"lastObserved,omitempty"`
+}
+
+// HeaderGateway runs one LOIS cloud: its cloud interfaces behind one unified port, and the
+// registrar's settings its devices register with.
+//
+// The name becomes part of subjects and object names, so it has no dots.
+//
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && !self.metadata.name.contains('.')",message="a HeaderGateway name is at most 40 characters without dots: it becomes part of NATS subjects and object names"
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=obscura;lois,shortName=hgw
+// +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.status.devices`
+// +kubebuilder:printcolumn:name="Installed",type=integer,JSONPath=`.status.keystreamsInstalled`
+// +kubebuilder:printcolumn:name="Consumed",type=integer,JSONPath=`.status.keystreamsConsumed`
+// +kubebuilder:printcolumn:name="Pkts/s",type=string,JSONPath=`.status.packetsPerSecond`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="CI",type=integer,JSONPath=`.status.cloudReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HeaderGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   HeaderGatewaySpec   `json:"spec"`
+	Status HeaderGatewayStatus `json:"status,omitempty"`
+}
+
+// HeaderGatewayList is a list of HeaderGateways.
+//
+// +kubebuilder:object:root=true
+type HeaderGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HeaderGateway `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HeaderGateway{}, &HeaderGatewayList{})
+}

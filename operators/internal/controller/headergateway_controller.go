@@ -1,0 +1,234 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	loisv1 "github.com/obscura-iot/obscura/operators/api/lois/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/loisstatus"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/lois"
+)
+
+// Reasons a HeaderGateway reports.
+const (
+	// ReasonInvalidGateway: the interfaces would refuse the spec (specs/lois.Validate).
+	ReasonInvalidGateway = "InvalidGateway"
+	// ReasonNATSSecretNotFound: spec.registrar.natsSecret is missing or lacks user/password.
+	ReasonNATSSecretNotFound = "NATSSecretNotFound"
+	// ReasonValidatedOnly: the operator has no LOIS image or NATS URL; the spec is valid but
+	// nothing runs.
+	ReasonValidatedOnly = "ValidatedOnly"
+)
+
+// HeaderGatewayReconciler runs a LOIS cloud: it checks the spec, runs the cloud interfaces
+// (a StatefulSet following the registrar's session stream, the flow key they share, their
+// Service), renders the registrar's settings for devices and server interfaces, and reports
+// what the cloud interfaces count in status.
+type HeaderGatewayReconciler struct {
+	client.Client
+	// APIReader lists the cloud interface pods (the operator keeps no informer on Pods).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Platform says where the LOIS services run; without an image and a NATS URL the
+	// reconciler validates only.
+	Platform lois.Platform
+	// Services reads what the cloud interfaces report; nil leaves the figures empty.
+	Services loisstatus.Source
+}
+
+// +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile evaluates one HeaderGateway.
+func (r *HeaderGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var g loisv1.HeaderGateway
+	if err := r.Get(ctx, req.NamespacedName, &g); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owner references remove every object
+	}
+	before := g.Status.DeepCopy()
+	o, err := r.evaluate(ctx, &g)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var next time.Duration
+	if o.ready {
+		if r.Platform.Validate() != nil {
+			o = outcome{ready: true, reason: ReasonValidatedOnly, message: r.Platform.Validate().Error() + "; the spec is valid, nothing runs"}
+		} else {
+			if o, err = r.applyWorkloads(ctx, &g); err != nil {
+				return ctrl.Result{}, err
+			}
+			next = r.observe(ctx, &g)
+		}
+	}
+	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &g, before: before, after: &g.Status,
+		conditions: &g.Status.Conditions, observed: &g.Status.ObservedGeneration, outcome: o})
+	if err == nil && next > 0 {
+		res.RequeueAfter = next
+	}
+	return res, err
+}
+
+// evaluate checks that the gateway can run as written.
+func (r *HeaderGatewayReconciler) evaluate(ctx context.Context, g *loisv1.HeaderGateway) (outcome, error) {
+	if err := lois.Validate(g); err != nil {
+		return *degraded(ReasonInvalidGateway, "%v", err), nil
+	}
+	if name := g.Spec.Registrar.NATSSecret; name != "" {
+		var s corev1.Secret
+		err := r.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: name}, &s)
+		if apierrors.IsNotFound(err) {
+			return *degraded(ReasonNATSSecretNotFound, "registrar.natsSecret: Secret %s/%s not found", g.Namespace, name), nil
+		}
+		if err != nil {
+			return outcome{}, fmt.Errorf("get NATS Secret %s/%s: %w", g.Namespace, name, err)
+		}
+		for _, k := range []string{specs.NATSUserKey, specs.NATSPasswordKey} {
+			if len(s.Data[k]) == 0 {
+				return *degraded(ReasonNATSSecretNotFound, "registrar.natsSecret: Secret %s/%s has no entry %q", g.Namespace, name, k), nil
+			}
+		}
+	}
+	return ready(r.summary(g)), nil
+}
+
+func (r *HeaderGatewayReconciler) summary(g *loisv1.HeaderGateway) string {
+	pad := string(g.Spec.Padding.Policy)
+	if pad == "" {
+		pad = string(loisv1.PaddingOff)
+	}
+	return fmt.Sprintf("%d services behind %s:%d; %d cloud interfaces, %d server interfaces per service; padding %s; cloud %s",
+		len(g.Spec.Services), orDefaultString(g.Spec.CloudAddress, "198.18.0.1"), lois.UnifiedPort(g),
+		lois.CloudReplicas(g), lois.ServerReplicas(g), pad, lois.Cloud(g))
+}
+
+// applyWorkloads runs the cloud interfaces and renders the registrar's settings.
+func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.HeaderGateway) (outcome, error) {
+	if err := ensureSecret(ctx, r.Client, g, lois.FlowKeySecret(g)); err != nil {
+		return outcome{}, err
+	}
+	ci := lois.CloudInterface(g, r.Platform)
+	for _, o := range []client.Object{lois.RegistrarConfigMap(g, r.Platform), lois.CloudService(g), ci} {
+		if err := applyOwned(ctx, r.Client, g, o); err != nil {
+			return outcome{}, fmt.Errorf("header gateway %s/%s: %w", g.Namespace, g.Name, err)
+		}
+	}
+	var ro rollout
+	if err := ro.observe(ctx, r.Client, ci); err != nil {
+		return outcome{}, err
+	}
+	g.Status.CloudReplicas = ci.Status.ReadyReplicas
+	if !ro.done() {
+		return rollingOut("%d of %d cloud interfaces ready; waiting for %s", ci.Status.ReadyReplicas, lois.CloudReplicas(g), strings.Join(ro.waiting, ", ")), nil
+	}
+	return ready(r.summary(g)), nil
+}
+
+// observe reads the cloud interfaces' figures into status and returns when to look again.
+// It never fails the reconcile: a replica starting or briefly unreachable leaves the figures
+// as they were.
+func (r *HeaderGatewayReconciler) observe(ctx context.Context, g *loisv1.HeaderGateway) time.Duration {
+	const every = 15 * time.Second
+	if r.Services == nil {
+		return 0
+	}
+	log := logf.FromContext(ctx)
+	eps, err := r.cloudEndpoints(ctx, g)
+	if err != nil {
+		log.Info("cloud interface pods unavailable", "err", err.Error())
+		return every
+	}
+	if len(eps) == 0 {
+		return every
+	}
+	rep, err := r.Services.Cloud(ctx, eps)
+	switch {
+	case errors.Is(err, loisstatus.ErrNotReported):
+		return every
+	case err != nil:
+		log.Info("cloud interface figures unavailable", "err", err.Error())
+		return every
+	}
+	applyCloudReport(&g.Status, rep, time.Now())
+	return every
+}
+
+// applyCloudReport writes a report into status; packets/s is the rate of consumed keystreams
+// since the previous observation (none after a replica restarted and counted from zero).
+func applyCloudReport(s *loisv1.HeaderGatewayStatus, rep *loisstatus.Report, now time.Time) {
+	now = now.Truncate(time.Second)
+	if last := s.LastObserved; last != nil && now.After(last.Time) && rep.Consumed >= s.KeystreamsConsumed {
+		rate := float64(rep.Consumed-s.KeystreamsConsumed) / now.Sub(last.Time).Seconds()
+		s.PacketsPerSecond = strconv.FormatFloat(rate, 'f', 1, 64)
+	}
+	s.Devices, s.KeystreamsInstalled, s.KeystreamsConsumed, s.Rejected = rep.Devices, rep.Installed, rep.Consumed, rep.Rejected
+	s.LastObserved = &metav1.Time{Time: now}
+}
+
+// cloudEndpoints are the metrics listeners of the cloud interface pods that run.
+func (r *HeaderGatewayReconciler) cloudEndpoints(ctx context.Context, g *loisv1.HeaderGateway) ([]string, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var pods corev1.PodList
+	if err := reader.List(ctx, &pods, client.InNamespace(g.Namespace), client.MatchingLabels(lois.PodSelector(g, lois.RoleCloud))); err != nil {
+		return nil, fmt.Errorf("list cloud interface pods of header gateway %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	var eps []string
+	prefix := lois.Name(g, lois.RoleCloud) + "-"
+	for _, pod := range pods.Items {
+		ord, err := strconv.Atoi(strings.TrimPrefix(pod.Name, prefix))
+		if err != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		eps = append(eps, lois.MetricsEndpoint(g, r.Platform, pod.Status.PodIP, ord))
+	}
+	return eps, nil
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *HeaderGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&loisv1.HeaderGateway{}).
+		Owns(&appsv1.StatefulSet{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var list loisv1.HeaderGatewayList
+			if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+				return nil
+			}
+			var reqs []reconcile.Request
+			for _, g := range list.Items {
+				if g.Spec.Registrar.NATSSecret == o.GetName() {
+					reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&g)})
+				}
+			}
+			return reqs
+		})).
+		Named("headergateway").
+		Complete(r)
+}

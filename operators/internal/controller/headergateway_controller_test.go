@@ -1,0 +1,208 @@
+package controller
+
+import (
+	"context"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/operators/api/common"
+	loisv1 "github.com/obscura-iot/obscura/operators/api/lois/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/loisstatus"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/lois"
+	"github.com/obscura-iot/obscura/operators/internal/specs/specstest"
+)
+
+// sampleGateway is config/samples' HeaderGateway in ns.
+func sampleGateway(t *testing.T, ns string) *loisv1.HeaderGateway {
+	t.Helper()
+	g := &loisv1.HeaderGateway{}
+	specstest.ReadSample(t, "lois_v1alpha1_headergateway.yaml", g)
+	g.Namespace = ns
+	return g
+}
+
+// TestHeaderGatewayRunsCloudInterfaces applies the sample to a real API server: the cloud
+// interfaces' StatefulSet with the flags `lois ci` reads, their Service, a flow key shared by
+// every replica, and the registrar's settings naming every replica a session must be
+// installed at; the gateway rolls out, becomes Ready, and scales.
+func TestHeaderGatewayRunsCloudInterfaces(t *testing.T) {
+	ns := namespace(t)
+	g := sampleGateway(t, ns)
+	create(t, g)
+	conds := func() []metav1.Condition { return g.Status.Conditions }
+	waitRollingOut(t, g, conds)
+
+	ctx := context.Background()
+	var ss appsv1.StatefulSet
+	eventually(t, "cloud interface StatefulSet", func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-ci"}, &ss)
+	})
+	if *ss.Spec.Replicas != 1 || ss.OwnerReferences[0].Name != "edge" {
+		t.Fatalf("replicas %d, owner %v", *ss.Spec.Replicas, ss.OwnerReferences)
+	}
+	c := ss.Spec.Template.Spec.Containers[0]
+	e := env(c)
+	for k, want := range map[string]string{
+		specs.Env(lois.FlagBackends):    "8080=10.200.0.10:80@10.0.2.1:7402",
+		specs.Env(lois.FlagCIP):         "198.18.0.1",
+		specs.Env(lois.FlagUnifiedPort): "443",
+		specs.Env(lois.FlagMTU):         "1400",
+		specs.Env(lois.FlagCloud):       "edge",
+		specs.Env(lois.FlagReplicaName): "$(POD_NAME)",
+		specs.Env(lois.FlagNATSURL):     testRuntime.NATSURL,
+		specs.Env(lois.FlagGrace):       "2m0s",
+		specs.Env(lois.FlagFlowKeyFile): lois.SecretsDir + "/flow/" + lois.FlowKeyFile,
+	} {
+		if e[k] != want {
+			t.Errorf("%s = %q, want %q", k, e[k], want)
+		}
+	}
+	if _, ok := e[specs.Env(lois.FlagPaperMode)]; ok {
+		t.Error("hardened mode sets --paper-mode")
+	}
+	if c.Args[0] != "ci" || c.Image != "obscura/lois:test" {
+		t.Errorf("args %v image %s", c.Args, c.Image)
+	}
+
+	var key corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-flow-key"}, &key); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := hex.DecodeString(string(key.Data[lois.FlowKeyFile])); err != nil || len(b) != 16 {
+		t.Fatalf("flow key is not 16 bytes of hex: %v", err)
+	}
+	var cm corev1.ConfigMap
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"OBSCURA_SERVICES": "8080", "OBSCURA_N": "4096", "OBSCURA_LIFETIME": "1h0m0s", "OBSCURA_PARTITIONS": "1",
+		"OBSCURA_WAIT_FOR": "edge-lois-ci-0,si-8080-0", "OBSCURA_CLOUD": "edge", "OBSCURA_STP": "true",
+		"OBSCURA_STP_Q": "0.1", "OBSCURA_STP_RATE": "2000", "OBSCURA_STP_PERIOD": "1m0s", "OBSCURA_STP_TICK": "10ms",
+		"OBSCURA_CLOUD_WIRE": "edge-lois-ci." + ns + ".svc:7400",
+	} {
+		if cm.Data[k] != want {
+			t.Errorf("registrar %s = %q, want %q", k, cm.Data[k], want)
+		}
+	}
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-ci"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Ports[0].Protocol != corev1.ProtocolUDP || svc.Spec.Ports[0].Port != 7400 {
+		t.Errorf("wire port %+v", svc.Spec.Ports[0])
+	}
+
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if g.Status.CloudReplicas != 1 {
+		t.Errorf("status.cloudReplicas = %d", g.Status.CloudReplicas)
+	}
+
+	// Two cloud interfaces and two server interfaces per service: the registrar waits for all
+	// four, the flow key stays the same.
+	g.Spec.Cloud.Replicas, g.Spec.Server.Replicas = 2, 2
+	update(t, g)
+	eventually(t, "registrar waits for every replica", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&cm), &cm); err != nil {
+			return err
+		}
+		if got := cm.Data["OBSCURA_WAIT_FOR"]; got != "edge-lois-ci-0,edge-lois-ci-1,si-8080-0,si-8080-1" {
+			return errorf("wait-for %q", got)
+		}
+		if cm.Data["OBSCURA_PARTITIONS"] != "2" {
+			return errorf("partitions %q", cm.Data["OBSCURA_PARTITIONS"])
+		}
+		return nil
+	})
+	var key2 corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(&key), &key2); err != nil || string(key2.Data[lois.FlowKeyFile]) != string(key.Data[lois.FlowKeyFile]) {
+		t.Fatalf("flow key changed under running replicas (%v)", err)
+	}
+	waitRollingOut(t, g, conds)
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+}
+
+// TestHeaderGatewayRefusals: what CEL refuses at admission, and what the reconciler refuses
+// with a Degraded condition.
+func TestHeaderGatewayRefusals(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		mut  func(*loisv1.HeaderGateway)
+		msg  string
+	}{
+		{"service-on-unified-port", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Port = 443 }, "must differ from the unified port"},
+		{"duplicate-sid", func(g *loisv1.HeaderGateway) {
+			s := g.Spec.Services[0]
+			s.Name = "web2"
+			g.Spec.Services = append(g.Spec.Services, s)
+		}, "must be unique"},
+		{"short-lifetime", func(g *loisv1.HeaderGateway) { g.Spec.Keystreams.Lifetime = metav1.Duration{Duration: 3 * time.Minute} }, "must exceed safetyMargin + grace"},
+		{"stp-params-when-off", func(g *loisv1.HeaderGateway) { g.Spec.Padding.Policy = loisv1.PaddingOff }, "apply only with policy stp"},
+		{"bad-backend", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Backend.Address = "web.local" }, "IPv4"},
+		{"bad-wire", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].ServerWire = "10.0.2.1" }, "IPv4:port"},
+		{"ipv6-cloud", func(g *loisv1.HeaderGateway) { g.Spec.CloudAddress = "2001:db8::1" }, "IPv4"},
+	} {
+		g := sampleGateway(t, ns)
+		g.Name = c.name
+		c.mut(g)
+		err := k8s.Create(ctx, g)
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: admitted or wrong message: %v", c.name, err)
+		}
+	}
+
+	// A NATS Secret that is not there: Degraded until it exists with both entries.
+	g := sampleGateway(t, ns)
+	g.Spec.Registrar.NATSSecret = "lois-nats"
+	create(t, g)
+	conds := func() []metav1.Condition { return g.Status.Conditions }
+	waitReady(t, g, conds, metav1.ConditionFalse, ReasonNATSSecretNotFound)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lois-nats"},
+		Data: map[string][]byte{specs.NATSUserKey: []byte("lois-edge")}})
+	waitReadyMessage(t, g, conds, ReasonNATSSecretNotFound, `no entry "password"`)
+	var s corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lois-nats"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data[specs.NATSPasswordKey] = []byte("pw")
+	update(t, &s)
+	waitRollingOut(t, g, conds)
+	var ss appsv1.StatefulSet
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-ci"}, &ss); err != nil {
+		t.Fatal(err)
+	}
+	if e := env(ss.Spec.Template.Spec.Containers[0]); e[specs.EnvNATSUser] != "secret:lois-nats/user" || e[specs.EnvNATSURL] != testRuntime.NATSURL {
+		t.Errorf("NATS user %q url %q", e[specs.EnvNATSUser], e[specs.EnvNATSURL])
+	}
+	if c := meta.FindStatusCondition(g.Status.Conditions, common.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Degraded %v", c)
+	}
+}
+
+// TestHeaderGatewayStatusFromReport: the figures the cloud interfaces report become the
+// status columns; packets/s is the rate of consumed keystreams between two looks.
+func TestHeaderGatewayStatusFromReport(t *testing.T) {
+	var s loisv1.HeaderGatewayStatus
+	t0 := time.Unix(1_800_000_000, 0)
+	applyCloudReport(&s, &loisstatus.Report{Replicas: 2, Devices: 3, Installed: 24000, Consumed: 100}, t0)
+	if s.Devices != 3 || s.KeystreamsInstalled != 24000 || s.KeystreamsConsumed != 100 || s.PacketsPerSecond != "" {
+		t.Fatalf("first look: %+v", s)
+	}
+	applyCloudReport(&s, &loisstatus.Report{Replicas: 2, Devices: 3, Installed: 23500, Consumed: 600, Rejected: map[string]int64{"replay": 2}}, t0.Add(10*time.Second))
+	if s.PacketsPerSecond != "50.0" || s.Rejected["replay"] != 2 {
+		t.Fatalf("second look: %+v", s)
+	}
+}

@@ -1,0 +1,436 @@
+// Package lois builds the Kubernetes objects of a HeaderGateway (docs/lois.md "HeaderGateway"):
+// the cloud interfaces as a StatefulSet following the registrar's session stream, their
+// Service, the flow key every replica shares, and the registrar's settings that devices and
+// server interfaces register and run with.
+package lois
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	apicommon "github.com/obscura-iot/obscura/operators/api/common"
+	loisv1 "github.com/obscura-iot/obscura/operators/api/lois/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+)
+
+// How the operator runs `lois ci` (services/cmd/lois): flags through OBSCURA_<FLAG>
+// (specs.Env); --metrics-addr and --health-addr come from the shared pod builder.
+const (
+	// Binary is the image's entrypoint (hack/images), used by exec probes.
+	Binary = "/usr/local/bin/lois"
+
+	RoleCloud = "ci"
+
+	FlagCIP          = "cip"
+	FlagUnifiedPort  = "unified-port"
+	FlagMTU          = "mtu"
+	FlagPaperMode    = "paper-mode"
+	FlagSafetyMargin = "safety-margin"
+	FlagGrace        = "grace"
+	FlagWireListen   = "wire-listen"
+	FlagBackends     = "backends"
+	FlagFlowKeyFile  = "flow-key-file"
+	FlagCloud        = "cloud"
+	FlagReplicaName  = "replica-name"
+	FlagOrdinalPorts = "ordinal-ports"
+	FlagNATSURL      = "nats-url"
+	// The registrar's (`lois register`) and the devices' (`lois di`) settings.
+	FlagServices   = "services"
+	FlagN          = "n"
+	FlagLifetime   = "lifetime"
+	FlagPartitions = "partitions"
+	FlagWaitFor    = "wait-for"
+	FlagCloudWire  = "cloud-wire"
+	FlagSTP        = "stp"
+	FlagSTPPeriod  = "stp-period"
+	FlagSTPQ       = "stp-q"
+	FlagSTPRate    = "stp-rate"
+	FlagSTPTick    = "stp-tick"
+
+	// FlowKeyFile is the flow key's entry in its Secret (32 hex digits).
+	FlowKeyFile = "flow.key"
+	SecretsDir  = "/var/run/secrets/lois"
+
+	// MetricsHostPortOffset: on the host network replica i serves /metrics on 127.0.0.1 at
+	// spec.cloud.wirePort + MetricsHostPortOffset + i, where the operator reads its figures.
+	MetricsHostPortOffset = 1000
+
+	// LabelGateway ties an object to its HeaderGateway.
+	LabelGateway = "lois.obscura.dev/gateway"
+)
+
+// Metric names of the LOIS roles the operator reads (services/pkg/lois/contract; the
+// operators may not import it, it links the protocol core).
+const (
+	MetricPackets  = "lois_pkts_total"
+	MetricDVT      = "lois_dvt_entries"
+	MetricSessions = "lois_sessions_installed"
+)
+
+// Platform is what the operator knows about where the LOIS services run.
+type Platform struct {
+	// Image runs `lois ci`.
+	Image string
+	specs.Runtime
+}
+
+// Validate reports what is missing for workloads to be built.
+func (p Platform) Validate() error {
+	if p.Image == "" || p.NATSURL == "" {
+		return errors.New("the operator needs --lois-image and --nats-url to run LOIS workloads")
+	}
+	return nil
+}
+
+func labels(g *loisv1.HeaderGateway, component string) map[string]string {
+	l := specs.Labels("lois", g.Name, component)
+	l[LabelGateway] = g.Name
+	return l
+}
+
+// PodSelector selects the pods of one role of g.
+func PodSelector(g *loisv1.HeaderGateway, role string) map[string]string {
+	return specs.Selector(labels(g, role))
+}
+
+// Name is the name of a gateway's object, e.g. edge-lois-ci.
+func Name(g *loisv1.HeaderGateway, part string) string { return g.Name + "-lois-" + part }
+
+// Cloud is the cloud's name in the session subjects.
+func Cloud(g *loisv1.HeaderGateway) string {
+	if c := g.Spec.Registrar.Cloud; c != "" {
+		return c
+	}
+	return g.Name
+}
+
+// CloudReplicas is the number of cloud interface replicas.
+func CloudReplicas(g *loisv1.HeaderGateway) int32 { return max(g.Spec.Cloud.Replicas, 1) }
+
+// ServerReplicas is the number of server interface replicas per service.
+func ServerReplicas(g *loisv1.HeaderGateway) int32 { return max(g.Spec.Server.Replicas, 1) }
+
+// WirePort is replica 0's wire port.
+func WirePort(g *loisv1.HeaderGateway) int {
+	if p := g.Spec.Cloud.WirePort; p > 0 {
+		return int(p)
+	}
+	return 7400
+}
+
+// CloudReplicaNames are the cloud interfaces' names in install acks: their pod names.
+func CloudReplicaNames(g *loisv1.HeaderGateway) []string {
+	var out []string
+	for i := range CloudReplicas(g) {
+		out = append(out, fmt.Sprintf("%s-%d", Name(g, RoleCloud), i))
+	}
+	return out
+}
+
+// ServerReplicaNames are the server interfaces' names in install acks: si-<port>-<i>.
+func ServerReplicaNames(g *loisv1.HeaderGateway) []string {
+	var out []string
+	for _, s := range sortedServices(g) {
+		for i := range ServerReplicas(g) {
+			out = append(out, fmt.Sprintf("si-%d-%d", s.Port, i))
+		}
+	}
+	return out
+}
+
+func sortedServices(g *loisv1.HeaderGateway) []loisv1.Service {
+	s := slices.Clone(g.Spec.Services)
+	slices.SortFunc(s, func(a, b loisv1.Service) int { return int(a.Port) - int(b.Port) })
+	return s
+}
+
+// Validate checks what CEL cannot (or what an older API server let through): addresses
+// that parse, unique ports, the timing the interfaces accept.
+func Validate(g *loisv1.HeaderGateway) error {
+	sp := g.Spec
+	if a, err := netip.ParseAddr(orDefault(sp.CloudAddress, "198.18.0.1")); err != nil || !a.Is4() {
+		return fmt.Errorf("cloudAddress %q is not an IPv4 address", sp.CloudAddress)
+	}
+	if len(sp.Services) == 0 {
+		return errors.New("no services")
+	}
+	seen := map[int32]string{}
+	backends := map[string]string{}
+	for _, s := range sp.Services {
+		if prev, dup := seen[s.Port]; dup {
+			return fmt.Errorf("services %s and %s share port %d", prev, s.Name, s.Port)
+		}
+		seen[s.Port] = s.Name
+		if s.Port == UnifiedPort(g) {
+			return fmt.Errorf("service %s: port %d is the unified port", s.Name, s.Port)
+		}
+		a, err := netip.ParseAddr(s.Backend.Address)
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("service %s: backend.address %q is not an IPv4 address", s.Name, s.Backend.Address)
+		}
+		if _, err := netip.ParseAddrPort(s.ServerWire); err != nil {
+			return fmt.Errorf("service %s: serverWire %q: %v", s.Name, s.ServerWire, err)
+		}
+		// The cloud interface sends every packet for one server address to one wire address.
+		if w, ok := backends[s.Backend.Address]; ok && w != s.ServerWire {
+			return fmt.Errorf("service %s: server %s already has server interface %s", s.Name, s.Backend.Address, w)
+		}
+		backends[s.Backend.Address] = s.ServerWire
+	}
+	k := keystreams(g)
+	if k.Lifetime.Duration <= k.SafetyMargin.Duration+k.Grace.Duration {
+		return fmt.Errorf("keystreams.lifetime %s must exceed safetyMargin %s + grace %s", k.Lifetime.Duration, k.SafetyMargin.Duration, k.Grace.Duration)
+	}
+	if WirePort(g)+int(CloudReplicas(g))+MetricsHostPortOffset > 65535 {
+		return fmt.Errorf("cloud.wirePort %d leaves no room for %d replicas", WirePort(g), CloudReplicas(g))
+	}
+	return nil
+}
+
+// UnifiedPort is U.
+func UnifiedPort(g *loisv1.HeaderGateway) int32 {
+	if g.Spec.UnifiedPort > 0 {
+		return g.Spec.UnifiedPort
+	}
+	return 443
+}
+
+// keystreams is spec.keystreams with the API's defaults filled in.
+func keystreams(g *loisv1.HeaderGateway) loisv1.Keystreams {
+	k := g.Spec.Keystreams
+	if k.PerEpoch == 0 {
+		k.PerEpoch = 1024
+	}
+	if k.Lifetime.Duration == 0 {
+		k.Lifetime.Duration = time.Hour
+	}
+	if k.SafetyMargin.Duration == 0 {
+		k.SafetyMargin.Duration = time.Minute
+	}
+	if k.Grace.Duration == 0 {
+		k.Grace.Duration = 2 * time.Minute
+	}
+	return k
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// common are the settings every role of the cloud must agree on.
+func common(g *loisv1.HeaderGateway) []corev1.EnvVar {
+	k := keystreams(g)
+	env := []corev1.EnvVar{
+		{Name: specs.Env(FlagCIP), Value: orDefault(g.Spec.CloudAddress, "198.18.0.1")},
+		{Name: specs.Env(FlagUnifiedPort), Value: strconv.Itoa(int(UnifiedPort(g)))},
+		{Name: specs.Env(FlagMTU), Value: strconv.Itoa(int(g.Spec.MTU))},
+		{Name: specs.Env(FlagSafetyMargin), Value: k.SafetyMargin.Duration.String()},
+		{Name: specs.Env(FlagGrace), Value: k.Grace.Duration.String()},
+		{Name: specs.Env(FlagCloud), Value: Cloud(g)},
+	}
+	if g.Spec.MTU == 0 {
+		env[2].Value = "1400"
+	}
+	if g.Spec.Mode == loisv1.ModePaper {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagPaperMode), Value: "true"})
+	}
+	return env
+}
+
+// Backends is the cloud interface's --backends: sid=SIP:P_srv@SI-wire per service.
+func Backends(g *loisv1.HeaderGateway) string {
+	var parts []string
+	for _, s := range sortedServices(g) {
+		parts = append(parts, fmt.Sprintf("%d=%s:%d@%s", s.Port, s.Backend.Address, s.Backend.Port, s.ServerWire))
+	}
+	return strings.Join(parts, ",")
+}
+
+// FlowKeySecret is the backend-hash key every cloud interface replica shares (D-16), so
+// every replica routes a flow to the same server. Generated once; never rotated under
+// running replicas.
+func FlowKeySecret(g *loisv1.HeaderGateway) *corev1.Secret {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, "flow-key"), Namespace: g.Namespace, Labels: labels(g, "flow-key")},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{FlowKeyFile: []byte(hex.EncodeToString(b))},
+	}
+}
+
+// RegistrarConfigMap holds the registrar's settings as the variables `lois register`, `lois
+// di` and `lois si` read (envFrom): the session stream's cloud name and NATS URL, the
+// services, the keystream budget and lifetime, the SI partition count, every replica a
+// session must be installed at before the device gets its keys, the cloud's parameters and
+// the padding policy.
+func RegistrarConfigMap(g *loisv1.HeaderGateway, pl Platform) *corev1.ConfigMap {
+	k := keystreams(g)
+	var sids []string
+	for _, s := range sortedServices(g) {
+		sids = append(sids, strconv.Itoa(int(s.Port)))
+	}
+	data := map[string]string{
+		specs.Env(FlagNATSURL):    pl.NATSURL,
+		specs.Env(FlagServices):   strings.Join(sids, ","),
+		specs.Env(FlagN):          strconv.Itoa(int(k.PerEpoch)),
+		specs.Env(FlagLifetime):   k.Lifetime.Duration.String(),
+		specs.Env(FlagPartitions): strconv.Itoa(int(ServerReplicas(g))),
+		specs.Env(FlagWaitFor):    strings.Join(append(CloudReplicaNames(g), ServerReplicaNames(g)...), ","),
+		specs.Env(FlagCloudWire):  cloudWire(g, pl),
+	}
+	for _, e := range common(g) {
+		data[e.Name] = e.Value
+	}
+	for _, e := range padding(g) {
+		data[e.Name] = e.Value
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, "registrar"), Namespace: g.Namespace, Labels: labels(g, "registrar")},
+		Data:       data,
+	}
+}
+
+// cloudWire is where devices send: replica 0's wire address (127.0.0.1 on the host
+// network, the cloud interfaces' Service otherwise).
+func cloudWire(g *loisv1.HeaderGateway, pl Platform) string {
+	if pl.HostNetwork {
+		return "127.0.0.1:" + strconv.Itoa(WirePort(g))
+	}
+	return Name(g, RoleCloud) + "." + g.Namespace + ".svc:" + strconv.Itoa(WirePort(g))
+}
+
+// padding is the senders' STP settings (the DIs' uploads, the SIs' downloads).
+func padding(g *loisv1.HeaderGateway) []corev1.EnvVar {
+	p := g.Spec.Padding
+	if p.Policy != loisv1.PaddingSTP {
+		return []corev1.EnvVar{{Name: specs.Env(FlagSTP), Value: "false"}}
+	}
+	env := []corev1.EnvVar{{Name: specs.Env(FlagSTP), Value: "true"}}
+	if p.Period != nil {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagSTPPeriod), Value: p.Period.Duration.String()})
+	}
+	if p.ProbabilityPercent != nil {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagSTPQ), Value: strconv.FormatFloat(float64(*p.ProbabilityPercent)/100, 'f', -1, 64)})
+	}
+	if p.RateBytesPerSecond != nil {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagSTPRate), Value: strconv.Itoa(int(*p.RateBytesPerSecond))})
+	}
+	if p.Tick != nil {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagSTPTick), Value: p.Tick.Duration.String()})
+	}
+	return env
+}
+
+// CloudInterface runs the cloud interfaces: a StatefulSet whose pod names are the replica
+// names the registrar waits for, each following the session stream into its table, all
+// sharing the flow key. On the host network replica i listens on wirePort + i and serves
+// its metrics on 127.0.0.1:wirePort + MetricsHostPortOffset + i.
+func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
+	env := append(common(g),
+		corev1.EnvVar{Name: specs.Env(FlagNATSURL), Value: pl.NATSURL},
+		corev1.EnvVar{Name: specs.Env(FlagBackends), Value: Backends(g)},
+		corev1.EnvVar{Name: specs.Env(FlagReplicaName), Value: "$(" + specs.EnvPodName + ")"},
+		corev1.EnvVar{Name: specs.Env(FlagWireListen), Value: "0.0.0.0:" + strconv.Itoa(WirePort(g))},
+	)
+	sp := specs.Pod{Role: RoleCloud, Image: pl.Image, Binary: Binary, Labels: labels(g, RoleCloud),
+		CPU: "250m", Memory: "256Mi", Resources: g.Spec.Cloud.Resources,
+		Files: []specs.File{{Volume: "flow-key", Env: specs.Env(FlagFlowKeyFile), Dir: SecretsDir + "/flow", Name: FlowKeyFile,
+			Ref: ref(FlowKeySecret(g).Name, FlowKeyFile)}},
+		Env:   env,
+		Ports: []corev1.ContainerPort{{Name: "wire", ContainerPort: int32(WirePort(g)), Protocol: corev1.ProtocolUDP}},
+	}
+	if s := g.Spec.Registrar.NATSSecret; s != "" {
+		sp.NATSSecret = s
+	}
+	t := sp.Template(pl.Runtime)
+	c := &t.Spec.Containers[0]
+	if pl.HostNetwork {
+		setEnv(c, specs.EnvMetricsAddr, "127.0.0.1:"+strconv.Itoa(WirePort(g)+MetricsHostPortOffset))
+		setEnv(c, specs.Env(FlagWireListen), "127.0.0.1:"+strconv.Itoa(WirePort(g)))
+		c.Env = append(c.Env, corev1.EnvVar{Name: specs.Env(FlagOrdinalPorts), Value: "true"})
+	}
+	// The pod builder sets the NATS URL only with credentials; the role needs it either way.
+	dedupEnv(c)
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, RoleCloud), Namespace: g.Namespace, Labels: sp.Labels},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(CloudReplicas(g)),
+			ServiceName:         Name(g, RoleCloud),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector:            &metav1.LabelSelector{MatchLabels: specs.Selector(sp.Labels)},
+			Template:            t,
+		},
+	}
+}
+
+func ref(name, key string) *apicommon.SecretFileReference {
+	return &apicommon.SecretFileReference{Name: name, Key: key}
+}
+
+// setEnv sets the variable name of c, which the builder has already set.
+func setEnv(c *corev1.Container, name, value string) {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			c.Env[i].Value = value
+		}
+	}
+}
+
+// dedupEnv keeps the first of repeated variables (the shared builder's NATS URL and ours).
+func dedupEnv(c *corev1.Container) {
+	seen := map[string]bool{}
+	out := c.Env[:0]
+	for _, e := range c.Env {
+		if seen[e.Name] {
+			continue
+		}
+		seen[e.Name] = true
+		out = append(out, e)
+	}
+	c.Env = out
+}
+
+// CloudService is the cloud interfaces' headless Service: the StatefulSet's pod names and
+// the wire and metrics ports (a Prometheus scrapes them).
+func CloudService(g *loisv1.HeaderGateway) *corev1.Service {
+	l := labels(g, RoleCloud)
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, RoleCloud), Namespace: g.Namespace, Labels: l},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  specs.Selector(l),
+			Ports: []corev1.ServicePort{
+				{Name: "wire", Port: int32(WirePort(g)), Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("wire")},
+				{Name: "metrics", Port: specs.MetricsPort, TargetPort: intstr.FromString("metrics")},
+			},
+		},
+	}
+}
+
+// MetricsEndpoint is where replica ordinal of the cloud interfaces serves /metrics, given
+// its pod IP.
+func MetricsEndpoint(g *loisv1.HeaderGateway, pl Platform, podIP string, ordinal int) string {
+	if pl.HostNetwork {
+		return "127.0.0.1:" + strconv.Itoa(WirePort(g)+MetricsHostPortOffset+ordinal)
+	}
+	return podIP + ":" + strconv.Itoa(specs.MetricsPort)
+}
