@@ -161,3 +161,30 @@ func TestPPSFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoWithLOIS runs the demo with its LOIS exchange only (and small Mohito rounds): the
+// device's GET is answered, and the wire shows none of the header fields the endpoints used.
+func TestDemoWithLOIS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the embedded demo")
+	}
+	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+		"-aggregation=false", "-pps=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := execute(ctx, c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	l := r.LOIS
+	if r.PPS != nil || l == nil || l.Packets != 5 || !l.WireClean || !l.ServerSawDevice || l.Response != "HTTP/1.1 200 OK" {
+		t.Fatalf("lois summary %+v\n%s", l, out.String())
+	}
+	if !strings.Contains(out.String(), "  lois:        5 packets") {
+		t.Errorf("no LOIS line in the summary:\n%s", out.String())
+	}
+}
