@@ -23,6 +23,7 @@ type Redis struct {
 	LogPath string
 
 	client *redis.Client
+	proc   *process
 }
 
 // Addr returns "127.0.0.1:<port>".
@@ -74,7 +75,7 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 			}
 			t.Fatal(p.failure(fmt.Sprintf("redis-server %s on %s did not answer PING", bin, addr), err))
 		}
-		r := &Redis{Port: port, LogPath: logPath}
+		r := &Redis{Port: port, LogPath: logPath, proc: p}
 		r.client = redis.NewClient(&redis.Options{
 			Addr: addr,
 			// Redis 7.0 knows neither CLIENT SETINFO nor maintenance notifications; asking would
@@ -89,6 +90,15 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 			}
 		})
 		return r
+	}
+}
+
+// Stop stops the server now (SIGTERM, then SIGKILL after 5 s), for a test of what its clients
+// do when it goes away; the cleanup then only closes the client.
+func (r *Redis) Stop(t testing.TB) {
+	t.Helper()
+	if err := r.proc.stop(5 * time.Second); err != nil {
+		t.Errorf("testenv: %v", err)
 	}
 }
 

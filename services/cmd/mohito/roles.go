@@ -47,7 +47,7 @@ func runRole(role string, cfg roleConfig) error {
 	if addr := cfg.redis(); addr != "" {
 		d.rdb = redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
 		defer d.rdb.Close()
-		rt.AddCheck(func(ctx context.Context) error {
+		rt.AddDependency("redis", func(ctx context.Context) error {
 			if err := d.rdb.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("redis: %w", err)
 			}

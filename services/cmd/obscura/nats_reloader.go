@@ -74,6 +74,9 @@ func runNATSReloader(args []string) error {
 	reg := telemetry.NewRegistry()
 	health := &telemetry.Health{}
 	health.SetReady(false, "configuration not read yet")
+	if err := health.Register(reg); err != nil {
+		return err
+	}
 	g, gctx := telemetry.NewGroup(ctx)
 	g.Go("observability", func(ctx context.Context) error { return telemetry.Serve(ctx, c.Addr, reg, health, log) })
 	g.Go("reloader", func(ctx context.Context) error { return newNATSReloader(c, log, reg, health).run(ctx) })
@@ -91,17 +94,18 @@ type natsReloader struct {
 	// appliedShape is the hash of its accounts without their user lines.
 	applied, appliedShape string
 
-	reloads, failures prometheus.Counter
-	lastReload        prometheus.Gauge
+	signals    *prometheus.CounterVec // by signal: hup (reload), term (restart)
+	failures   prometheus.Counter
+	lastSignal prometheus.Gauge
 }
 
 func newNATSReloader(c *NATSReloaderConfig, log *slog.Logger, reg prometheus.Registerer, h *telemetry.Health) *natsReloader {
 	r := &natsReloader{cfg: c, log: log, health: h,
-		reloads:    prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_nats_reloads_total", Help: "Signals sent to nats-server after a configuration change (SIGHUP to reload users, SIGTERM to restart on new accounts, imports or exports)."}),
-		failures:   prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_nats_reload_failures_total", Help: "Changes not signalled yet: file or pid unreadable, process gone (retried every interval)."}),
-		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_nats_last_reload_timestamp_seconds", Help: "When nats-server was last signalled."}),
+		signals:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "obscura_nats_reloader_signals_total", Help: "Signals sent to nats-server after a configuration change (hup: reload users; term: restart on new accounts, imports or exports)."}, []string{"signal"}),
+		failures:   prometheus.NewCounter(prometheus.CounterOpts{Name: "obscura_nats_reloader_failures_total", Help: "Changes not signalled yet: file or pid unreadable, process gone (retried every interval)."}),
+		lastSignal: prometheus.NewGauge(prometheus.GaugeOpts{Name: "obscura_nats_reloader_last_signal_timestamp_seconds", Help: "When nats-server was last signalled."}),
 	}
-	reg.MustRegister(r.reloads, r.failures, r.lastReload)
+	reg.MustRegister(r.signals, r.failures, r.lastSignal)
 	return r
 }
 
@@ -147,17 +151,17 @@ func (r *natsReloader) check() error {
 	// server (SIGTERM: it closes its clients, which reconnect; the container restarts with its
 	// JetStream store intact); a change of users only is a reload.
 	shape := contentHash(accountShape(data))
-	sig, what := syscall.SIGHUP, "reload"
+	sig, what, label := syscall.SIGHUP, "reload", "hup"
 	if r.appliedShape != "" && shape != r.appliedShape {
-		sig, what = syscall.SIGTERM, "restart"
+		sig, what, label = syscall.SIGTERM, "restart", "term"
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return fmt.Errorf("signal nats-server (pid %d): %w", pid, err)
 	}
 	r.log.Info("configuration changed: nats-server signalled to "+what, "hash", hash, "previous", r.applied, "pid", pid)
 	r.applied, r.appliedShape = hash, shape
-	r.reloads.Inc()
-	r.lastReload.SetToCurrentTime()
+	r.signals.WithLabelValues(label).Inc()
+	r.lastSignal.SetToCurrentTime()
 	r.health.SetReady(true, "")
 	return nil
 }

@@ -213,7 +213,7 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 		}
 	}()
 	testenv.Eventually(t, 10*time.Second, "first reload", func() error {
-		if n := testutil.ToFloat64(r.reloads); n != 1 {
+		if n := testutil.ToFloat64(r.signals.WithLabelValues("hup")); n != 1 {
 			return fmt.Errorf("%v reloads", n)
 		}
 		return nil
@@ -229,8 +229,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 	if err := connect(contract.VendorUser(0)); err == nil {
 		t.Error("vendor0's old password still accepted after the reload")
 	}
-	if server.Process.Pid != pid || testutil.ToFloat64(r.reloads) != 2 {
-		t.Errorf("a users-only change: pid %d → %d, %v signals; want a reload of the same process", pid, server.Process.Pid, testutil.ToFloat64(r.reloads))
+	if hup := testutil.ToFloat64(r.signals.WithLabelValues("hup")); server.Process.Pid != pid || hup != 2 {
+		t.Errorf("a users-only change: pid %d → %d, %v SIGHUPs; want a reload of the same process", pid, server.Process.Pid, hup)
 	}
 
 	// A new account (vendor1 replaces vendor0): the server is restarted (SIGTERM), because a
@@ -251,8 +251,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 			t.Errorf("%s, removed, still connects", u)
 		}
 	}
-	if n := testutil.ToFloat64(r.reloads); n != 3 {
-		t.Errorf("%v signals, want 3", n)
+	if hup, term := testutil.ToFloat64(r.signals.WithLabelValues("hup")), testutil.ToFloat64(r.signals.WithLabelValues("term")); hup != 2 || term != 1 {
+		t.Errorf("%v SIGHUPs and %v SIGTERMs, want 2 and 1", hup, term)
 	}
 	out := logs.String()
 	if !strings.Contains(out, contentHash([]byte(next))) || !strings.Contains(out, "signalled to restart") {

@@ -260,7 +260,7 @@ func runProxy(args []string) error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	s.AddCheck(redisPing(rdb))
+	s.AddDependency("redis", redisPing(rdb))
 	return s.run("ingress", func(ctx context.Context) (func(context.Context) error, error) {
 		if err := s.ensureProxyDomain(ctx); err != nil {
 			return nil, err
@@ -405,7 +405,7 @@ func runShard(args []string) error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	s.AddCheck(redisPing(rdb))
+	s.AddDependency("redis", redisPing(rdb))
 	return s.run("db-shard", func(ctx context.Context) (func(context.Context) error, error) {
 		if err := pdaroles.EnsureDBDomain(ctx, s.JS); err != nil {
 			return nil, err

@@ -169,7 +169,7 @@ func runBroker(args []string) error {
 	rt := daemon.New("pps-broker", &c.Common)
 	rdb := redis.NewClient(&redis.Options{Addr: c.redisAddr, Password: sec.redisPassword})
 	defer rdb.Close()
-	rt.AddCheck(func(ctx context.Context) error {
+	rt.AddDependency("redis", func(ctx context.Context) error {
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}

@@ -258,6 +258,9 @@ func runGarbler(args []string) error {
 	reg := telemetry.NewRegistry()
 	health := &telemetry.Health{}
 	health.SetReady(false, "starting")
+	if err := health.Register(reg); err != nil {
+		return err
+	}
 	ctx, stop := telemetry.SignalContext(context.Background())
 	defer stop()
 	af, err := telemetry.NewAddrFile(c.addrFile)
@@ -337,18 +340,22 @@ func runGarbler(args []string) error {
 	})
 	log.Info("garbler listening", "addr", ln.Addr().String(), "identity", hex.EncodeToString(gb.Identity()),
 		"seal", c.seal, "identity_source", c.identity)
+	// Each dependency is checked every time (obscura_dependency_up stays current for both).
+	redisUp := health.Dependency("redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+	vaultUp := func(context.Context) error { return nil }
+	if transit != nil {
+		vaultUp = health.Dependency("vault", transit.Ping)
+	}
 	g.Go("readiness", func(ctx context.Context) error {
 		return watchReadiness(ctx, health, func(ctx context.Context) error {
+			rerr, verr := redisUp(ctx), vaultUp(ctx)
 			if !serving.Load() {
 				return errors.New("gRPC listener not serving")
 			}
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis: %w", err)
+			if rerr != nil {
+				return fmt.Errorf("redis: %w", rerr)
 			}
-			if transit != nil {
-				return transit.Ping(ctx)
-			}
-			return nil
+			return verr
 		})
 	})
 	err = g.Wait()

@@ -65,14 +65,26 @@ type Runtime struct {
 
 // New prepares the runtime of role name (a logger and a registry the caller may register its
 // metrics with) before Run connects anything.
+// The registry exports obscura_ready and obscura_dependency_up (telemetry.Health).
 func New(name string, c *Common) *Runtime {
-	return &Runtime{Name: name, common: c, Log: telemetry.NewLogger(os.Stderr, name, c.LogLevel),
+	rt := &Runtime{Name: name, common: c, Log: telemetry.NewLogger(os.Stderr, name, c.LogLevel),
 		Registry: telemetry.NewRegistry(), Health: &telemetry.Health{}}
+	if err := rt.Health.Register(rt.Registry); err != nil {
+		panic(err) // a fresh registry holds no other obscura_ready
+	}
+	return rt
 }
 
 // AddCheck adds a readiness condition that holds for the process's whole life (a store's
 // ping), checked before the role's own.
 func (rt *Runtime) AddCheck(c Check) { rt.checks = append(rt.checks, c) }
+
+// AddDependency adds the readiness check of a dependency (a Redis PING): AddCheck, and every
+// run of it sets obscura_dependency_up{dependency}. NATS is the runtime's own dependency
+// ("nats", its connection state).
+func (rt *Runtime) AddDependency(dependency string, c Check) {
+	rt.AddCheck(Check(rt.Health.Dependency(dependency, c)))
+}
 
 // Run serves metrics and health, connects to NATS, sets the role up (retried until it
 // succeeds), runs it until SIGTERM/SIGINT or its error, keeps /readyz in step, and on the way
@@ -128,7 +140,7 @@ func (rt *Runtime) Run(role Role) error {
 	}
 	if gctx.Err() == nil {
 		g.Go(rt.Name, run)
-		g.Go("readiness", func(ctx context.Context) error { return rt.watchReadiness(ctx, append(rt.checks, checks...)) })
+		g.Go("readiness", func(ctx context.Context) error { return rt.watchReadiness(ctx, checks) })
 	}
 	err = g.Wait()
 	closed := make(chan struct{})
@@ -156,6 +168,7 @@ func (rt *Runtime) setup(ctx context.Context, role Role) (func(context.Context) 
 			return nil, nil, fmt.Errorf("NATS connection closed: %v", rt.NC.LastError())
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rt.Health.SetDependency("nats", rt.NC.IsConnected())
 		err := firstError(sctx, rt.checks)
 		var run func(context.Context) error
 		var checks []Check
@@ -191,18 +204,33 @@ func firstError(ctx context.Context, checks []Check) error {
 	return nil
 }
 
-// watchReadiness keeps /readyz in step with the NATS connection and the role's checks.
+// watchReadiness keeps /readyz in step with the NATS connection, the always-on checks (every
+// one runs each time, so each dependency's gauge stays current) and the role's checks.
 func (rt *Runtime) watchReadiness(ctx context.Context, checks []Check) error {
 	for {
 		if rt.NC.IsClosed() {
+			rt.Health.SetDependency("nats", false)
 			return fmt.Errorf("NATS connection closed: %v", rt.NC.LastError())
 		}
 		why := ""
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if !rt.NC.IsConnected() {
+		natsUp := rt.NC.IsConnected()
+		rt.Health.SetDependency("nats", natsUp)
+		var depErr error
+		for _, c := range rt.checks {
+			if err := c(cctx); err != nil && depErr == nil {
+				depErr = err
+			}
+		}
+		switch {
+		case !natsUp:
 			why = "NATS not connected"
-		} else if err := firstError(cctx, checks); err != nil {
-			why = err.Error()
+		case depErr != nil:
+			why = depErr.Error()
+		default:
+			if err := firstError(cctx, checks); err != nil {
+				why = err.Error()
+			}
 		}
 		cancel()
 		rt.Health.SetReady(why == "", why)

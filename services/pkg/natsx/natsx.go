@@ -113,6 +113,10 @@ type ConsumerSpec struct {
 	// (inside a later handler call): a message still being worked on elsewhere must not be
 	// released.
 	ReleaseOnStop bool
+	// Pending, when set, is told after every fetch how many messages of the consumer's filter
+	// the server has not delivered yet (the last message's metadata, or the consumer's info
+	// after an empty fetch): a work queue's backlog.
+	Pending func(n uint64)
 }
 
 // Consume runs a durable pull consumer until ctx ends: it (re)creates the
@@ -156,7 +160,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec, log
 			continue
 		}
 		wait = 50 * time.Millisecond
-		if err := pull(ctx, cons, spec.Batch, h, held); err != nil && ctx.Err() == nil {
+		if err := pull(ctx, cons, spec.Batch, h, held, spec.Pending); err != nil && ctx.Err() == nil {
 			log.Warn("consumer interrupted, restarting", "durable", spec.Durable, "err", err)
 			if !clock.Sleep(ctx, wait) {
 				break
@@ -214,13 +218,15 @@ func (h *heldMsgs) release() int {
 	return n
 }
 
-func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler, held *heldMsgs) error {
+func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler, held *heldMsgs, pending func(uint64)) error {
 	for ctx.Err() == nil {
 		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return err
 		}
+		var last jetstream.Msg
 		for m := range b.Messages() {
+			last = m
 			o := h(ctx, m)
 			if o == Hold {
 				held.add(m)
@@ -230,8 +236,27 @@ func pull(ctx context.Context, cons jetstream.Consumer, batch int, h Handler, he
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
+		if pending != nil {
+			reportPending(ctx, cons, last, pending)
+		}
 	}
 	return nil
+}
+
+// reportPending tells pending the consumer's undelivered messages: free from the last
+// message's metadata, one consumer info request after an empty fetch.
+func reportPending(ctx context.Context, cons jetstream.Consumer, last jetstream.Msg, pending func(uint64)) {
+	if last != nil {
+		if md, err := last.Metadata(); err == nil {
+			pending(md.NumPending)
+			return
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if info, err := cons.Info(ictx); err == nil {
+		pending(info.NumPending)
+	}
 }
 
 func settle(ctx context.Context, m jetstream.Msg, o Outcome) {

@@ -44,19 +44,80 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
-// Health tracks liveness and readiness checks.
+// Health tracks liveness and readiness checks. Once registered ([Health.Register]) it exports
+// obscura_ready (1 while /readyz answers 200) and obscura_dependency_up{dependency} (1 while
+// the dependency's last readiness check passed: nats, redis, vault), so an unavailable NATS or
+// Redis can be alerted per role. The zero value is ready to use.
 type Health struct {
 	ready atomic.Bool
 	mu    sync.Mutex
 	why   string
+	deps  map[string]bool
+	// set by Register
+	readyGauge prometheus.Gauge
+	depGauge   *prometheus.GaugeVec
+}
+
+// Register exports the readiness gauges on reg (the state recorded so far included).
+func (h *Health) Register(reg prometheus.Registerer) error {
+	ready := prometheus.NewGauge(prometheus.GaugeOpts{Name: "obscura_ready", Help: "1 while the process is ready (/readyz answers 200)."})
+	deps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "obscura_dependency_up", Help: "1 while the dependency (nats, redis, vault) passed its last readiness check."}, []string{"dependency"})
+	if err := reg.Register(ready); err != nil {
+		return err
+	}
+	if err := reg.Register(deps); err != nil {
+		reg.Unregister(ready)
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.readyGauge, h.depGauge = ready, deps
+	ready.Set(b2f(h.ready.Load()))
+	for d, up := range h.deps {
+		deps.WithLabelValues(d).Set(b2f(up))
+	}
+	return nil
 }
 
 // SetReady marks the process ready (or not, with a reason).
 func (h *Health) SetReady(ok bool, why string) {
-	h.ready.Store(ok)
 	h.mu.Lock()
+	h.ready.Store(ok)
 	h.why = why
+	if h.readyGauge != nil {
+		h.readyGauge.Set(b2f(ok))
+	}
 	h.mu.Unlock()
+}
+
+// SetDependency records whether dependency (nats, redis, vault) answered its last check.
+func (h *Health) SetDependency(dependency string, up bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.deps == nil {
+		h.deps = map[string]bool{}
+	}
+	h.deps[dependency] = up
+	if h.depGauge != nil {
+		h.depGauge.WithLabelValues(dependency).Set(b2f(up))
+	}
+}
+
+// Dependency wraps check, a readiness check of dependency (a Redis PING, a Vault status call),
+// so that every run of it sets obscura_dependency_up{dependency}.
+func (h *Health) Dependency(dependency string, check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := check(ctx)
+		h.SetDependency(dependency, err == nil)
+		return err
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Ready reports readiness.

@@ -707,7 +707,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		}
 	}
 	st.Aborted = int(e.scrape("coordinator", `mohito_rounds_total{outcome="aborted"}`))
-	st.Rounds = int(e.scrape("responder", `mohito_rounds_total{outcome="done"}`)) + st.Aborted
+	st.Rounds = int(e.scrape("coordinator", `mohito_rounds_total{outcome="done"}`)) + st.Aborted
 	st.Admitted = e.scrape("gateway", `mohito_commands_total{stage="admitted"}`)
 	st.Fakes = e.scrapeAll("mohito_fakes_total")
 	if st.Admitted > 0 {

@@ -119,6 +119,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.RoundPeriod.Set(cfg.Deployment.Round.Seconds())
 	return c, nil
 }
 
@@ -547,7 +548,10 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	deadline := time.Now().Add(c.cfg.Deployment.ResponsePhase())
 	for time.Now().Before(deadline) {
 		if st, _ := c.cfg.Store.Status(ctx, t); st == roundstate.StatusDone {
-			c.status.completed(ctx, rep, time.Now())
+			done := time.Now()
+			c.cfg.Metrics.Rounds.WithLabelValues("done").Inc()
+			c.cfg.Metrics.RoundSeconds.Observe(done.Sub(rep.Closed).Seconds())
+			c.status.completed(ctx, rep, done)
 			return
 		}
 		if !clock.Sleep(ctx, 100*time.Millisecond) {

@@ -68,7 +68,7 @@ func (w *DecryptWorker) integrator(ri *mohito.RoundInfo) (*mohito.Integrator, er
 func (w *DecryptWorker) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, w.cfg.JS, natsx.ConsumerSpec{
 		Stream: contract.StreamIntegratorIn, Durable: contract.ConsumerDecryptWorkers, Filters: []string{contract.FromVendors(contract.KindShuffled)},
-		AckWait: w.cfg.ackWait(), Batch: 4, MaxAck: 64,
+		AckWait: w.cfg.ackWait(), Batch: 4, MaxAck: 64, Pending: w.cfg.Metrics.pending(contract.ConsumerDecryptWorkers),
 	}, w.cfg.Log, w.handle)
 }
 

@@ -11,11 +11,20 @@ type Metrics struct {
 	Rounds       *prometheus.CounterVec // by outcome: done, aborted
 	Commands     *prometheus.CounterVec // by stage: admitted, rejected, decrypted, delivered, responses
 	Fakes        prometheus.Counter
-	Bursts       prometheus.Counter
+	Bursts       prometheus.Counter // counted by the coordinator, once per planned round with S > 0
 	BurstExcess  prometheus.Counter
 	StageSeconds *prometheus.HistogramVec // by stage
-	ConsumerLag  *prometheus.GaugeVec     // by consumer
-	Dropped      *prometheus.CounterVec   // by reason: bad input from the network
+	// RoundSeconds observes each completed round from its close to its release (every
+	// response in a mailbox), at the coordinator; RoundPeriod is the round period T.
+	RoundSeconds prometheus.Histogram
+	RoundPeriod  prometheus.Gauge
+	// ShufflerBursts counts the rounds a shuffler saw a burst in (its own view; the
+	// coordinator's Bursts is the once-per-round count).
+	ShufflerBursts prometheus.Counter
+	// ConsumerPending is the undelivered backlog of a work queue (JetStream consumer), set
+	// after every fetch by the role consuming it.
+	ConsumerPending *prometheus.GaugeVec   // by consumer
+	Dropped         *prometheus.CounterVec // by reason: bad input from the network
 	// Rejected counts users' messages refused by the protocol's checks, by
 	// reason (docs/services.md lists them).
 	Rejected *prometheus.CounterVec
@@ -34,16 +43,19 @@ type Metrics struct {
 // NewMetrics registers the series on reg (nil: unregistered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Rounds:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rounds_total", Help: "Rounds by outcome."}, []string{"outcome"}),
-		Commands:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_commands_total", Help: "Commands by stage."}, []string{"stage"}),
-		Fakes:         prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_fakes_total", Help: "Fake commands added by shufflers."}),
-		Bursts:        prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_rounds_total", Help: "Rounds with a burst (S > 0), a security metric."}),
-		BurstExcess:   prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
-		StageSeconds:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
-		ConsumerLag:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_lag", Help: "Pending messages per JetStream consumer."}, []string{"consumer"}),
-		Dropped:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
-		Rejected:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rejected_total", Help: "Users' messages refused by the protocol's checks, by reason."}, []string{"reason"}),
-		ShufflerSkips: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_shuffler_skipped_total", Help: "Shuffler choices that passed a vendor by as unavailable, by vendor index."}, []string{"vendor"}),
+		Rounds:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rounds_total", Help: "Rounds by outcome."}, []string{"outcome"}),
+		Commands:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_commands_total", Help: "Commands by stage."}, []string{"stage"}),
+		Fakes:           prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_fakes_total", Help: "Fake commands added by shufflers."}),
+		Bursts:          prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_rounds_total", Help: "Rounds with a burst (S > 0), a security metric."}),
+		BurstExcess:     prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
+		StageSeconds:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
+		RoundSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mohito_round_duration_seconds", Help: "Completed rounds from close to release (every response in a mailbox).", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}),
+		RoundPeriod:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_round_period_seconds", Help: "The round period T (0 outside the coordinator)."}),
+		ShufflerBursts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_shuffler_burst_rounds_total", Help: "Rounds this shuffler saw a burst (S > 0) in."}),
+		ConsumerPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_pending_messages", Help: "Messages a JetStream work-queue consumer has not been delivered yet."}, []string{"consumer"}),
+		Dropped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
+		Rejected:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_rejected_total", Help: "Users' messages refused by the protocol's checks, by reason."}, []string{"reason"}),
+		ShufflerSkips:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_shuffler_skipped_total", Help: "Shuffler choices that passed a vendor by as unavailable, by vendor index."}, []string{"vendor"}),
 
 		KeyEpoch:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epoch", Help: "The role's current key epoch (the one new rounds name)."}),
 		KeyEpochsHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_key_epochs_held", Help: "Key epochs held, staged ones included."}),
@@ -53,7 +65,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.ConsumerLag, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundPeriod, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
+}
+
+// pending returns a natsx.ConsumerSpec.Pending setting the backlog of consumer.
+func (m *Metrics) pending(consumer string) func(uint64) {
+	if m == nil {
+		return nil
+	}
+	g := m.ConsumerPending.WithLabelValues(consumer)
+	return func(n uint64) { g.Set(float64(n)) }
 }

@@ -43,7 +43,7 @@ func NewResponder(cfg WorkerConfig) *Responder {
 func (r *Responder) Run(ctx context.Context) error {
 	return natsx.ConsumeAll(ctx, r.cfg.JS, r.cfg.Log,
 		natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: contract.ConsumerRouter, Filters: []string{contract.FromVendors(contract.KindRespOut)}, AckWait: r.cfg.ackWait()}, Handler: r.route},
-		natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: contract.ConsumerResponder, Filters: []string{contract.WorkPlans, contract.WorkLayers}, AckWait: r.cfg.ackWait(), ReleaseOnStop: true}, Handler: r.collect})
+		natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: contract.ConsumerResponder, Filters: []string{contract.WorkPlans, contract.WorkLayers}, AckWait: r.cfg.ackWait(), ReleaseOnStop: true, Pending: r.cfg.Metrics.pending(contract.ConsumerResponder)}, Handler: r.collect})
 }
 
 func (r *Responder) round(t uint64) *respRound {
@@ -185,7 +185,6 @@ func (r *Responder) route(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 	if fire {
 		_ = r.cfg.Store.SetStatus(ctx, p.T, roundstate.StatusDone)
 		AnnounceRelease(r.cfg.JS.Conn(), p.T, roundstate.StatusDone) // the gateways answer parked Fetches
-		r.cfg.Metrics.Rounds.WithLabelValues("done").Inc()
 		if r.OnDone != nil {
 			r.OnDone(p.T, k)
 		}

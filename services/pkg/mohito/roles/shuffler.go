@@ -329,7 +329,7 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			}
 		}
 		if st.S > 0 {
-			s.cfg.Metrics.Bursts.Inc()
+			s.cfg.Metrics.ShufflerBursts.Inc()
 		}
 		// Only now, with every message and Y in hand, is anything emitted (G7).
 		d := &s.cfg.Deployment
