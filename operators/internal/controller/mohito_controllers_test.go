@@ -306,6 +306,35 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	markAvailable(t, ns)
 	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
 
+	// Capacity classes (issue 14): a hold under ten periods is refused by condition, the largest
+	// class's draw must fit every K_v, and a valid policy reaches the coordinator's deployment.
+	rd.Spec.Capacity.Classes = &mohitov1.CapacityClasses{Percent: []int32{100, 150}, Hold: metav1.Duration{Duration: 10 * time.Second},
+		BurstPercent: 5, LowerFakePercent: 80}
+	update(t, rd)
+	waitReadyMessage(t, rd, conds, ReasonInvalidCapacityClasses, "at least 10 periods")
+	rd.Spec.Capacity.Classes.Hold = metav1.Duration{Duration: time.Minute}
+	update(t, rd)
+	waitReadyMessage(t, rd, conds, ReasonCapacityTooSmall, "× 150%") // small: ⌈50 × 1.5⌉ + 100 + 10 > 160
+	small.Spec.Capacity.PaddedEntries = 200
+	update(t, small)
+	eventually(t, "capacity classes in the deployment", func() error {
+		var cm corev1.ConfigMap
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm); err != nil {
+			return err
+		}
+		var doc contract.DeploymentFile
+		if err := json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc); err != nil {
+			return err
+		}
+		if c := doc.CapacityClasses; c == nil || c.Hold != "1m0s" || !slices.Equal(c.Percent, []int{100, 150}) || c.BurstRate != 0.05 || c.LowerFakeRatio != 0.8 {
+			return fmt.Errorf("capacityClasses %+v", c)
+		}
+		return nil
+	})
+	waitRollingOut(t, rd, conds)
+	markAvailable(t, ns)
+	waitReady(t, rd, conds, metav1.ConditionTrue, common.ReasonReconciled)
+
 	// A selector that matches nothing any more.
 	rd.Spec.VendorSelector = metav1.LabelSelector{MatchLabels: map[string]string{seriesLabel: "office"}}
 	update(t, rd)

@@ -39,6 +39,12 @@ const (
 	ReasonNoShufflerAvailable = "NoShufflerAvailable"
 	// ReasonCapacityTooSmall: some vendor's K_v cannot hold base + δ + jitter, or C_v ≤ δ.
 	ReasonCapacityTooSmall = "CapacityTooSmall"
+	// ReasonInvalidCapacityClasses: spec.capacity.classes fails a check the schema cannot make
+	// (a hold under ten periods, a lowerFakePercent a lowered class could burst under).
+	ReasonInvalidCapacityClasses = "InvalidCapacityClasses"
+	// Events of a capacity class change (the coordinator's, with its figures).
+	ReasonCapacityRaised  = "CapacityRaised"
+	ReasonCapacityLowered = "CapacityLowered"
 	// ReasonResponseCapacityTooSmall: a vendor's response OKVS capacity is below q × devices.
 	ReasonResponseCapacityTooSmall = "ResponseCapacityTooSmall"
 	// ReasonUnsupportedByServices: the protocol library has the option but the running services
@@ -187,16 +193,23 @@ func (r *RoundReconciler) selectedVendors(ctx context.Context, rd *mohitov1.Roun
 func checkCapacities(rd *mohitov1.Round, vendors []mohitov1.Vendor) *outcome {
 	delta := int64(rd.Spec.Delta)
 	q := int64(rd.Spec.CommandsPerUser)
+	classes := mohito.CapacityClasses(rd)
+	if classes != nil {
+		if err := classes.Validate(rd.Spec.Period.Duration); err != nil {
+			return degraded(ReasonInvalidCapacityClasses, "%v", err)
+		}
+	}
+	pct := classes.MaxPercent()
 	for _, v := range vendors {
 		c := v.Spec.Capacity
 		if c.Base < 1 {
 			return degraded(ReasonCapacityTooSmall,
 				"vendor %s: capacity.base must be at least 1 so that every C_v exceeds δ = %d", v.Name, delta)
 		}
-		if need := int64(c.Base) + delta + int64(c.Jitter); int64(c.PaddedEntries) < need {
+		if need := int64(contract.ScaledBase(uint64(c.Base), pct)) + delta + int64(c.Jitter); int64(c.PaddedEntries) < need {
 			return degraded(ReasonCapacityTooSmall,
-				"vendor %s: K_v = %d cannot hold C_v up to base %d + δ %d + jitter %d = %d",
-				v.Name, c.PaddedEntries, c.Base, delta, c.Jitter, need)
+				"vendor %s: K_v = %d cannot hold C_v up to base %d × %d%% + δ %d + jitter %d = %d",
+				v.Name, c.PaddedEntries, c.Base, pct, delta, c.Jitter, need)
 		}
 		if c.ResponsePaddedEntries > 0 && int64(c.ResponsePaddedEntries) < q*v.Spec.Devices {
 			return degraded(ReasonResponseCapacityTooSmall,

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -73,6 +74,7 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 		rd.Status.CommandsPerSecond = s.CommandsPerSecond
 		rd.Status.LastRoundSeconds = quantity(s.LastRoundSeconds)
 		rd.Status.FakeRatio = quantity(s.FakeRatio)
+		r.observeCapacity(rd, s)
 		if t := s.UpdatedTime(); !t.IsZero() {
 			rd.Status.StatusUpdated = &metav1.Time{Time: t}
 		}
@@ -104,6 +106,35 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 	rd.Status.LastScaleTime = &metav1.Time{Time: obs.Now}
 	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "Scale", "%s", d.Message)
 	log.Info("scaled decrypt workers", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+}
+
+// observeCapacity copies the series' capacity class and reports a class change once, as an Event
+// with the coordinator's figures.
+func (r *RoundReconciler) observeCapacity(rd *mohitov1.Round, s contract.SeriesStatus) {
+	rd.Status.CapacityPercent = int32(s.CapacityPercent)
+	if rd.Status.CapacityPercent == 0 {
+		rd.Status.CapacityPercent = 100
+	}
+	ch := s.CapacityChange
+	if ch == nil {
+		return
+	}
+	at, err := time.Parse(time.RFC3339, ch.At)
+	if err != nil {
+		return
+	}
+	if last := rd.Status.LastCapacityChange; last != nil && last.Time.Time.Equal(at) {
+		return
+	}
+	reason, verb := ReasonCapacityRaised, "raised"
+	if ch.ToPercent < ch.FromPercent {
+		reason, verb = ReasonCapacityLowered, "lowered"
+	}
+	msg := fmt.Sprintf("capacity class %s from %d%% to %d%% of the vendors' base after %d rounds: %.1f%% of them burst, each had at least %.1f%% fakes",
+		verb, ch.FromPercent, ch.ToPercent, ch.Rounds, 100*ch.BurstRate, 100*ch.MinFakeRatio)
+	rd.Status.LastCapacityChange = &mohitov1.CapacityChange{Time: metav1.Time{Time: at}, FromPercent: int32(ch.FromPercent),
+		ToPercent: int32(ch.ToPercent), Message: msg}
+	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, reason, "Capacity", "%s", msg)
 }
 
 // quantity renders a figure with three decimals as a resource.Quantity ("1.934").

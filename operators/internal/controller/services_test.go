@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,6 +77,26 @@ func TestStatusFromTheServicesKV(t *testing.T) {
 		}
 		return nil
 	})
+	if rd.Status.CapacityPercent != 100 || rd.Status.LastCapacityChange != nil {
+		t.Fatalf("no capacity classes: capacityPercent %d, last change %+v; want 100 and none", rd.Status.CapacityPercent, rd.Status.LastCapacityChange)
+	}
+	// The coordinator raises the series' capacity class: the Round shows it and says so once.
+	at := time.Now().UTC().Truncate(time.Second)
+	putJSON(t, kv, contract.StatusSeriesKey(mohito.SeriesName(rd)), contract.SeriesStatus{CurrentRound: 43, CompletedRounds: 41,
+		CapacityClass: 1, CapacityPercent: 150, CapacityChange: &contract.CapacityChange{At: at.Format(time.RFC3339), FromPercent: 100,
+			ToPercent: 150, Rounds: 300, BurstRate: 0.12, MinFakeRatio: 0}, Updated: at.Format(time.RFC3339)})
+	eventually(t, "capacity class from KV", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+			return err
+		}
+		c := rd.Status.LastCapacityChange
+		if rd.Status.CapacityPercent != 150 || c == nil || !c.Time.Time.Equal(at) || c.FromPercent != 100 || c.ToPercent != 150 ||
+			!strings.Contains(c.Message, "12.0% of them burst") {
+			return fmt.Errorf("capacityPercent %d, last change %+v", rd.Status.CapacityPercent, c)
+		}
+		return nil
+	})
+	waitEvent(t, rd, corev1.EventTypeNormal, ReasonCapacityRaised)
 	eventually(t, "vendor status from KV", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(vs[1]), vs[1]); err != nil {
 			return err

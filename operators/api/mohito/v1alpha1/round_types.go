@@ -121,6 +121,63 @@ type RoundCapacity struct {
 	// A round whose vendor list overflows K_v (a burst beyond the padding) uses the next public
 	// size class, 2K_v, then 4K_v, … (G3b, mohito.CommandCapacity); the classes are fixed by
 	// K_v, so there is no knob for them.
+
+	// Classes lets the coordinator move every vendor's C_v with demand (spec §3.8, App. B, G5):
+	// each round C_v = base × percent / 100 + δ + U{0..jitter} for the series' current class.
+	// Unset, C_v follows the Vendors' base as set.
+	// +optional
+	Classes *CapacityClasses `json:"classes,omitempty"`
+}
+
+// CapacityClasses moves the series' capacity between size classes from what the integrator
+// observes — which rounds burst and their share of fakes — never per vendor, which the integrator
+// does not learn (docs/operators.md, "Capacity classes"). Every vendor's K_v must hold the
+// largest class's draw, so no class change is visible in the vendors' table sizes.
+type CapacityClasses struct {
+	// Percent are the classes in percent of each vendor's base, ascending, the first 100.
+	// +kubebuilder:validation:MinItems=2
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +kubebuilder:validation:items:Minimum=100
+	// +kubebuilder:validation:items:Maximum=10000
+	// +kubebuilder:validation:XValidation:rule="self[0] == 100 && self.isSorted()",message="capacity.classes.percent must start at 100 and ascend"
+	Percent []int32 `json:"percent"`
+
+	// Hold is the least time between two class changes, and the window each decision observes;
+	// at least ten periods (the Round reports InvalidCapacityClasses otherwise).
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Hold metav1.Duration `json:"hold,omitempty"`
+
+	// BurstPercent raises the class one step when more than this percent of the rounds in a
+	// hold burst (some A_v > C_v, spec G5).
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	BurstPercent int32 `json:"burstPercent,omitempty"`
+
+	// LowerFakePercent lowers the class one step when no round in a hold burst and each had at
+	// least this percent of fakes. It must be at least 100 × (1 − smaller ÷ larger) for every
+	// step between two classes, so that the demand that allowed lowering fits the lower class.
+	// +optional
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	LowerFakePercent int32 `json:"lowerFakePercent,omitempty"`
+}
+
+// CapacityChange is the last move of the series' capacity class.
+type CapacityChange struct {
+	// Time the coordinator changed the class.
+	Time metav1.Time `json:"time"`
+	// FromPercent and ToPercent are the classes before and after.
+	FromPercent int32 `json:"fromPercent"`
+	ToPercent   int32 `json:"toPercent"`
+	// Message has the figures that caused it.
+	Message string `json:"message"`
 }
 
 // CapacityDraw says how C_v is drawn.
@@ -277,6 +334,16 @@ type RoundStatus struct {
 	// +optional
 	DeviceAnswerAfter *metav1.Duration `json:"deviceAnswerAfter,omitempty"`
 
+	// CapacityPercent is the series' capacity class in percent of each vendor's base (100
+	// without capacity.classes, until the coordinator reports).
+	// +optional
+	CapacityPercent int32 `json:"capacityPercent,omitempty"`
+
+	// LastCapacityChange is the last class change and its figures (Events CapacityRaised,
+	// CapacityLowered).
+	// +optional
+	LastCapacityChange *CapacityChange `json:"lastCapacityChange,omitempty"`
+
 	// LastRoundSeconds is the duration of the last completed round.
 	// +optional
 	LastRoundSeconds *resource.Quantity `json:"lastRoundSeconds,omitempty"`
@@ -330,6 +397,7 @@ type RoundStatus struct {
 // +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerReplicas`
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.responseDeadline`,priority=1
+// +kubebuilder:printcolumn:name="Capacity%",type=integer,JSONPath=`.status.capacityPercent`,priority=1
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.completedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Aborted",type=integer,JSONPath=`.status.abortedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

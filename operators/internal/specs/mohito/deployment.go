@@ -46,6 +46,7 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor, weights map[strin
 		OutBatch:         OutBatch,
 		ResponseQuantum:  ResponseQuantum,
 		CapacityDraw:     string(rd.Spec.Capacity.Draw),
+		CapacityClasses:  CapacityClasses(rd),
 	}
 	for i, v := range vs {
 		if v.Spec.Index != int32(i) {
@@ -64,6 +65,21 @@ func Deployment(rd *mohitov1.Round, vendors []mohitov1.Vendor, weights map[strin
 		doc.Vendors = append(doc.Vendors, dv)
 	}
 	return doc, nil
+}
+
+// CapacityClasses is the Round's capacity-class policy as the coordinator reads it (nil without
+// spec.capacity.classes).
+func CapacityClasses(rd *mohitov1.Round) *contract.CapacityClasses {
+	c := rd.Spec.Capacity.Classes
+	if c == nil {
+		return nil
+	}
+	out := &contract.CapacityClasses{Hold: c.Hold.Duration.String(),
+		BurstRate: float64(c.BurstPercent) / 100, LowerFakeRatio: float64(c.LowerFakePercent) / 100}
+	for _, p := range c.Percent {
+		out.Percent = append(out.Percent, int(p))
+	}
+	return out
 }
 
 // ResponseDeadline is the Round's response deadline: one period after S_v went out (spec O12).

@@ -24,13 +24,28 @@ type SeriesStatus struct {
 	CommandsPerSecond int64   `json:"commandsPerSecond"`
 	FakeRatio         float64 `json:"fakeRatio"`
 	Bursts            int64   `json:"bursts"`
-	Updated           string  `json:"updated"` // RFC 3339
+	// CapacityPercent is the series' capacity class (C_v = base_v × it / 100 + δ + jitter
+	// draw); 100 without CapacityClasses. CapacityClass is its index.
+	CapacityClass   int             `json:"capacityClass"`
+	CapacityPercent int             `json:"capacityPercent"`
+	CapacityChange  *CapacityChange `json:"capacityChange,omitempty"` // the last one
+	Updated         string          `json:"updated"`                  // RFC 3339
 }
 
 // UpdatedTime parses Updated, zero if absent.
 func (s SeriesStatus) UpdatedTime() time.Time {
 	t, _ := time.Parse(time.RFC3339, s.Updated)
 	return t
+}
+
+// CapacityChange is a move of the series' capacity class and the figures behind it.
+type CapacityChange struct {
+	At           string  `json:"at"` // RFC 3339
+	FromPercent  int     `json:"fromPercent"`
+	ToPercent    int     `json:"toPercent"`
+	Rounds       int     `json:"rounds"`       // rounds observed since the previous change
+	BurstRate    float64 `json:"burstRate"`    // share of them with a burst (S > 0)
+	MinFakeRatio float64 `json:"minFakeRatio"` // the least share of fakes among them
 }
 
 // VendorStatus is the value of vendor.<index>.

@@ -57,6 +57,8 @@ type Coordinator struct {
 	mu     sync.Mutex
 	active map[uint64]*coordRound
 	status *statusBook
+	// capacity moves the targets between size classes (nil: Deployment.Policy as set).
+	capacity *capacityClass
 
 	announced   uint32 // integrator epoch last announced to the vendors
 	hasAnnounce bool
@@ -119,6 +121,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
 		return nil, err
 	}
+	c.capacity = newCapacityClass(cfg.Deployment.Classes, time.Now(), c.status.capacityClass())
 	cfg.Metrics.RoundPeriod.Set(cfg.Deployment.Round.Seconds())
 	return c, nil
 }
@@ -289,7 +292,7 @@ func (c *Coordinator) open(ctx context.Context, t uint64) (*coordRound, error) {
 			c.cfg.Metrics.ShufflerSkips.WithLabelValues(strconv.Itoa(v)).Inc()
 		}
 	}
-	targets, err := mohito.DrawTargets(d.Policy, d.Delta, rand.Reader)
+	targets, err := mohito.DrawTargets(c.capacity.policy(d.Policy), d.Delta, rand.Reader)
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +544,16 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	c.cfg.Log.Info("round planned", "t", t, "k", k, "n", sum.N, "burst", sum.S)
 	c.avail.ok(rep.Shuffler)
 	c.status.planned(ctx, rep)
+	if c.capacity != nil {
+		ch := c.capacity.observe(time.Now(), rep.N, rep.Valid, rep.S)
+		idx, pct := c.capacity.class()
+		if ch.HasChanged {
+			c.cfg.Log.Info(ch.String(), "t", t)
+			c.status.capacity(ctx, idx, pct, &ch)
+		} else {
+			c.status.capacity(ctx, idx, pct, nil)
+		}
+	}
 	c.report(rep)
 	// Response phase deadline (spec O12): if V* never returns M10 the
 	// round is aborted so users re-send. Commands of such a round may have

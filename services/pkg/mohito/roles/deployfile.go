@@ -109,6 +109,16 @@ func deploymentFrom(f *contract.DeploymentFile) (Deployment, error) {
 	if f.DeviceAnswerAfter != "" {
 		d.DeviceAnswerAfter = dur("deviceAnswerAfter", f.DeviceAnswerAfter)
 	}
+	maxPercent := 100
+	if c := f.CapacityClasses; c != nil {
+		if err := c.Validate(d.Round); err != nil {
+			errs = append(errs, err)
+		} else {
+			hold, _ := c.HoldDuration()
+			d.Classes = &CapacityClasses{Percent: c.Percent, Hold: hold, BurstRate: c.BurstRate, LowerFakeRatio: c.LowerFakeRatio}
+			maxPercent = c.MaxPercent()
+		}
+	}
 	if len(f.Vendors) == 0 {
 		bad("vendors must list at least one vendor")
 	}
@@ -124,10 +134,10 @@ func deploymentFrom(f *contract.DeploymentFile) (Deployment, error) {
 		if fixed {
 			width = 0
 		}
-		// K_v must cover the largest C_v the draw can produce (G3b: the
-		// table size then never depends on C_v).
-		if maxC := v.Base + f.Delta + width; v.PaddedEntries < 1 || uint64(v.PaddedEntries) < maxC {
-			bad("vendor %d: paddedEntries %d must be ≥ base + delta + jitter = %d", i, v.PaddedEntries, maxC)
+		// K_v must cover the largest C_v the draw can produce, in the largest capacity class
+		// (G3b: the table size then never depends on C_v or the class).
+		if maxC := contract.ScaledBase(v.Base, maxPercent) + f.Delta + width; v.PaddedEntries < 1 || uint64(v.PaddedEntries) < maxC {
+			bad("vendor %d: paddedEntries %d must be ≥ base × %d%% + delta + jitter = %d", i, v.PaddedEntries, maxPercent, maxC)
 		}
 		if v.ResponsePaddedEntries < 0 {
 			bad("vendor %d: responsePaddedEntries %d is negative", i, v.ResponsePaddedEntries)

@@ -33,6 +33,10 @@ type Deployment struct {
 	// executed (G7); 0 means ResponseDeadline/4. See [Deployment.AnswerAfter].
 	DeviceAnswerAfter time.Duration
 
+	// Classes moves every vendor's target between size classes with the demand the
+	// integrator observes (contract.CapacityClasses); nil keeps Policy as set.
+	Classes *CapacityClasses
+
 	VendorNames      []string // display names (optional, logs and status only)
 	ResponseCapacity []int    // declared response-table capacity per vendor (informational: tables are sized by Quantum)
 }

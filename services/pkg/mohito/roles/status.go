@@ -106,6 +106,26 @@ func (b *statusBook) openedRounds() int64 {
 	return b.s.OpenedRounds
 }
 
+// capacity records the series' capacity class, and the change that led to it when ch is set.
+func (b *statusBook) capacity(ctx context.Context, idx, percent int, ch *CapacityChange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.s.CapacityClass, b.s.CapacityPercent = idx, percent
+	if ch != nil {
+		b.s.CapacityChange = &contract.CapacityChange{At: ch.At.UTC().Format(time.RFC3339), FromPercent: ch.FromPercent,
+			ToPercent: ch.ToPercent, Rounds: ch.Rounds, BurstRate: math.Round(ch.BurstRate*1000) / 1000,
+			MinFakeRatio: math.Round(ch.MinFakeRatio*1000) / 1000}
+	}
+	b.writeLocked(ctx)
+}
+
+// capacityClass is the class the series had when this book was loaded.
+func (b *statusBook) capacityClass() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.s.CapacityClass
+}
+
 func (b *statusBook) aborted(ctx context.Context, t uint64, shuffler int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
