@@ -251,6 +251,13 @@ type Registrar struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
 	Cloud string `json:"cloud,omitempty"`
 
+	// NATSURL is the NATS server of the session stream; unset uses the operator's
+	// (--nats-url).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('nats://') || self.startsWith('tls://')",message="registrar.natsURL must be a nats:// or tls:// URL"
+	NATSURL string `json:"natsURL,omitempty"`
+
 	// NATSSecret names a Secret in the resource's namespace whose entries user and password
 	// are the NATS user the interfaces connect with (the password mounted as a file); unset
 	// connects without a user.

@@ -277,6 +277,14 @@ func FlowKeySecret(g *loisv1.HeaderGateway) *corev1.Secret {
 	}
 }
 
+// NATSURL is the session stream's NATS server: the gateway's own or the operator's.
+func NATSURL(g *loisv1.HeaderGateway, pl Platform) string {
+	if u := g.Spec.Registrar.NATSURL; u != "" {
+		return u
+	}
+	return pl.NATSURL
+}
+
 // RegistrarConfigMap holds the registrar's settings as the variables `lois register`, `lois
 // di` and `lois si` read (envFrom): the session stream's cloud name and NATS URL, the
 // services, the keystream budget and lifetime, the SI partition count, every replica a
@@ -289,7 +297,7 @@ func RegistrarConfigMap(g *loisv1.HeaderGateway, pl Platform) *corev1.ConfigMap 
 		sids = append(sids, strconv.Itoa(int(s.Port)))
 	}
 	data := map[string]string{
-		specs.Env(FlagNATSURL):    pl.NATSURL,
+		specs.Env(FlagNATSURL):    NATSURL(g, pl),
 		specs.Env(FlagServices):   strings.Join(sids, ","),
 		specs.Env(FlagN):          strconv.Itoa(int(k.PerEpoch)),
 		specs.Env(FlagLifetime):   k.Lifetime.Duration.String(),
@@ -346,7 +354,7 @@ func padding(g *loisv1.HeaderGateway) []corev1.EnvVar {
 // its metrics on 127.0.0.1:wirePort + MetricsHostPortOffset + i.
 func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 	env := append(common(g),
-		corev1.EnvVar{Name: specs.Env(FlagNATSURL), Value: pl.NATSURL},
+		corev1.EnvVar{Name: specs.Env(FlagNATSURL), Value: NATSURL(g, pl)},
 		corev1.EnvVar{Name: specs.Env(FlagBackends), Value: Backends(g)},
 		corev1.EnvVar{Name: specs.Env(FlagReplicaName), Value: "$(" + specs.EnvPodName + ")"},
 		corev1.EnvVar{Name: specs.Env(FlagWireListen), Value: "0.0.0.0:" + strconv.Itoa(WirePort(g))},
@@ -361,7 +369,9 @@ func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 	if s := g.Spec.Registrar.NATSSecret; s != "" {
 		sp.NATSSecret = s
 	}
-	t := sp.Template(pl.Runtime)
+	rt := pl.Runtime
+	rt.NATSURL = NATSURL(g, pl)
+	t := sp.Template(rt)
 	c := &t.Spec.Containers[0]
 	if pl.HostNetwork {
 		setEnv(c, specs.EnvMetricsAddr, "127.0.0.1:"+strconv.Itoa(WirePort(g)+MetricsHostPortOffset))
