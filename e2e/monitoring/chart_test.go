@@ -161,10 +161,26 @@ func TestChartRendersMonitorsWhenAPIServed(t *testing.T) {
 			}
 		}
 	}
+	// Nor on the pods the operator runs (the workloads PodMonitor covers them).
+	if args := operatorArgs(t, objs); !slices.Contains(args, "--scrape-annotations=false") {
+		t.Errorf("operator args %v: want --scrape-annotations=false with the PodMonitors", args)
+	}
 }
 
-// Without the API: no monitoring.coreos.com object (it would fail to install), and the
-// standard prometheus.io/scrape|port|path annotations on the chart's pods.
+// operatorArgs are the operator container's arguments.
+func operatorArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	c := containers(t, find(objs, "Deployment", "obscura-operator"))[0].(map[string]any)
+	args, _, err := unstructured.NestedStringSlice(c, "args")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return args
+}
+
+// Without the API: no monitoring.coreos.com object (it would fail to install), the standard
+// prometheus.io/scrape|port|path annotations on the chart's pods, and the operator told to add
+// them to the pods it creates.
 func TestChartAnnotatesPodsWithoutAPI(t *testing.T) {
 	for name, args := range map[string][]string{
 		"not served": nil,
@@ -191,6 +207,10 @@ func TestChartAnnotatesPodsWithoutAPI(t *testing.T) {
 				if !slices.Contains(containerPorts(t, o), port) {
 					t.Errorf("%s: prometheus.io/port %s is not a container port", w, port)
 				}
+			}
+			// The operator annotates the pods it creates too (finding O-1).
+			if args := operatorArgs(t, objs); !slices.Contains(args, "--scrape-annotations=true") {
+				t.Errorf("operator args %v: want --scrape-annotations=true without PodMonitors", args)
 			}
 		})
 	}

@@ -61,6 +61,9 @@ type Config struct {
 	// HostNetwork runs the workloads on the node's network on 127.0.0.1 (a node without a pod
 	// network, docs/cluster.md).
 	HostNetwork bool
+	// ScrapeAnnotations adds the prometheus.io/* annotations to the workloads' pods (the chart
+	// sets it when it renders no PodMonitor).
+	ScrapeAnnotations bool
 	// CPURequest replaces every workload's CPU request when set (small clusters).
 	CPURequest string
 	// KeyActivationDelay is every key-holding role's --key-activation-delay (0: the services'
@@ -187,6 +190,7 @@ func main() {
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
 	flag.StringVar(&cfg.CPURequest, "workload-cpu-request", envOr("OBSCURA_WORKLOAD_CPU_REQUEST", ""), "CPU request of every workload the operator runs, replacing each role's default (e.g. 10m on a small cluster); empty keeps the defaults")
 	flag.StringVar(&cfg.KeyActivationDelay, "key-activation-delay", envOr("OBSCURA_KEY_ACTIVATION_DELAY", ""), "how long the workloads wait after loading a new key epoch before naming it; must exceed the time a Secret update takes to reach every pod (0: the services' default, 3m) (env OBSCURA_KEY_ACTIVATION_DELAY)")
+	flag.BoolVar(&cfg.ScrapeAnnotations, "scrape-annotations", envOr("OBSCURA_SCRAPE_ANNOTATIONS", "false") == "true", "add prometheus.io/scrape, /port and /path to the workloads' pods, for a Prometheus that discovers pods by annotation (not with --host-network) (env OBSCURA_SCRAPE_ANNOTATIONS)")
 	flag.BoolVar(&cfg.HostNetwork, "host-network", envOr("OBSCURA_HOST_NETWORK", "false") == "true", "run the workloads with hostNetwork on 127.0.0.1: dynamic metrics/health ports, exec probes, SO_REUSEPORT listeners (env OBSCURA_HOST_NETWORK)")
 	flag.StringVar(&cfg.NATSAccountsSecret, "nats-accounts-secret", envOr("OBSCURA_NATS_ACCOUNTS_SECRET", ""), "Secret to render the NATS server's accounts into (key accounts.conf); empty renders none (env OBSCURA_NATS_ACCOUNTS_SECRET)")
 	flag.StringVar(&cfg.NATSAccountsOwner, "nats-accounts-owner", envOr("OBSCURA_NATS_ACCOUNTS_OWNER", ""), "the operator's Deployment (in that namespace), set as the accounts Secret's owner so it is deleted with the operator (env OBSCURA_NATS_ACCOUNTS_OWNER)")
@@ -249,7 +253,8 @@ func run(cfg Config) error {
 	}
 	activation, _ := cfg.keyActivationDelay() // validated at start
 	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL,
-		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation}
+		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation,
+		ScrapeAnnotations: cfg.ScrapeAnnotations}
 	if err := controller.SetupAll(mgr, controller.Options{
 		Runtime: rt,
 		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},

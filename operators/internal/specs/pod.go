@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"maps"
 	"strconv"
 	"time"
 
@@ -28,6 +29,10 @@ type Runtime struct {
 	// after loading a new key epoch it starts naming and announcing it (longer than a Secret
 	// update takes to reach every pod). Zero keeps the services' default.
 	KeyActivationDelay time.Duration
+	// ScrapeAnnotations adds prometheus.io/scrape, /port (MetricsPort) and /path (/metrics) to
+	// every pod (--scrape-annotations: for a Prometheus that discovers pods by annotation, when
+	// no PodMonitor covers them). Not on the host network, where the metrics port is dynamic.
+	ScrapeAnnotations bool
 }
 
 // Pod is one role's pod as a system's builder describes it; Template is the one place that
@@ -185,7 +190,7 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 		{Name: "health", ContainerPort: HealthPort},
 	}, p.Ports...)
 	t := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: p.Labels, Annotations: p.Annotations},
+		ObjectMeta: metav1.ObjectMeta{Labels: p.Labels, Annotations: p.annotations(rt)},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           p.ServiceAccount,
 			AutomountServiceAccountToken: ptr.To(automount),
@@ -213,6 +218,26 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 	}
 	return t
 }
+
+// annotations are the caller's, with the prometheus.io ones when the runtime asks for them.
+func (p Pod) annotations(rt Runtime) map[string]string {
+	if !rt.ScrapeAnnotations || rt.HostNetwork {
+		return p.Annotations
+	}
+	out := make(map[string]string, len(p.Annotations)+3)
+	maps.Copy(out, p.Annotations)
+	out[AnnotationScrape] = "true"
+	out[AnnotationScrapePort] = strconv.Itoa(MetricsPort)
+	out[AnnotationScrapePath] = "/metrics"
+	return out
+}
+
+// The annotations an annotation-based Prometheus discovers pods by.
+const (
+	AnnotationScrape     = "prometheus.io/scrape"
+	AnnotationScrapePort = "prometheus.io/port"
+	AnnotationScrapePath = "prometheus.io/path"
+)
 
 // resources are the container's requests and limits: the resource's own when it sets them,
 // else the role's defaults (with the runtime's CPU request for small clusters).
