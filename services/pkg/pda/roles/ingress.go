@@ -260,7 +260,7 @@ func (g *Ingress) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !open {
-		g.m.Items.WithLabelValues(contract.ReasonWindowClosed).Inc()
+		g.m.Items.WithLabelValues(itemOutcome(contract.ReasonWindowClosed)).Inc()
 		g.m.Rejected.WithLabelValues(RejectWindowClosed).Inc()
 		writeJSON(w, http.StatusConflict, map[string]string{"reason": contract.ReasonWindowClosed})
 		return
@@ -293,7 +293,7 @@ func (g *Ingress) ingest(ctx context.Context, p *pda.Proxy, suite *pda.Suite, id
 	reject := func(pos int, reason string) {
 		resp.Rejected = append(resp.Rejected, contract.ItemRejection{Position: pos, Reason: reason})
 		resp.Reasons[reason]++
-		g.m.Items.WithLabelValues(reason).Inc()
+		g.m.Items.WithLabelValues(itemOutcome(reason)).Inc()
 	}
 	n := len(subs)
 	idx := make([]uint32, n)

@@ -163,7 +163,7 @@ func TestIngressRejectionsCountedByReason(t *testing.T) {
 		c.CloseIdleConnections()
 		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("handshake %d counted", i), func() error {
 			if got := testutil.ToFloat64(m.Rejected.WithLabelValues(RejectTLSHandshake)); got != before+1 {
-				return fmt.Errorf("TLS_HANDSHAKE = %v, want %v", got, before+1)
+				return fmt.Errorf("tls_handshake = %v, want %v", got, before+1)
 			}
 			return nil
 		})

@@ -1,11 +1,15 @@
 package roles
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics of every PDA role. Labels are reasons and outcomes only: no keys, no blinded
 // keys, no participant identities (T-PRIV-11).
 type Metrics struct {
-	Items       *prometheus.CounterVec // proxy: items by outcome (accepted or a reason code)
+	Items       *prometheus.CounterVec // proxy: items by outcome (accepted or a reason code, lower-cased)
 	Rejected    *prometheus.CounterVec // proxy: requests refused (not 200), by reason (ProxyReasons)
 	Sessions    prometheus.Counter
 	Sealed      prometheus.Counter     // mixer: windows sealed
@@ -48,17 +52,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Reasons of pda_proxy_rejected_total: why the ingress refused a participant's request as a
 // whole (docs/pda.md). Items refused inside an accepted request are counted in
-// pda_proxy_items_total by their own reason (contract.Reason*).
+// pda_proxy_items_total by their own reason (contract.Reason*, lower-cased).
 const (
-	RejectTLSHandshake       = "TLS_HANDSHAKE"       // no, an expired or an untrusted client certificate
-	RejectUnknownParticipant = "UNKNOWN_PARTICIPANT" // 403: certificate CN not on --participants
-	RejectBadWindow          = "BAD_WINDOW"          // 400: ?window= is not a number
-	RejectBadSession         = "BAD_SESSION"         // 400: ?session= is not a session id
-	RejectUnknownSession     = "UNKNOWN_SESSION"     // 403: no such session, or another participant's
-	RejectBadBody            = "BAD_BODY"            // 400: body not 1..max-batch submissions of the window's size
-	RejectWindowClosed       = "WINDOW_CLOSED"       // 409: the window is closed, sealed or not open yet
-	RejectUnavailable        = "UNAVAILABLE"         // 503: Redis, the window bucket or the pool failed
+	RejectTLSHandshake       = "tls_handshake"       // no, an expired or an untrusted client certificate
+	RejectUnknownParticipant = "unknown_participant" // 403: certificate CN not on --participants
+	RejectBadWindow          = "bad_window"          // 400: ?window= is not a number
+	RejectBadSession         = "bad_session"         // 400: ?session= is not a session id
+	RejectUnknownSession     = "unknown_session"     // 403: no such session, or another participant's
+	RejectBadBody            = "bad_body"            // 400: body not 1..max-batch submissions of the window's size
+	RejectWindowClosed       = "window_closed"       // 409: the window is closed, sealed or not open yet
+	RejectUnavailable        = "unavailable"         // 503: Redis, the window bucket or the pool failed
 )
+
+// itemOutcome is the pda_proxy_items_total label of an item refused for reason (a contract
+// reason code, upper-case on the wire): lower snake_case like every reason label.
+func itemOutcome(reason string) string { return strings.ToLower(reason) }
 
 // ProxyReasons lists every reason of pda_proxy_rejected_total.
 var ProxyReasons = []string{RejectTLSHandshake, RejectUnknownParticipant, RejectBadWindow, RejectBadSession,
