@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -22,35 +23,7 @@ func TestMaxRoundsCountsTheSeries(t *testing.T) {
 	waitFor(t, 90*time.Second, fmt.Sprintf("%d rounds planned or aborted", rounds), func() bool {
 		return h.planned.Load()+h.aborted.Load() >= rounds
 	})
-	opened := func() contract.SeriesStatus {
-		t.Helper()
-		nc, err := nats.Connect(h.nats.URL(), nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kv, err := js.KeyValue(t.Context(), contract.BucketStatus)
-		if err != nil {
-			t.Fatal(err)
-		}
-		series := h.cluster.Deployment().Series
-		if series == "" {
-			series = "default"
-		}
-		e, err := kv.Get(t.Context(), contract.StatusSeriesKey(series))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s contract.SeriesStatus
-		if err := json.Unmarshal(e.Value(), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	opened := func() contract.SeriesStatus { return seriesStatus(t, h) }
 	before := opened()
 	if before.OpenedRounds != rounds {
 		t.Fatalf("the series opened %d rounds, max-rounds is %d", before.OpenedRounds, rounds)
@@ -69,4 +42,39 @@ func TestMaxRoundsCountsTheSeries(t *testing.T) {
 	if n := h.planned.Load() + h.aborted.Load(); n != rounds {
 		t.Fatalf("%d rounds reported, max-rounds is %d", n, rounds)
 	}
+}
+
+// seriesStatus reads the coordinator's status of the harness's series from the status bucket, as
+// the operator does.
+func seriesStatus(t *testing.T, h *harness) contract.SeriesStatus {
+	t.Helper()
+	nc, err := nats.Connect(h.nats.URL(), nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), contract.BucketStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := h.cluster.Deployment().Series
+	if series == "" {
+		series = "default"
+	}
+	e, err := kv.Get(t.Context(), contract.StatusSeriesKey(series))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return contract.SeriesStatus{} // no round planned yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s contract.SeriesStatus
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
