@@ -17,8 +17,9 @@ const (
 	LabelFn          = "fn"
 	LabelCircuitHash = "circuit_hash"
 
-	// MetricFunction is 1 for the pipeline's compiled function: labels fn (the fnid) and
-	// circuit_hash (hex SHA-256 of the canonical gate list, spec D10).
+	// MetricFunction is 1 for the pipeline's compiled function: labels fn (the fnid, a hash of
+	// the owner's canonical source, published in status.fnID and in the subscribers' NATS
+	// permissions) and circuit_hash (hex SHA-256 of the canonical gate list, spec D10).
 	MetricFunction = "pps_broker_function_info"
 	// MetricANDGates and MetricCircuitBytes size the pipeline's circuit: AND gates, and the
 	// bytes of one garbled circuit as streamed (header, identity tables, gate tables, d).

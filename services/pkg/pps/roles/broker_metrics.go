@@ -11,7 +11,10 @@ import (
 // BrokerMetrics are the broker's Prometheus metrics. The per-pipeline ones the operator
 // reads into the SecurePipeline's status carry the names and labels of package contract
 // (status.go); rejections are counted by stage and reason. No label, value, mask or device id
-// is ever a metric label.
+// is ever a metric label. The function id of pps_broker_function_info (label fn) is no secret:
+// it is derived from the pipeline owner's own program (dsl.Function.ID, a hash of the canonical
+// source), the operator publishes it in status.fnID and names it in every subscriber's NATS
+// permissions (pps.fn.<fnid>.out).
 type BrokerMetrics struct {
 	Setups    *prometheus.CounterVec // type, outcome
 	Rejected  *prometheus.CounterVec // stage (setup|publish|function), reason

@@ -32,7 +32,7 @@ func newGarblerMetrics(reg prometheus.Registerer) *garblerMetrics {
 	m := &garblerMetrics{
 		setups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_garbler_setups_total",
 			Help: "Relayed device setup messages by type and outcome."}, []string{"type", "outcome"}),
-		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_garbler_rejections_total",
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pps_garbler_rejected_total",
 			Help: "Requests refused, by reason."}, []string{"reason"}),
 		functions: prometheus.NewCounter(prometheus.CounterOpts{Name: "pps_garbler_functions_registered_total",
 			Help: "RegisterFunction calls that succeeded."}),
