@@ -50,6 +50,14 @@ func TestCluster(t *testing.T) {
 	e.phase("helm test (one round through the edge)", func() {
 		e.run("helm", "test", release, "-n", e.ns, "--timeout", "3m")
 	})
+	var gw *loisRun
+	e.phase("apply the HeaderGateway sample (its session stream's NATS on the node's loopback; a device and a server namespace)", func() {
+		gw = e.applyGateway()
+	})
+	e.phase("one HTTP exchange of a device in its own namespace through the LOIS CI pod; the wire and the status checked", func() {
+		e.runGateway(gw)
+	})
+	e.phase("delete the HeaderGateway", func() { e.deleteGateway(gw) })
 	if !smoke {
 		e.loadAndScale()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
@@ -90,7 +98,7 @@ func (e *env) dumpOnFailure() {
 	for _, args := range [][]string{
 		{"get", "pods", "-A", "-o", "wide"},
 		{"get", "events", "-n", e.ns, "--sort-by=.lastTimestamp"},
-		{"get", "rounds,vendors,shufflers,securepipelines", "-n", e.ns, "-o", "wide"},
+		{"get", "rounds,vendors,shufflers,securepipelines,headergateways", "-n", e.ns, "-o", "wide"},
 		{"get", "pods,events", "-n", garblerNS},
 		{"logs", "-n", e.ns, "-l", "app.kubernetes.io/component=operator", "--tail", "80"},
 	} {

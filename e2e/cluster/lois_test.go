@@ -1,0 +1,438 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/obscura-iot/obscura/e2e/internal/ready"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// The HeaderGateway sample (config/samples/lois_v1alpha1_headergateway.yaml) in this run: the
+// operator runs its cloud interface as a host-network pod on 127.0.0.1:7400; the device and
+// the server (with its server interface) live in two network namespaces the test makes, each
+// with only its own addresses. Between a namespace's loopback and the node's the test relays
+// the emulated wire's datagrams (and the server interface's NATS connection), so no address
+// is added to the node.
+const (
+	loisAPI     = "lois.obscura.dev/v1alpha1"
+	gatewayName = "edge"
+	loisCIP     = "198.18.0.1"
+	loisDIP     = "10.99.0.2"
+	loisSIP     = "10.200.0.10"
+	loisSID     = 8080
+	loisPSrv    = 80
+	loisUnified = 443
+	loisCIWire  = "127.0.0.1:7400" // the sample's cloud.wirePort on the node (host network)
+	loisDIWire  = "127.0.0.1:7401" // the DI's socket in the device namespace
+	loisSIWire  = "127.0.0.1:7402" // the SI's socket in the server namespace
+	loisMetrics = "127.0.0.1:9090" // each role's observability server in its namespace
+)
+
+// loisRun is one exchange's namespaces, processes and relays.
+type loisRun struct {
+	bin      string
+	dev, srv loisNetns
+	nats     *testenv.NATS
+	// upRelay records what reaches the CI pod (device → cloud); downRelay what reaches the
+	// device (server interface → device).
+	upRelay, downRelay *udpRelay
+	srvWire            string // where the CI pod sends the service's packets (node side)
+	procs              []*testenv.Daemon
+}
+
+func (e *env) gateway() (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(loisAPI)
+	u.SetKind("HeaderGateway")
+	return u, e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: gatewayName}, u)
+}
+
+// applyGateway builds lois for the node, starts the session stream's NATS server on the
+// node's loopback, makes the device and server namespaces with their relays, and applies the
+// sample with this run's NATS URL and server-interface wire address.
+func (e *env) applyGateway() *loisRun {
+	e.t.Helper()
+	for _, need := range []string{"/dev/net/tun"} {
+		if _, err := os.Stat(need); err != nil {
+			e.t.Fatalf("the LOIS phase needs %s: %v", need, err)
+		}
+	}
+	r := &loisRun{bin: filepath.Join(e.dir, "lois")}
+	cmd := exec.Command("go", "build", "-o", r.bin, "./services/cmd/lois")
+	cmd.Dir = e.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("build lois: %v\n%s", err, out)
+	}
+	r.nats = testenv.StartNATS(e.t)
+	s := strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	r.dev, r.srv = newLoisNetns(e, "loisd-"+s), newLoisNetns(e, "loiss-"+s)
+
+	natsAddr := strings.TrimPrefix(r.nats.URL(), "nats://")
+	// The server interface reaches NATS at the same address inside its namespace.
+	startTCPRelay(e, r.srv, natsAddr, natsAddr)
+	// device → CI pod: the DI's cloud wire is 127.0.0.1:7400 in its namespace, as on the node.
+	r.upRelay = startUDPRelay(e, r.dev, loisCIWire, loisNetns{}, loisCIWire)
+	// CI pod → server interface: a node port of the relay's own into the server namespace.
+	toSI := startUDPRelay(e, loisNetns{}, "127.0.0.1:0", r.srv, loisSIWire)
+	r.srvWire = toSI.listen
+	// server interface → device (direct server return): the device's wire address as the
+	// server namespace sees it.
+	r.downRelay = startUDPRelay(e, r.srv, "127.0.0.1:0", r.dev, loisDIWire)
+
+	u := e.readSample("lois_v1alpha1_headergateway.yaml")
+	u.SetNamespace(e.ns)
+	must(e, unstructured.SetNestedField(u.Object, r.nats.URL(), "spec", "registrar", "natsURL"))
+	svcs, _, _ := unstructured.NestedSlice(u.Object, "spec", "services")
+	svcs[0].(map[string]any)["serverWire"] = r.srvWire
+	must(e, unstructured.SetNestedSlice(u.Object, svcs, "spec", "services"))
+	if err := e.k.Create(context.Background(), u); err != nil {
+		e.t.Fatalf("apply the HeaderGateway sample: %v", err)
+	}
+	testenv.Eventually(e.t, 3*time.Minute, "HeaderGateway Ready", func() error {
+		g, err := e.gateway()
+		if err != nil {
+			return err
+		}
+		return ready.Check(g)
+	})
+	return r
+}
+
+func must(e *env, err error) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// runGateway starts the server interface (following the session stream), registers the
+// device with the registrar's settings the operator rendered, starts the device interface,
+// and has curl in the device namespace fetch a page from the server through the CI pod. The
+// wire shows neither endpoint's address or port, and the gateway's status counts the device
+// and the keystreams the CI pod consumed.
+func (e *env) runGateway(r *loisRun) {
+	e.t.Helper()
+	ctx := context.Background()
+	var cm corev1.ConfigMap
+	if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: gatewayName + "-lois-registrar"}, &cm); err != nil {
+		e.t.Fatal(err)
+	}
+	var regEnv []string
+	for k, v := range cm.Data {
+		regEnv = append(regEnv, k+"="+v)
+	}
+	common := []string{"--metrics-addr", loisMetrics, "--health-addr", loisMetrics}
+	start := func(n loisNetns, name string, args ...string) {
+		c := n.cmd(r.bin, append(args, common...)...)
+		c.Env = append(os.Environ(), regEnv...)
+		d := testenv.StartDaemon(e.t, name, c)
+		r.procs = append(r.procs, d)
+		testenv.Eventually(e.t, 30*time.Second, name+" ready", func() error {
+			if err := d.Exited(); err != nil {
+				return err
+			}
+			return n.httpGet("http://" + loisMetrics + "/readyz")
+		})
+	}
+	siTUN, diTUN := "lts"+r.srv.name[6:], "ltd"+r.dev.name[6:]
+	start(r.srv, "lois si", "si", "--tun", siTUN, "--wire-listen", loisSIWire, "--services", fmt.Sprintf("%d=%d", loisPSrv, loisSID),
+		"--replica-name", fmt.Sprintf("si-%d-0", loisSID), "--replica", "0")
+
+	// The registrar's step with the operator's settings: the device's keys only once the CI
+	// pod and the server interface acknowledged installing its session.
+	keys := filepath.Join(e.dir, "lois-device")
+	reg := exec.Command(r.bin, "register", "--out-dir", keys, "--device-ip", loisDIP, "--device-wire", r.downRelay.listen, "--timeout", "60s")
+	reg.Env = append(os.Environ(), regEnv...)
+	if out, err := reg.CombinedOutput(); err != nil {
+		e.t.Fatalf("lois register: %v\n%s", err, out)
+	}
+	start(r.dev, "lois di", "di", "--tun", diTUN, "--wire-listen", loisDIWire, "--keys-file", filepath.Join(keys, "di.json"))
+	for _, a := range []struct {
+		n                loisNetns
+		dev, local, peer string
+	}{{r.dev, diTUN, loisDIP, loisCIP}, {r.srv, siTUN, loisSIP, loisDIP}} {
+		a.n.ip(e, "addr", "add", a.local+"/32", "dev", a.dev)
+		a.n.ip(e, "link", "set", a.dev, "mtu", "1400", "up")
+		a.n.ip(e, "route", "add", a.peer+"/32", "dev", a.dev, "src", a.local)
+	}
+	var l net.Listener
+	if err := r.srv.do(func() (err error) {
+		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", loisSIP, loisPSrv))
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "hello %s, this is %s\n", req.RemoteAddr, req.Host)
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	out, err := r.dev.cmd("curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/cluster", loisCIP, loisSID)).CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("curl in the device namespace: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("hello %s:", loisDIP); !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), fmt.Sprintf("this is %s:%d", loisCIP, loisSID)) {
+		e.t.Fatalf("response %q: want the server to see the device's address and the client the cloud address", out)
+	}
+
+	// The wire: uploads (as the CI pod received them) show only CIP and the unified port;
+	// downloads only the unified port as source and the device as destination.
+	ups, downs := r.upRelay.take(), r.downRelay.take()
+	if len(ups) < 3 || len(downs) < 2 {
+		e.t.Fatalf("%d uploads and %d downloads on the wire", len(ups), len(downs))
+	}
+	cip, dip, sip := netip.MustParseAddr(loisCIP), netip.MustParseAddr(loisDIP), netip.MustParseAddr(loisSIP)
+	for i, p := range ups {
+		src, dst := ipv4Endpoints(p)
+		if dst != netip.AddrPortFrom(cip, loisUnified) || src.Addr() == dip || src.Addr() == sip {
+			e.t.Errorf("upload %d on the wire: %s → %s", i, src, dst)
+		}
+	}
+	for i, p := range downs {
+		src, dst := ipv4Endpoints(p)
+		if src.Port() != loisUnified || src.Addr() == sip || src.Addr() == cip || dst.Addr() != dip || dst.Port() == loisPSrv {
+			e.t.Errorf("download %d on the wire: %s → %s", i, src, dst)
+		}
+	}
+
+	// What the operator reads from the CI pod's metrics.
+	testenv.Eventually(e.t, 90*time.Second, "HeaderGateway status counts the device and its consumed keystreams", func() error {
+		g, err := e.gateway()
+		if err != nil {
+			return err
+		}
+		devices, _, _ := unstructured.NestedInt64(g.Object, "status", "devices")
+		consumed, _, _ := unstructured.NestedInt64(g.Object, "status", "keystreamsConsumed")
+		installed, _, _ := unstructured.NestedInt64(g.Object, "status", "keystreamsInstalled")
+		if devices != 1 || consumed < int64(len(ups)) || installed == 0 {
+			return fmt.Errorf("devices %d, keystreams consumed %d (want ≥ %d uploads), installed %d", devices, consumed, len(ups), installed)
+		}
+		return nil
+	})
+	cols := e.run("kubectl", "get", "headergateways", "-n", e.ns, gatewayName)
+	e.t.Logf("kubectl get headergateways:\n%s", cols)
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("lois: curl through the CI pod, %d uploads and %d downloads on the wire", len(ups), len(downs)))
+}
+
+// deleteGateway deletes the sample (its objects go with it) and stops the run's processes.
+func (e *env) deleteGateway(r *loisRun) {
+	for _, d := range r.procs {
+		d.Terminate()
+		d.Stopped(10 * time.Second)
+	}
+	g, err := e.gateway()
+	if err == nil {
+		err = e.k.Delete(context.Background(), g)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.t.Errorf("delete the HeaderGateway: %v", err)
+	}
+}
+
+func ipv4Endpoints(p []byte) (src, dst netip.AddrPort) {
+	if len(p) < 40 || p[0]>>4 != 4 {
+		return
+	}
+	ihl := int(p[0]&0xf) * 4
+	if len(p) < ihl+4 {
+		return
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[12:16])), binary.BigEndian.Uint16(p[ihl:])),
+		netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(p[ihl+2:]))
+}
+
+// loisNetns is a network namespace the test made (the zero value is the node's own).
+type loisNetns struct{ name string }
+
+func newLoisNetns(e *env, name string) loisNetns {
+	e.t.Helper()
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		e.t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
+	}
+	e.t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	n := loisNetns{name}
+	n.ip(e, "link", "set", "lo", "up")
+	return n
+}
+
+func (n loisNetns) ip(e *env, args ...string) {
+	e.t.Helper()
+	if out, err := exec.Command("ip", append([]string{"-n", n.name}, args...)...).CombinedOutput(); err != nil {
+		e.t.Fatalf("ip -n %s %s: %v\n%s", n.name, strings.Join(args, " "), err, out)
+	}
+}
+
+// cmd is a command run inside the namespace (ip netns exec execs it: the pid is its own).
+func (n loisNetns) cmd(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.name, name}, args...)...)
+}
+
+// do runs f on an OS thread moved into the namespace (the node's for the zero value):
+// sockets f creates belong to it.
+func (n loisNetns) do(f func() error) error {
+	if n.name == "" {
+		return f()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(self)
+		fd, err := unix.Open("/var/run/netns/"+n.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", n.name, err)
+			return
+		}
+		errc <- f()
+		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	return <-errc
+}
+
+// httpGet fetches url from inside the namespace and wants 200.
+func (n loisNetns) httpGet(url string) error {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(_ context.Context, network, addr string) (conn net.Conn, err error) {
+			err = n.do(func() error { conn, err = net.DialTimeout(network, addr, 5*time.Second); return err })
+			return conn, err
+		}}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// udpRelay passes datagrams one way from a socket in one namespace to an address in another,
+// recording each.
+type udpRelay struct {
+	listen string
+	mu     sync.Mutex
+	seen   [][]byte
+}
+
+func startUDPRelay(e *env, from loisNetns, listen string, to loisNetns, dst string) *udpRelay {
+	e.t.Helper()
+	var in, out *net.UDPConn
+	if err := from.do(func() (err error) {
+		in, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(listen)))
+		return err
+	}); err != nil {
+		e.t.Fatalf("relay listen %s in %q: %v", listen, from.name, err)
+	}
+	if err := to.do(func() (err error) {
+		out, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		return err
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	r := &udpRelay{listen: in.LocalAddr().String()}
+	to4 := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(dst))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65535)
+		for {
+			k, _, err := in.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.seen = append(r.seen, append([]byte(nil), buf[:k]...))
+			r.mu.Unlock()
+			out.WriteToUDP(buf[:k], to4)
+		}
+	}()
+	e.t.Cleanup(func() { in.Close(); out.Close(); <-done })
+	return r
+}
+
+func (r *udpRelay) take() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen
+}
+
+// startTCPRelay accepts connections on listen inside namespace from and joins each to dst on
+// the node.
+func startTCPRelay(e *env, from loisNetns, listen, dst string) {
+	e.t.Helper()
+	var l net.Listener
+	if err := from.do(func() (err error) {
+		l, err = net.Listen("tcp4", listen)
+		return err
+	}); err != nil {
+		e.t.Fatalf("relay listen %s in %s: %v", listen, from.name, err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.DialTimeout("tcp4", dst, 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(u, c); u.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, u); c.Close() }()
+		}
+	}()
+	e.t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+}
