@@ -122,6 +122,11 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 		return nil, err
 	}
 	c.capacity = newCapacityClass(cfg.Deployment.Classes, time.Now(), c.status.capacityClass())
+	cfg.Metrics.CapacityRatio.Set(1)
+	if c.capacity != nil {
+		_, pct := c.capacity.class()
+		cfg.Metrics.CapacityRatio.Set(float64(pct) / 100)
+	}
 	cfg.Metrics.RoundPeriod.Set(cfg.Deployment.Round.Seconds())
 	return c, nil
 }
@@ -547,6 +552,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	if c.capacity != nil {
 		ch := c.capacity.observe(time.Now(), rep.N, rep.Valid, rep.S)
 		idx, pct := c.capacity.class()
+		c.cfg.Metrics.CapacityRatio.Set(float64(pct) / 100)
 		if ch.HasChanged {
 			c.cfg.Log.Info(ch.String(), "t", t)
 			c.status.capacity(ctx, idx, pct, &ch)

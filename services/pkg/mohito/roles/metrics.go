@@ -18,6 +18,8 @@ type Metrics struct {
 	// response in a mailbox), at the coordinator; RoundPeriod is the round period T.
 	RoundSeconds prometheus.Histogram
 	RoundPeriod  prometheus.Gauge
+	// CapacityRatio is the series' capacity class as a ratio to base (coordinator; 1 without classes).
+	CapacityRatio prometheus.Gauge
 	// ShufflerBursts counts the rounds a shuffler saw a burst in (its own view; the
 	// coordinator's Bursts is the once-per-round count).
 	ShufflerBursts prometheus.Counter
@@ -51,6 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StageSeconds:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
 		RoundSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mohito_round_duration_seconds", Help: "Completed rounds from close to release (every response in a mailbox).", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}),
 		RoundPeriod:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_round_period_seconds", Help: "The round period T (0 outside the coordinator)."}),
+		CapacityRatio:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_capacity_class_ratio", Help: "The series' capacity class as a multiple of the vendors' base (coordinator; 1 without capacity classes, 0 in the other roles)."}),
 		ShufflerBursts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_shuffler_burst_rounds_total", Help: "Rounds this shuffler saw a burst (S > 0) in."}),
 		ConsumerPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mohito_consumer_pending_messages", Help: "Messages a JetStream work-queue consumer has not been delivered yet."}, []string{"consumer"}),
 		Dropped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mohito_dropped_total", Help: "Messages dropped as invalid or stale."}, []string{"reason"}),
@@ -65,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundPeriod, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundPeriod, m.CapacityRatio, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
 }

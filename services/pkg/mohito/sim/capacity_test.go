@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
@@ -42,6 +44,9 @@ func TestCapacityFollowsDemand(t *testing.T) {
 	if ch := up.CapacityChange; ch.ToPercent <= ch.FromPercent || ch.BurstRate <= 0.2 || ch.Rounds < 10 {
 		t.Fatalf("the raise's figures: %+v (a raise needs more than 20%% bursts over a hold of 10 rounds)", ch)
 	}
+	if r := testutil.ToFloat64(h.cluster.Metrics.CapacityRatio); r != float64(up.CapacityPercent)/100 {
+		t.Errorf("mohito_capacity_class_ratio %v, status %d%%", r, up.CapacityPercent)
+	}
 	// No load: every round is fakes only, none bursts, so the class comes down one step per hold.
 	testenv.Eventually(t, 2*time.Minute, "the capacity class lowered without load", func() error {
 		if s := seriesStatus(t, h); s.CapacityPercent != 100 {
@@ -50,6 +55,9 @@ func TestCapacityFollowsDemand(t *testing.T) {
 		return nil
 	})
 	down := seriesStatus(t, h).CapacityChange
+	if r := testutil.ToFloat64(h.cluster.Metrics.CapacityRatio); r != 1 {
+		t.Errorf("mohito_capacity_class_ratio %v after lowering to 100%%", r)
+	}
 	if down.ToPercent >= down.FromPercent || down.BurstRate != 0 || down.MinFakeRatio < 0.8 {
 		t.Fatalf("the last lowering's figures: %+v", down)
 	}
