@@ -206,14 +206,14 @@ func (w *world) get(n netns, path string) (string, error) {
 	return string(b), nil
 }
 
-// packets reads lois_pkts_total{role,dir,result} from the role's metrics.
+// packets reads lois_packets_total{role,dir,result} from the role's metrics.
 func (w *world) packets(t *testing.T, n netns, role, dir, result string) int {
 	t.Helper()
 	body, err := w.get(n, "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`lois_pkts_total{dir="%s",result="%s",role="%s"} `, dir, result, role)
+	want := fmt.Sprintf(`lois_packets_total{dir="%s",result="%s",role="%s"} `, dir, result, role)
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), want); ok {

@@ -22,7 +22,7 @@ import (
 // Metric names and labels of services/pkg/lois/contract (the operators may not import it: it
 // links the protocol core).
 const (
-	MetricPackets  = "lois_pkts_total"
+	MetricPackets  = "lois_packets_total"
 	MetricDVT      = "lois_dvt_entries"
 	MetricSessions = "lois_sessions_installed"
 	resultOK       = "ok"

@@ -54,7 +54,7 @@ func (d Dir) String() string {
 	return "down"
 }
 
-// Errors a role branches on (and counts by reason, spec §10 lois_pkts_total).
+// Errors a role branches on (and counts by reason, spec §10 lois_packets_total).
 var (
 	ErrMalformed   = errors.New("lois: malformed packet")
 	ErrNotLOIS     = errors.New("lois: packet is not addressed to a LOIS cloud")

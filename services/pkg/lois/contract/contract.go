@@ -26,16 +26,16 @@ const (
 
 // Metrics every role exports. Labels never carry ids, addresses or keys.
 const (
-	MetricPackets  = "lois_pkts_total"  // role, dir, result
-	MetricPoolSize = "lois_pool_size"   // sid, dir: unused pairs a sender holds
-	MetricDVT      = "lois_dvt_entries" // live entries of a receiver's table
+	MetricPackets  = "lois_packets_total"   // role, dir, result
+	MetricPool     = "lois_pool_keystreams" // dir: unused keystreams a sender holds, all services summed
+	MetricDVT      = "lois_dvt_entries"     // live entries of a receiver's table
 	MetricDVTBytes = "lois_dvt_bytes"
 	MetricGC       = "lois_gc_dropped_total" // entries collected unconsumed (expiry)
 	MetricCover    = "lois_stp_cover_bytes_total"
 	MetricSessions = "lois_sessions_installed" // role: device sessions a CI or SI has installed
 )
 
-// Results of lois_pkts_total.
+// Results of lois_packets_total.
 const (
 	ResultOK          = "ok"
 	ResultUnknownID   = "unknown_id"  // never issued, expired or consumed long ago

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
@@ -138,16 +137,19 @@ func (d *Device) tick(now time.Time) {
 	d.down.gc(now.Unix(), d.cfg.Metrics, "down")
 }
 
-// poolGauge reports the unused upload pairs per service; the upload loop, which owns the
-// pools, calls it (holding the pad lock when the pad loop shares them).
+// poolGauge reports the unused upload keystreams of every service summed (a service id is
+// what LOIS hides from the network: never a label); the upload loop, which owns the pools,
+// calls it (holding the pad lock when the pad loop shares them).
 func (d *Device) poolGauge() {
 	if d.pad != nil {
 		d.pad.mu.Lock()
 		defer d.pad.mu.Unlock()
 	}
-	for sid, p := range d.pool {
-		d.cfg.Metrics.PoolSize.WithLabelValues(strconv.Itoa(int(sid)), "up").Set(float64(p.Len()))
+	total := 0
+	for _, p := range d.pool {
+		total += p.Len()
 	}
+	d.cfg.Metrics.Pool.WithLabelValues("up").Set(float64(total))
 }
 
 // upload hides every packet the device sends to the cloud (spec §3.9 DI upload). An empty

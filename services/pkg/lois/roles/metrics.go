@@ -10,7 +10,7 @@ import (
 // ever a label.
 type Metrics struct {
 	Packets  *prometheus.CounterVec // role, dir, result
-	PoolSize *prometheus.GaugeVec   // sid, dir
+	Pool     *prometheus.GaugeVec   // dir (services summed: a service id is never a label)
 	DVT      *prometheus.GaugeVec   // table (up|down)
 	DVTBytes *prometheus.GaugeVec   // table
 	GC       prometheus.Counter
@@ -23,8 +23,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Packets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricPackets,
 			Help: "LOIS packets handled, by role, direction and result (ok or the rejection reason)."}, []string{"role", "dir", "result"}),
-		PoolSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricPoolSize,
-			Help: "Unused keystreams a sender holds, by service and direction."}, []string{"sid", "dir"}),
+		Pool: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricPool,
+			Help: "Unused keystreams a sender holds (every service summed), by direction."}, []string{"dir"}),
 		DVT: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricDVT,
 			Help: "Live entries of the receiver's dynamic Vacuum table."}, []string{"dir"}),
 		DVTBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricDVTBytes,
@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Device sessions whose keystreams this role has installed."}, []string{"role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Packets, m.PoolSize, m.DVT, m.DVTBytes, m.GC, m.Cover, m.Sessions)
+		reg.MustRegister(m.Packets, m.Pool, m.DVT, m.DVTBytes, m.GC, m.Cover, m.Sessions)
 	}
 	return m
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -257,21 +256,19 @@ func (s *Server) download() error {
 		s.dnC.inc(contract.ResultOK)
 		if now := s.clk.now(); now != last {
 			last = now
-			total := map[uint16]int{}
+			total := 0 // every session and service summed: a service id is never a label
 			for _, ss := range *s.sessions.Load() {
 				if ss.pad != nil {
 					ss.pad.mu.Lock()
 				}
-				for sid, p := range ss.byID {
-					total[sid] += p.Len()
+				for _, p := range ss.byID {
+					total += p.Len()
 				}
 				if ss.pad != nil {
 					ss.pad.mu.Unlock()
 				}
 			}
-			for sid, n := range total {
-				s.cfg.Metrics.PoolSize.WithLabelValues(strconv.Itoa(int(sid)), "down").Set(float64(n))
-			}
+			s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 		}
 	}
 }
