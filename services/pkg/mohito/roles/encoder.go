@@ -90,7 +90,7 @@ func (e *Encoder) Run(ctx context.Context) error {
 		e.mu.Unlock()
 		return natsx.ConsumeAll(ctx, e.cfg.JS, e.cfg.Log,
 			natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamIntegratorIn, Durable: name + "-resp", Filters: rfilters, AckWait: e.cfg.ackWait(), Batch: 16, ReleaseOnStop: true}, Handler: e.handleResponseTable},
-			natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true}, Handler: e.handleRecord})
+			natsx.Consumer{Spec: natsx.ConsumerSpec{Stream: contract.StreamWork, Durable: name, Filters: filters, AckWait: e.cfg.ackWait(), Batch: 64, ReleaseOnStop: true, Pending: e.cfg.Metrics.pending(name)}, Handler: e.handleRecord})
 	}, nil)
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 // (mohito_rounds_total done + aborted = 6), observes mohito_round_duration_seconds once per
 // completed round (its count equals the done rounds), exports T as mohito_round_period_seconds,
 // counts mohito_burst_rounds_total once per planned round with S > 0 (as its reports say), and
-// the decrypt workers and the responder export their consumers' backlog
+// the decrypt workers, the encoders and the responder export their consumers' backlog
 // (mohito_consumer_pending_messages).
 func TestRoundMetricsAtCoordinator(t *testing.T) {
 	const rounds = 6
@@ -69,7 +69,8 @@ func TestRoundMetricsAtCoordinator(t *testing.T) {
 		t.Errorf("mohito_burst_rounds_total = %v, the coordinator planned %d rounds with a burst", b, bursts)
 	}
 	pending := gauges(t, reg, "mohito_consumer_pending_messages", "consumer")
-	for _, c := range []string{contract.ConsumerDecryptWorkers, contract.ConsumerResponder} {
+	d := h.cluster.Deployment()
+	for _, c := range []string{contract.ConsumerDecryptWorkers, contract.ConsumerResponder, contract.EncoderConsumer(0, d.Encoders)} {
 		if _, ok := pending[c]; !ok {
 			t.Errorf("mohito_consumer_pending_messages has no series for consumer %q (has %v)", c, pending)
 		}
