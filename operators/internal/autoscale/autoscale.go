@@ -54,6 +54,8 @@ type Observation struct {
 	LastChange time.Time
 	// Now is the time of the decision.
 	Now time.Time
+	// Unit names what is scaled in messages (plural); empty means decrypt workers.
+	Unit string
 }
 
 // Reason says what a decision did.
@@ -85,12 +87,16 @@ func (d Decision) Changed(current int32) bool { return d.Replicas != current }
 func Decide(o Observation, p Policy) Decision {
 	cur := clamp(o.Current, o.Min, o.Max)
 	slow := quantile(o.RoundDurations, 0.9)
-	figures := fmt.Sprintf("lag %d (target %d per worker), p90 round %s of period %s",
+	unit := o.Unit
+	if unit == "" {
+		unit = "decrypt workers"
+	}
+	figures := fmt.Sprintf("lag %d (target %d each), p90 round %s of period %s",
 		o.Lag, o.TargetLag, slow.Round(time.Millisecond), o.Period)
 	if cur != o.Current {
 		// Someone set a count outside [min, max] (e.g. an edit of the bounds): fix it at once.
 		return Decision{Replicas: cur, Reason: Clamped,
-			Message: fmt.Sprintf("%d→%d decrypt workers to stay within [%d, %d]; %s", o.Current, cur, o.Min, o.Max, figures)}
+			Message: fmt.Sprintf("%d→%d %s to stay within [%d, %d]; %s", o.Current, cur, unit, o.Min, o.Max, figures)}
 	}
 
 	load := 0.0
@@ -105,8 +111,8 @@ func Decide(o Observation, p Policy) Decision {
 	since := o.Now.Sub(o.LastChange)
 	hold := func(cooldown time.Duration) Decision {
 		return Decision{Replicas: cur, Reason: Cooldown,
-			Message: fmt.Sprintf("want %d decrypt workers, holding %d for %s after the last change; %s",
-				target, cur, (cooldown - since).Round(time.Second), figures)}
+			Message: fmt.Sprintf("want %d %s, holding %d for %s after the last change; %s",
+				target, unit, cur, (cooldown - since).Round(time.Second), figures)}
 	}
 	switch {
 	case load > 1+p.Tolerance && target > cur:
@@ -114,16 +120,16 @@ func Decide(o Observation, p Policy) Decision {
 			return hold(p.UpCooldown)
 		}
 		return Decision{Replicas: target, Reason: ScaleUp,
-			Message: fmt.Sprintf("%d→%d decrypt workers: %s", cur, target, figures)}
+			Message: fmt.Sprintf("%d→%d %s: %s", cur, target, unit, figures)}
 	case load < 1-p.Tolerance && target < cur:
 		if !o.LastChange.IsZero() && since < p.DownCooldown {
 			return hold(p.DownCooldown)
 		}
 		next := max(target, cur-p.MaxStepDown)
 		return Decision{Replicas: next, Reason: ScaleDown,
-			Message: fmt.Sprintf("%d→%d decrypt workers: %s", cur, next, figures)}
+			Message: fmt.Sprintf("%d→%d %s: %s", cur, next, unit, figures)}
 	default:
-		return Decision{Replicas: cur, Reason: Steady, Message: fmt.Sprintf("%d decrypt workers: %s", cur, figures)}
+		return Decision{Replicas: cur, Reason: Steady, Message: fmt.Sprintf("%d %s: %s", cur, unit, figures)}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
@@ -79,6 +80,10 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 			rd.Status.StatusUpdated = &metav1.Time{Time: t}
 		}
 	}
+	durations := r.history.observe(rd.UID, s)
+	if rd.Spec.Encoders.Autoscale {
+		r.scaleEncoders(ctx, rd, durations)
+	}
 	if rd.Spec.DecryptWorkers.Autoscaler == mohitov1.AutoscalerExternal || rd.Spec.DecryptWorkers.Replicas == nil {
 		return
 	}
@@ -90,7 +95,7 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 	obs := autoscale.Observation{
 		Current: *rd.Spec.DecryptWorkers.Replicas, Min: rd.Spec.DecryptWorkers.Min, Max: rd.Spec.DecryptWorkers.Max,
 		TargetLag: rd.Spec.DecryptWorkers.TargetLag, Lag: lag,
-		RoundDurations: r.history.observe(rd.UID, s), Period: rd.Spec.Period.Duration, Now: time.Now(),
+		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(),
 	}
 	if rd.Status.LastScaleTime != nil {
 		obs.LastChange = rd.Status.LastScaleTime.Time
@@ -106,6 +111,40 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 	rd.Status.LastScaleTime = &metav1.Time{Time: obs.Now}
 	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "Scale", "%s", d.Message)
 	log.Info("scaled decrypt workers", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+}
+
+// scaleEncoders sets spec.encoders.partitions from the encoders' backlog and round time (issue
+// 14 item 2) with the decrypt workers' policy: up at once after a short cooldown, down one
+// partition at a time after a long one. A new count rolls the encoders' StatefulSet; the
+// partitions of the old and the new count overlap while it rolls and hand their vendors over by
+// table claims, so no round aborts (TestEncoderRescaleMidRun).
+func (r *RoundReconciler) scaleEncoders(ctx context.Context, rd *mohitov1.Round, durations []time.Duration) {
+	log := logf.FromContext(ctx)
+	e := rd.Spec.Encoders
+	lag, err := r.Services.EncoderLag(ctx, int(e.Partitions))
+	if err != nil && !errors.Is(err, mohitostatus.ErrNotReported) {
+		log.Info("encoder backlog unavailable; not scaling encoders", "err", err.Error())
+		return
+	}
+	obs := autoscale.Observation{Current: e.Partitions, Min: e.Min, Max: e.Max, TargetLag: e.TargetLag, Lag: lag,
+		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(), Unit: "encoder partitions"}
+	if t := rd.Status.LastEncoderScaleTime; t != nil {
+		obs.LastChange = t.Time
+	}
+	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
+	if !d.Changed(obs.Current) {
+		return
+	}
+	patch := client.MergeFrom(rd.DeepCopy())
+	rd.Spec.Encoders.Partitions = d.Replicas
+	if err := r.Patch(ctx, rd, patch); err != nil {
+		rd.Spec.Encoders.Partitions = obs.Current
+		log.Error(err, "scale encoders")
+		return
+	}
+	rd.Status.LastEncoderScaleTime = &metav1.Time{Time: obs.Now}
+	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "ScaleEncoders", "%s", d.Message)
+	log.Info("scaled encoders", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
 }
 
 // observeCapacity copies the series' capacity class and reports a class change once, as an Event

@@ -10,6 +10,7 @@ import (
 
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // applyWorkloads creates or updates everything a Round series runs (specs describes it) and
@@ -39,7 +40,7 @@ func (r *RoundReconciler) applyWorkloads(ctx context.Context, rd *mohitov1.Round
 	}
 	coordinator, gateway := mohito.Coordinator(rd, r.Platform, hash), mohito.Gateway(rd, r.Platform, hash)
 	decrypt, responder := mohito.DecryptWorkers(rd, r.Platform, hash, workers), mohito.Responder(rd, r.Platform, hash)
-	encoders := mohito.Encoders(rd, r.Platform, hash)
+	encoders := mohito.Encoders(rd, r.Platform, mohito.EncoderConfigHash(cm.Data[contract.DeploymentKey]))
 	objs := []client.Object{cm, mohito.IntegratorServiceAccount(rd), coordinator, gateway, mohito.GatewayService(rd),
 		decrypt, responder, encoders, mohito.EncoderService(rd)}
 	for _, pdb := range mohito.DisruptionBudgets(rd) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -244,5 +245,65 @@ func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
 	waitReady(t, rd, func() []metav1.Condition { return rd.Status.Conditions }, metav1.ConditionTrue, common.ReasonReconciled)
 	if *rd.Spec.DecryptWorkers.Replicas != 3 {
 		t.Errorf("the operator overrode an external count: %d", *rd.Spec.DecryptWorkers.Replicas)
+	}
+}
+
+// TestEncodersScaleOnBacklog (issue 14 item 2): with spec.encoders.autoscale the operator sets
+// the partitions from the records pending on the encoders' consumers — 35 pending at a target of
+// 10 per partition: 4 partitions (max 4) — rolls the encoders' StatefulSet to them and says why.
+func TestEncodersScaleOnBacklog(t *testing.T) {
+	ns, rd, _, _ := newSeries(t)
+	markAvailableWhenCreated(t, ns)
+	ctx := context.Background()
+	j := js(t)
+	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamWork, Subjects: []string{contract.WorkSubjects}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), contract.StreamWork) })
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: contract.EncoderConsumer(0, 1),
+		AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 35 {
+		if _, err := j.Publish(ctx, fmt.Sprintf("mohito.r.1.part.%d", i), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+		t.Fatal(err)
+	}
+	rd.Spec.Encoders = mohitov1.Encoders{Partitions: 1, Autoscale: true, Min: 1, Max: 4, TargetLag: 10}
+	update(t, rd)
+	eventually(t, "encoder partitions scaled to the backlog", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+			return err
+		}
+		if p := rd.Spec.Encoders.Partitions; p != 4 {
+			return fmt.Errorf("partitions %d", p)
+		}
+		var sts appsv1.StatefulSet
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "home-encoder"}, &sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 4 {
+			return fmt.Errorf("the encoders' StatefulSet runs %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	eventually(t, "a ScaleUp event for the encoders", func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == rd.Name && e.Reason == "ScaleUp" && strings.Contains(e.Note, "1→4 encoder partitions: lag 35") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not among %d events", len(list.Items))
+	})
+	if rd.Status.LastEncoderScaleTime == nil {
+		t.Error("no lastEncoderScaleTime after scaling the encoders")
 	}
 }

@@ -117,6 +117,35 @@ func (c *Client) WorkerLag(ctx context.Context) (int64, error) {
 	return int64(info.NumPending) + int64(info.NumAckPending), nil
 }
 
+// EncoderLag is the encoders' backlog: the work records not yet delivered to the consumers of
+// the deployment's partitions partitions (records delivered and held until a round's parts are
+// all in are the encoders' normal state, not a backlog). ErrNotReported when no partition's
+// consumer exists yet.
+func (c *Client) EncoderLag(ctx context.Context, partitions int) (int64, error) {
+	var lag int64
+	found := false
+	for p := range partitions {
+		name := contract.EncoderConsumer(p, partitions)
+		cons, err := c.js.Consumer(ctx, contract.StreamWork, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s/%s: %w", contract.StreamWork, name, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s/%s info: %w", contract.StreamWork, name, err)
+		}
+		lag += int64(info.NumPending)
+		found = true
+	}
+	if !found {
+		return 0, ErrNotReported
+	}
+	return lag, nil
+}
+
 // Register writes a vendor's registration, creating the registry bucket when needed. It
 // writes only when the entry changed, so reconciles do not churn the bucket's history.
 func (c *Client) Register(ctx context.Context, r contract.Registration) error {

@@ -276,14 +276,44 @@ type Gateway struct {
 }
 
 // Encoders configures the OKVS encoder partitions.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="encoders.min must not exceed encoders.max"
 type Encoders struct {
 	// Partitions is the number of encoder partitions; vendors are placed on them by rendezvous
 	// hashing with bounded loads (largest expected C_v first, no partition above 1.25 × its share).
+	// With autoscale on, the operator sets it within [min, max].
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
 	Partitions int32 `json:"partitions,omitempty"`
+
+	// Autoscale lets the operator set partitions from the encoders' backlog (records not yet
+	// delivered to their consumers) and round time, like the decrypt workers; a rescale hands
+	// the moved vendors' tables over without an aborted round (docs/services.md).
+	// +optional
+	Autoscale bool `json:"autoscale,omitempty"`
+
+	// Min is the fewest partitions when autoscaling.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Min int32 `json:"min,omitempty"`
+
+	// Max is the most partitions when autoscaling.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Max int32 `json:"max,omitempty"`
+
+	// TargetLag is the undelivered work records (each a batch of up to 256 shuffled entries)
+	// per partition the autoscaler aims for.
+	// +optional
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	TargetLag int64 `json:"targetLag,omitempty"`
 }
 
 // RoundStatus is the observed state of a round series.
@@ -374,6 +404,10 @@ type RoundStatus struct {
 	// +optional
 	// +listType=atomic
 	KeyEpochs []int32 `json:"keyEpochs,omitempty"`
+
+	// LastEncoderScaleTime is when the operator last changed the encoder partitions.
+	// +optional
+	LastEncoderScaleTime *metav1.Time `json:"lastEncoderScaleTime,omitempty"`
 
 	// LastScaleTime is when the operator last changed the worker count.
 	// +optional

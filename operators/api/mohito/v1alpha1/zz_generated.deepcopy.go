@@ -275,6 +275,10 @@ func (in *RoundStatus) DeepCopyInto(out *RoundStatus) {
 		*out = make([]int32, len(*in))
 		copy(*out, *in)
 	}
+	if in.LastEncoderScaleTime != nil {
+		in, out := &in.LastEncoderScaleTime, &out.LastEncoderScaleTime
+		*out = (*in).DeepCopy()
+	}
 	if in.LastScaleTime != nil {
 		in, out := &in.LastScaleTime, &out.LastScaleTime
 		*out = (*in).DeepCopy()

@@ -99,10 +99,26 @@ func DeploymentConfigMap(rd *mohitov1.Round, doc contract.DeploymentFile) (*core
 	}, ConfigHash(data), nil
 }
 
-// ConfigHash is the hash pod templates carry for a deployment document's contents; vendor
-// roles compute it from the series' ConfigMap as the integrator's roles do from the document.
+// ConfigHash is the hash the pod templates of every role but the encoders carry for a
+// deployment document's contents; vendor roles compute it from the series' ConfigMap as the
+// integrator's roles do from the document. It leaves out the encoder count, which only the
+// encoders read, so an encoder rescale (by hand or by the autoscaler) rolls the encoders alone.
 func ConfigHash(deploymentJSON string) string {
-	sum := sha256.Sum256([]byte(deploymentJSON))
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(deploymentJSON), &doc); err == nil {
+		delete(doc, "encoders")
+		if b, err := json.Marshal(doc); err == nil {
+			return shortHash(string(b))
+		}
+	}
+	return shortHash(deploymentJSON)
+}
+
+// EncoderConfigHash is the encoders' hash: of the whole document.
+func EncoderConfigHash(deploymentJSON string) string { return shortHash(deploymentJSON) }
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
 }
 

@@ -47,7 +47,8 @@ func TestRoundObjectsGolden(t *testing.T) {
 	}
 	objs := []any{cm, IntegratorServiceAccount(rd), RoundNATSSecret(rd, []byte("not-a-real-password")),
 		Coordinator(rd, platform, hash), Gateway(rd, platform, hash), GatewayService(rd),
-		DecryptWorkers(rd, platform, hash, 3), Responder(rd, platform, hash), Encoders(rd, platform, hash), EncoderService(rd)}
+		DecryptWorkers(rd, platform, hash, 3), Responder(rd, platform, hash),
+		Encoders(rd, platform, EncoderConfigHash(cm.Data[contract.DeploymentKey])), EncoderService(rd)}
 	for _, pdb := range DisruptionBudgets(rd) {
 		objs = append(objs, pdb)
 	}
@@ -134,6 +135,33 @@ func TestParameterChangeRollsPods(t *testing.T) {
 	rd.Spec.CommandSize = 2048
 	if hashOf() == before {
 		t.Fatal("changing commandSize left the config hash unchanged: pods would keep the old size")
+	}
+}
+
+// TestEncoderRescaleRollsOnlyEncoders: the encoder count is in the encoders' config hash only, so
+// a rescale (by hand or by the autoscaler) rolls no other role; any other parameter rolls all.
+func TestEncoderRescaleRollsOnlyEncoders(t *testing.T) {
+	rd, v, _ := samples(t)
+	hashes := func() (roles, encoders string) {
+		doc, err := Deployment(rd, []mohitov1.Vendor{*v}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, h, err := DeploymentConfigMap(rd, doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, EncoderConfigHash(cm.Data[contract.DeploymentKey])
+	}
+	roles, enc := hashes()
+	rd.Spec.Encoders.Partitions++
+	roles2, enc2 := hashes()
+	if roles2 != roles || enc2 == enc {
+		t.Fatalf("partitions changed: roles' hash %s→%s (want the same), encoders' %s→%s (want a new one)", roles, roles2, enc, enc2)
+	}
+	rd.Spec.Delta++
+	if roles3, enc3 := hashes(); roles3 == roles2 || enc3 == enc2 {
+		t.Fatal("δ changed: every role must roll")
 	}
 }
 
