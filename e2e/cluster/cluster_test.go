@@ -58,6 +58,7 @@ func TestCluster(t *testing.T) {
 		e.runGateway(gw)
 	})
 	e.phase("delete the HeaderGateway", func() { e.deleteGateway(gw) })
+	e.phase("an HPA drives the Round's decrypt workers through its scale subresource", e.hpaDrivesScale)
 	if !smoke {
 		e.loadAndScale()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
