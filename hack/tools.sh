@@ -183,6 +183,22 @@ pynacl_tool() {
   "$venv/bin/pip" install -q --disable-pip-version-check "pynacl==$PYNACL_VERSION"
 }
 
+# KEDA's ScaledObject CRD (keda.sh/v1alpha1) for TestAutoscalingExamplesValidate: the KEDA Go
+# module's zip carries config/crd/bases, so the schema comes from the module proxy like the Go
+# tools; no KEDA binary is built or run.
+KEDA_VERSION=v2.21.0
+keda_crds() {
+  local out="$BIN/crds/keda.sh_scaledobjects.yaml" stamp="$BIN/crds/.keda-$KEDA_VERSION" dir
+  [[ -f $out && -f $stamp ]] && return 0
+  mkdir -p "$BIN/crds"
+  dir=$(cd "$CACHE" && GOWORK=off GOFLAGS= go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -n $dir && -f $dir/config/crd/bases/keda.sh_scaledobjects.yaml ]] || { log "keda $KEDA_VERSION: no CRD in the module"; return 1; }
+  cp -f "$dir/config/crd/bases/keda.sh_scaledobjects.yaml" "$out" && chmod 644 "$out"
+  rm -f "$BIN"/crds/.keda-* && touch "$stamp"
+  log "keda-crds $KEDA_VERSION: ScaledObject CRD from the module proxy"
+}
+
 want=("$@")
 selected() {
   [[ ${#want[@]} -eq 0 ]] && return 0
@@ -202,4 +218,5 @@ fi
 selected redis-server && redis_tool
 selected envoy && envoy_tool
 selected pynacl && pynacl_tool
+selected keda-crds && keda_crds
 exit 0
