@@ -28,7 +28,7 @@ func kustomize(t *testing.T, dir string) string {
 
 func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
 	kinds := dryRunAll(t, kustomize(t, "config/default"))
-	for k, want := range map[string]int{"CustomResourceDefinition": 5, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
+	for k, want := range map[string]int{"CustomResourceDefinition": 6, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
 		if kinds[k] != want {
 			t.Errorf("config/default renders %d %s, want %d (all: %v)", kinds[k], k, want, kinds)
 		}
