@@ -1,0 +1,83 @@
+package lois
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	loisv1 "github.com/obscura-iot/obscura/operators/api/lois/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/operators/internal/specs/specstest"
+)
+
+func sample(t *testing.T) *loisv1.HeaderGateway {
+	t.Helper()
+	g := &loisv1.HeaderGateway{}
+	specstest.ReadSample(t, "lois_v1alpha1_headergateway.yaml", g)
+	g.Namespace = "obscura"
+	return g
+}
+
+// TestCloudInterfaceOnHostNetwork: on a host network the cloud interfaces listen on the
+// node's loopback, each replica at its ordinal's ports (lois --ordinal-ports), declare no
+// container port, serve metrics where the operator reads them, and devices reach replica 0.
+func TestCloudInterfaceOnHostNetwork(t *testing.T) {
+	g := sample(t)
+	pl := Platform{Image: "lois:test", Runtime: specs.Runtime{NATSURL: "nats://127.0.0.1:4222", HostNetwork: true}}
+	ss := CloudInterface(g, pl)
+	spec := ss.Spec.Template.Spec
+	if !spec.HostNetwork || len(spec.Containers[0].Ports) != 0 {
+		t.Fatalf("hostNetwork %v, ports %v", spec.HostNetwork, spec.Containers[0].Ports)
+	}
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("%s set twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	for k, want := range map[string]string{
+		specs.Env(FlagWireListen): "127.0.0.1:7400", specs.EnvMetricsAddr: "127.0.0.1:8400",
+		specs.Env(FlagOrdinalPorts): "true", specs.Env(FlagNATSURL): "nats://127.0.0.1:4222",
+	} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q", k, env[k], want)
+		}
+	}
+	if got := MetricsEndpoint(g, pl, "192.0.2.1", 2); got != "127.0.0.1:8402" {
+		t.Errorf("metrics of replica 2 at %s", got)
+	}
+	if got := RegistrarConfigMap(g, pl).Data[specs.Env(FlagCloudWire)]; got != "127.0.0.1:7400" {
+		t.Errorf("devices send to %s", got)
+	}
+	// The gateway's own NATS URL wins over the operator's.
+	g.Spec.Registrar.NATSURL = "nats://127.0.0.1:14222"
+	for _, e := range CloudInterface(g, pl).Spec.Template.Spec.Containers[0].Env {
+		if e.Name == specs.Env(FlagNATSURL) && e.Value != g.Spec.Registrar.NATSURL {
+			t.Errorf("NATS URL %s", e.Value)
+		}
+	}
+}
+
+// TestValidate: what the reconciler refuses beyond CEL.
+func TestValidate(t *testing.T) {
+	if err := Validate(sample(t)); err != nil {
+		t.Fatalf("the sample: %v", err)
+	}
+	for name, mut := range map[string]func(*loisv1.HeaderGateway){
+		"one server, two wires": func(g *loisv1.HeaderGateway) {
+			s := g.Spec.Services[0]
+			s.Name, s.Port, s.ServerWire = "api", 9090, "10.0.2.9:7402"
+			g.Spec.Services = append(g.Spec.Services, s)
+		},
+		"lifetime too short":      func(g *loisv1.HeaderGateway) { g.Spec.Keystreams.Lifetime = metav1.Duration{Duration: 100e9} },
+		"sid is the unified port": func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Port = 443 },
+		"bad backend":             func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Backend.Address = "::1" },
+	} {
+		g := sample(t)
+		mut(g)
+		if err := Validate(g); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
