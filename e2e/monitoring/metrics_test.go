@@ -284,7 +284,7 @@ func TestMetricsDocMatchesCode(t *testing.T) {
 }
 
 var (
-	nameRE       = regexp.MustCompile(`^(mohito|pda|pps|lois|obscura)_[a-z][a-z0-9_]*[a-z0-9]$`)
+	nameRE       = regexp.MustCompile(`^(mohito|pda|pps|lois|sddr|obscura)_[a-z][a-z0-9_]*[a-z0-9]$`)
 	nonBaseUnits = regexp.MustCompile(`_(ms|milliseconds|microseconds|us|ns|nanoseconds|minutes|hours|days|kb|mb|kilobytes|megabytes|percent)(_|$)`)
 )
 
@@ -294,7 +294,7 @@ var (
 func namingProblems(m codeMetric) []string {
 	var p []string
 	if !nameRE.MatchString(m.name) {
-		p = append(p, "not <system>_<snake_case> (system: mohito, pda, pps, lois, obscura)")
+		p = append(p, "not <system>_<snake_case> (system: mohito, pda, pps, lois, sddr, obscura)")
 	}
 	if m.kind == "counter" && !strings.HasSuffix(m.name, "_total") {
 		p = append(p, "counter without _total")
