@@ -9,12 +9,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -322,4 +325,76 @@ func TestAggregationJobWithoutNATSWaits(t *testing.T) {
 	if !contains(o.message, "no NATS connection") {
 		t.Errorf("message does not say why: %s", o.message)
 	}
+}
+
+// TestShardsScaleSubresourceAndBacklog (issue 14 item 2): an AggregationJob's shards are its
+// scale subresource (replicas = the ring in force, selector = the shard pods), so kubectl scale
+// or an HPA resizes the ring; with spec.shardAutoscale the operator follows the shards' backlog
+// — 45 sub-batch messages pending at a target of 10 per shard: 2 → 5 shards — and says why.
+func TestShardsScaleSubresourceAndBacklog(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now().Truncate(time.Second)
+	job, _, _ := pdaJob(t, pdav1.Window{Start: &metav1.Time{Time: start}, Duration: &metav1.Duration{Duration: time.Hour}}, 1)
+	waitShardReplicas(t, job, 1)
+	scale := &autoscalingv1.Scale{}
+	eventually(t, "the scale subresource shows the ring and the shard pods", func() error {
+		if err := k8s.SubResource("scale").Get(ctx, job, scale); err != nil {
+			return err
+		}
+		if scale.Status.Replicas != 1 || scale.Status.Selector == "" {
+			return fmt.Errorf("scale status %+v", scale.Status)
+		}
+		return nil
+	})
+	scale.Spec.Replicas = 2
+	if err := k8s.SubResource("scale").Update(ctx, job, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+	waitShardReplicas(t, job, 2)
+
+	j := js(t)
+	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: pdacontract.ShardStream, Subjects: []string{"pda.v1.shard.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), pdacontract.ShardStream) })
+	ids := pda.ShardIDs(job, 2)
+	for _, id := range ids {
+		if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "shard-" + id, AckPolicy: jetstream.AckExplicitPolicy,
+			FilterSubject: "pda.v1.shard." + id + ".>"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 45 {
+		if _, err := j.Publish(ctx, "pda.v1.shard."+ids[0]+".1", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	job.Spec.ShardAutoscale = &pdav1.ShardAutoscale{Min: 1, Max: 5, TargetLag: 10}
+	update(t, job)
+	eventually(t, "shards scaled to the backlog", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return err
+		}
+		if job.Spec.Shards != 5 || job.Status.LastShardScaleTime == nil {
+			return fmt.Errorf("shards %d, last scale %v", job.Spec.Shards, job.Status.LastShardScaleTime)
+		}
+		return nil
+	})
+	waitShardReplicas(t, job, 5)
+	eventually(t, "a ScaleUp event for the shards", func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(job.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == job.Name && e.Reason == "ScaleUp" && strings.Contains(e.Note, "2→5 database shards: lag 45") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not among %d events", len(list.Items))
+	})
 }

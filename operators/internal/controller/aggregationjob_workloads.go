@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/autoscale"
 	"github.com/obscura-iot/obscura/operators/internal/pdastatus"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
@@ -68,6 +69,7 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 			return outcome{}, err
 		}
 	}
+	r.scaleShards(ctx, job)
 	shards, err := r.shardReplicas(ctx, job, start, end)
 	if err != nil {
 		return outcome{}, err
@@ -75,6 +77,9 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 	ph, dh := pda.ParamsHash(proxyCM), pda.ParamsHash(dbCM)
 	proxy, mixer, oracle := pda.Proxy(job, r.Platform, ph), pda.Mixer(job, r.Platform, ph), pda.Oracle(job, r.Platform, ph)
 	frontend, shardSet := pda.Frontend(job, r.Platform, dh), pda.Shards(job, r.Platform, dh, shards)
+	if sel, err := metav1.LabelSelectorAsSelector(shardSet.Spec.Selector); err == nil {
+		job.Status.ShardSelector = sel.String()
+	}
 	objs := []client.Object{
 		proxyCM, pda.ServiceAccount(job, pda.ProxyDomain), proxy, pda.ProxyService(job), mixer, oracle,
 		dbCM, pda.ServiceAccount(job, pda.DBDomain), frontend, shardSet, pda.ShardService(job),
@@ -103,6 +108,42 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 	return ready(fmt.Sprintf("τ = %d of %d participants, %s keys, %d shards, window %s to %s",
 		job.Spec.Threshold, len(job.Spec.Participants), job.Spec.Key.Type, job.Spec.Shards,
 		start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))), nil
+}
+
+// scaleShards sets spec.shards from the shards' backlog when spec.shardAutoscale asks for it
+// (issue 14 item 2), with the decrypt workers' policy; syncRing then writes the new ring
+// version, which the shards take up at the next window they route.
+func (r *AggregationJobReconciler) scaleShards(ctx context.Context, job *pdav1.AggregationJob) {
+	a := job.Spec.ShardAutoscale
+	if a == nil || r.Services == nil || job.Status.Phase == pdav1.PhaseComplete || job.Status.Phase == pdav1.PhaseFailed {
+		return
+	}
+	log := logf.FromContext(ctx)
+	cur := max(job.Spec.Shards, 1)
+	lag, err := r.Services.ShardLag(ctx, pda.ShardIDs(job, cur))
+	if err != nil && !errors.Is(err, pdastatus.ErrNotReported) {
+		log.Info("shard backlog unavailable; not scaling shards", "err", err.Error())
+		return
+	}
+	obs := autoscale.Observation{Current: cur, Min: a.Min, Max: a.Max, TargetLag: a.TargetLag, Lag: lag,
+		Now: time.Now(), Unit: "database shards"}
+	if t := job.Status.LastShardScaleTime; t != nil {
+		obs.LastChange = t.Time
+	}
+	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
+	if !d.Changed(cur) {
+		return
+	}
+	patch := client.MergeFrom(job.DeepCopy())
+	job.Spec.Shards = d.Replicas
+	if err := r.Patch(ctx, job, patch); err != nil {
+		job.Spec.Shards = cur
+		log.Error(err, "scale shards")
+		return
+	}
+	job.Status.LastShardScaleTime = &metav1.Time{Time: obs.Now}
+	r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, string(d.Reason), "ScaleShards", "%s", d.Message)
+	log.Info("scaled database shards", "from", cur, "to", d.Replicas, "reason", d.Reason, "lag", lag)
 }
 
 // shardReplicas is the shard StatefulSet's size: spec.shards, except that shards a window is

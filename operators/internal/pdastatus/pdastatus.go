@@ -167,6 +167,34 @@ func (c *Client) Result(ctx context.Context, w uint64) (contract.WindowResult, [
 	return r, b, nil
 }
 
+// ShardLag is the database shards' backlog: the sub-batch messages not yet delivered to the
+// shards' durable consumers (shard-<id> on PDA_DB_SHARD). ErrNotReported when no shard's consumer
+// exists yet.
+func (c *Client) ShardLag(ctx context.Context, shardIDs []string) (int64, error) {
+	var lag int64
+	found := false
+	for _, id := range shardIDs {
+		name := "shard-" + id
+		cons, err := c.db.Consumer(ctx, contract.ShardStream, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s/%s: %w", contract.ShardStream, name, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s/%s info: %w", contract.ShardStream, name, err)
+		}
+		lag += int64(info.NumPending)
+		found = true
+	}
+	if !found {
+		return 0, ErrNotReported
+	}
+	return lag, nil
+}
+
 // Ring returns the current ring.
 func (c *Client) Ring(ctx context.Context) (contract.RingDocument, error) {
 	var r contract.RingDocument

@@ -58,6 +58,11 @@ type AggregationJobSpec struct {
 	// +kubebuilder:validation:Maximum=256
 	Shards int32 `json:"shards,omitempty"`
 
+	// ShardAutoscale lets the operator set shards from the database shards' backlog. Leave it
+	// unset when an HPA or KEDA drives shards through the scale subresource.
+	// +optional
+	ShardAutoscale *ShardAutoscale `json:"shardAutoscale,omitempty"`
+
 	// Proxy is the proxy's trust domain.
 	Proxy TrustDomain `json:"proxy"`
 
@@ -162,6 +167,34 @@ type Mixing struct {
 	// +kubebuilder:default=Window
 	// +kubebuilder:validation:Enum=Window
 	Mode string `json:"mode,omitempty"`
+}
+
+// ShardAutoscale is the shard count's policy: shards follow the sub-batch items pending on the
+// shards' consumers (targetLag per shard), up after a short cooldown, down one shard after a long
+// one, within [min, max]. Each change is a new ring version, taken up at the next window routed,
+// so no submission in flight moves or counts twice.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="shardAutoscale.min must not exceed shardAutoscale.max"
+type ShardAutoscale struct {
+	// Min is the fewest shards.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Min int32 `json:"min,omitempty"`
+
+	// Max is the most shards.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	Max int32 `json:"max,omitempty"`
+
+	// TargetLag is the sub-batch messages pending per shard the autoscaler aims for.
+	// +optional
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	TargetLag int64 `json:"targetLag,omitempty"`
 }
 
 // Participant is one party allowed to submit.
@@ -296,9 +329,19 @@ type AggregationJobStatus struct {
 	// +optional
 	Window *int64 `json:"window,omitempty"`
 
-	// RingShards is the number of shards on the ring in force.
+	// RingShards is the number of shards on the ring in force (the scale subresource's
+	// replicas).
 	// +optional
 	RingShards int32 `json:"ringShards,omitempty"`
+
+	// ShardSelector selects the shard pods (the scale subresource's selector, so an HPA can
+	// read their metrics).
+	// +optional
+	ShardSelector string `json:"shardSelector,omitempty"`
+
+	// LastShardScaleTime is when the operator's shard autoscaler last changed spec.shards.
+	// +optional
+	LastShardScaleTime *metav1.Time `json:"lastShardScaleTime,omitempty"`
 
 	// ResultsPublished is when the revealed keys were written to the result sink.
 	// +optional
@@ -312,6 +355,7 @@ type AggregationJobStatus struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && !self.metadata.name.contains('.')",message="an AggregationJob name is at most 40 characters without dots: it becomes part of the shard ids"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.shards,statuspath=.status.ringShards,selectorpath=.status.shardSelector
 // +kubebuilder:resource:categories=obscura;pda,shortName=aggjob
 // +kubebuilder:printcolumn:name="Key",type=string,JSONPath=`.spec.key.type`
 // +kubebuilder:printcolumn:name="Tau",type=integer,JSONPath=`.spec.threshold`
