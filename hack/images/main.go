@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -121,6 +122,11 @@ func run(args []string) error {
 		return err
 	}
 	b.logf("index: %s (%.1fs)", indexPath, time.Since(t0).Seconds())
+	valuesPath := filepath.Join(*out, "values-images.yaml")
+	if err := writeChartValues(valuesPath, idx); err != nil {
+		return err
+	}
+	b.logf("chart values: %s (helm install -f it)", valuesPath)
 	if len(failed) > 0 {
 		return fmt.Errorf("failed: %v", failed)
 	}
@@ -137,4 +143,38 @@ func readIndex(p string) (*Index, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &idx, nil
+}
+
+// chartImages maps the components the chart runs to their key under the chart's images value.
+var chartImages = map[string]string{"operator": "operator", "obscura": "obscura", "mohito": "mohito", "pda": "pda",
+	"pps": "pps", "lois": "lois", "sddr": "sddr", "nats-server": "nats", "redis": "redis", "envoy": "envoy"}
+
+// writeChartValues writes the chart's images values for the images in idx, each pinned by
+// repository, tag and digest, so `helm install -f <file>` runs exactly what was built (issue 19
+// item 5: the NOTES' install path). Components the chart does not run are left out; a component
+// not built keeps the chart's default.
+func writeChartValues(path string, idx *Index) error {
+	var keys []string
+	for comp := range idx.Components {
+		if _, ok := chartImages[comp]; ok {
+			keys = append(keys, comp)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# Written by `make images` (hack/images): the images built here, pinned by digest.\n")
+	b.WriteString("# helm install obscura charts/obscura -f charts/obscura/values-local.yaml -f hack/images/out/values-images.yaml\n")
+	b.WriteString("images:\n")
+	for _, comp := range keys {
+		r := idx.Components[comp]
+		i := strings.LastIndex(r.Image, ":")
+		if i < 0 {
+			return fmt.Errorf("%s: image %q has no tag", comp, r.Image)
+		}
+		fmt.Fprintf(&b, "  %s: {repository: %s, tag: %q, digest: %q}\n", chartImages[comp], r.Image[:i], r.Image[i+1:], r.Digest)
+	}
+	if err := os.WriteFile(path+".tmp", []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
 }
