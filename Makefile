@@ -2,6 +2,7 @@
 #
 #   make test      the test command (README, .ci/run): tools + generate check + vet + promtool rule tests + all tests
 #   make rules-test  promtool check + unit tests of the alerting rules (charts/obscura/rules)
+#   make chart-lint  kube-score on the chart's default render, allow-list with reasons (hack/chart-lint)
 #   make tools     install pinned tools into ./bin (hack/tools.sh)
 #   make generate  deepcopy, CRDs (crds/) and RBAC (config/rbac) with controller-gen; the user API's
 #                  protobuf/gRPC code (services/proto) with buf, protoc-gen-go and protoc-gen-go-grpc
@@ -73,8 +74,13 @@ rules-test: ## check and unit-test the alerting rules with promtool (charts/obsc
 	$(BIN)/promtool check rules charts/obscura/rules/*.yaml
 	$(BIN)/promtool test rules monitoring/tests/*.test.yaml
 
+.PHONY: chart-lint
+chart-lint: ## kube-score on the chart's default render; every finding fixed or allowed with a reason (hack/chart-lint)
+	@hack/tools.sh helm kube-score
+	hack/chart-lint/run.sh
+
 .PHONY: test
-test: tools generate-check lint rules-test ## the full test suite (what .ci/run runs)
+test: tools generate-check lint rules-test chart-lint ## the full test suite (what .ci/run runs)
 	go test $(GO_TEST_FLAGS) $(PKGS)
 
 .PHONY: test-short

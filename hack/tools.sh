@@ -35,6 +35,9 @@ GO_TOOLS=(
   # charts/obscura/rules, monitoring/tests): Prometheus v3.13 (Go module v0.313.0), built without
   # its service-discovery plugins (tags_for).
   "promtool|v0.313.0|promtool|github.com/prometheus/prometheus/cmd/promtool|promtool"
+  # kube-score for `make chart-lint`: the chart's default render checked against Kubernetes
+  # production practice (allow-list with reasons: hack/chart-lint/kube-score-allow.txt).
+  "kube-score|v1.20.0|kube-score|github.com/zegl/kube-score/cmd/kube-score|kube-score"
   # Vault dev server for services/testenv.StartVault (KV v2 + Kubernetes auth). v1.21.4 cannot be
   # built from the proxy (it needs its in-tree sdk); cold build 8-15 min and ~5.7 GB RAM.
   "vault|v1.21.0|vault|github.com/hashicorp/vault|vault"

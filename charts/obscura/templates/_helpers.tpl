@@ -130,3 +130,21 @@ file rendered in the same run agree.
 {{- define "obscura.certManager" -}}
 {{- if and .Values.edge.enabled (not .Values.edge.tls.existingSecret) .Values.edge.tls.certManager.enabled (.Capabilities.APIVersions.Has "cert-manager.io/v1") -}}true{{- end -}}
 {{- end -}}
+
+{{/* The NATS pod's ephemeral storage as JSON {sizeLimit, request, limit}: without persistence the
+JetStream store (nats.jetstream.maxFile, a NATS size: K/M/G/T are powers of 1024) lives in an
+emptyDir of that size, requested as ephemeral storage, limited to 5/4 of it (the /tmp volume and
+the logs besides); with a PVC only /tmp and the logs (32Mi, 64Mi). */}}
+{{- define "obscura.natsStore" -}}
+{{- if .Values.nats.jetstream.persistence.enabled -}}
+{{- dict "sizeLimit" "" "request" "32Mi" "limit" "64Mi" | toJson -}}
+{{- else -}}
+{{- $max := .Values.nats.jetstream.maxFile | trimSuffix "B" -}}
+{{- $n := regexFind "^[0-9]+" $max | int64 -}}
+{{- $u := trimPrefix (toString $n) $max -}}
+{{- $lower := dict "K" "" "M" "Ki" "G" "Mi" "T" "Gi" -}}
+{{- $q := ternary (printf "%d" $n) (printf "%d%si" $n $u) (eq $u "") -}}
+{{- $l := ternary (printf "%d" (div (mul $n 5) 4)) (printf "%d%s" (div (mul $n 1280) 1) (get $lower $u)) (eq $u "") -}}
+{{- dict "sizeLimit" $q "request" $q "limit" $l | toJson -}}
+{{- end -}}
+{{- end -}}
