@@ -429,11 +429,14 @@ type RoundStatus struct {
 // +kubebuilder:printcolumn:name="Vendors",type=integer,JSONPath=`.status.vendors`
 // +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
 // +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
+// +kubebuilder:printcolumn:name="Last(s)",type=string,JSONPath=`.status.lastRoundSeconds`,description="seconds from open to release of the last completed round (compare with Period)"
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerReplicas`
+// +kubebuilder:printcolumn:name="Encoders",type=integer,JSONPath=`.spec.encoders.partitions`,priority=1
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.responseDeadline`,priority=1
 // +kubebuilder:printcolumn:name="Capacity%",type=integer,JSONPath=`.status.capacityPercent`,priority=1
 // +kubebuilder:printcolumn:name="Completed",type=integer,JSONPath=`.status.completedRounds`,priority=1
 // +kubebuilder:printcolumn:name="Aborted",type=integer,JSONPath=`.status.abortedRounds`,priority=1
+// +kubebuilder:printcolumn:name="Bursts",type=integer,JSONPath=`.status.bursts`,priority=1,description="rounds with a burst (S > 0), a security signal (G5)"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

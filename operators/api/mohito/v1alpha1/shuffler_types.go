@@ -92,6 +92,8 @@ type ShufflerStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.status.effectiveWeight`
 // +kubebuilder:printcolumn:name="Shuffled",type=integer,JSONPath=`.status.roundsShuffled`
+// +kubebuilder:printcolumn:name="Last",type=integer,JSONPath=`.status.lastRound`,priority=1
+// +kubebuilder:printcolumn:name="Result",type=string,JSONPath=`.status.lastResult`,description="the last round this shuffler was V* for: Open, Completed or Aborted"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -130,6 +130,8 @@ type VendorStatus struct {
 // +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.spec.devices`
 // +kubebuilder:printcolumn:name="K_v",type=integer,JSONPath=`.spec.capacity.paddedEntries`,description="public per-round OKVS capacity"
 // +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
+// +kubebuilder:printcolumn:name="Served",type=integer,JSONPath=`.status.roundsServed`,priority=1,description="completed rounds in which this vendor decoded its OKVS"
+// +kubebuilder:printcolumn:name="Duty",type=integer,JSONPath=`.status.shufflerDuty`,priority=1,description="rounds this vendor was the shuffler V*"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

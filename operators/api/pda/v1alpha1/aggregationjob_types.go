@@ -361,8 +361,10 @@ type AggregationJobStatus struct {
 // +kubebuilder:printcolumn:name="Tau",type=integer,JSONPath=`.spec.threshold`
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.spec.shards`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Window",type=integer,JSONPath=`.status.window`
 // +kubebuilder:printcolumn:name="Submissions",type=integer,JSONPath=`.status.submissions`
 // +kubebuilder:printcolumn:name="Revealed",type=integer,JSONPath=`.status.revealedKeys`
+// +kubebuilder:printcolumn:name="Window end",type=date,JSONPath=`.status.windowEnd`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
