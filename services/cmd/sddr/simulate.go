@@ -1,20 +1,291 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
+	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/sim"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/sim/plots"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
 func init() {
-	register("simulate", runSimulate, "one shard of an encounter simulation (result: one JSON object)")
+	register("simulate", runSimulate, "one shard of an encounter simulation (result: one JSON object, contract.Result)")
+}
+
+// terminationLog is where Kubernetes reads a container's termination message.
+const terminationLog = "/dev/termination-log"
+
+// simulateConfig is `sddr simulate`'s configuration. Flag names are a contract with the
+// EncounterSimulation operator (docs/sddr.md, "Simulator").
+type simulateConfig struct {
+	devices          int
+	hours            float64
+	seed             uint64
+	seedText         string
+	interval         time.Duration
+	friends          int
+	shards           int
+	shardIndex       int
+	shardIndexText   string
+	scenario         string
+	groupSize        int
+	pDet             float64
+	natsURL          string
+	natsUser         string
+	natsPasswordFile string
+	runID            string
+	resultFile       string
+	plots            string
+	metricsAddr      string
+	logLevel         string
+	readyTimeout     time.Duration
+
+	natsPassword string
+}
+
+func (c *simulateConfig) bind(f *envflag.Set) {
+	f.Int(&c.devices, "devices", 1000, "devices in the whole simulation (all shards)")
+	f.Float64(&c.hours, "hours", 24, "simulated hours (whole seconds)")
+	f.String(&c.seedText, "seed", "1", "seed (uint64): the run is a function of it")
+	f.Duration(&c.interval, "interval", 60*time.Second, "discovery interval (23 s … 15 min)")
+	f.Int(&c.friends, "friends", 5, "friends per device (0…256)")
+	f.Int(&c.shards, "shards", 1, "shards of the run (one process each); > 1 needs --nats-url")
+	f.String(&c.shardIndexText, "shard-index", "", "this shard's index (default: $JOB_COMPLETION_INDEX of an Indexed Job, else 0)", "OBSCURA_SHARD_INDEX", "JOB_COMPLETION_INDEX")
+	f.String(&c.scenario, "scenario", sim.ScenarioCity, "city, crowd (255 new devices per inquiry) or groups (fixed groups of --group-size)")
+	f.Int(&c.groupSize, "group-size", 5, "devices per group (scenario groups)")
+	f.Float64(&c.pDet, "p-det", 0.95, "probability that a device in range answers an inquiry")
+	f.String(&c.natsURL, "nats-url", "", "NATS server URL for a sharded run")
+	f.String(&c.natsUser, "nats-user", "", "NATS user (with --nats-password-file)")
+	f.String(&c.natsPasswordFile, "nats-password-file", "", "file holding the NATS user's password")
+	f.String(&c.runID, "run-id", "local", "run id shared by the shards of one run (a NATS subject token: letters, digits, - and _)")
+	f.String(&c.resultFile, "result-file", "", "where the result JSON goes (default: /dev/termination-log when it exists, else stdout; - is stdout)")
+	f.String(&c.plots, "plots", "", "directory to write plots to (SVG), from sweeps of the groups scenario; empty: none")
+	f.String(&c.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here while simulating (empty: off)")
+	f.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.Duration(&c.readyTimeout, "ready-timeout", 10*time.Minute, "how long a shard waits for the other shards to connect")
+}
+
+// validate checks the settings without reading anything.
+func (c *simulateConfig) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	var err error
+	if c.seed, err = strconv.ParseUint(c.seedText, 10, 64); err != nil {
+		bad("--seed %q: not an unsigned 64-bit integer", c.seedText)
+	}
+	c.shardIndex = 0
+	if c.shardIndexText != "" {
+		if c.shardIndex, err = strconv.Atoi(c.shardIndexText); err != nil {
+			bad("--shard-index (or JOB_COMPLETION_INDEX) %q: not an integer", c.shardIndexText)
+		}
+	}
+	if math.IsNaN(c.hours) || c.hours <= 0 || c.hours > 24*366 {
+		bad("--hours %v outside (0, 8784]", c.hours)
+	}
+	if c.shards > 1 && c.natsURL == "" {
+		bad("--shards %d needs --nats-url: the shards exchange adverts over NATS", c.shards)
+	}
+	if (c.natsUser == "") != (c.natsPasswordFile == "") {
+		bad("--nats-user and --nats-password-file go together")
+	}
+	if c.readyTimeout <= 0 {
+		bad("--ready-timeout must be positive")
+	}
+	if c.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
+			bad("--metrics-addr %q: %v", c.metricsAddr, err)
+		}
+	}
+	switch c.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("--log-level %q must be debug, info, warn or error", c.logLevel)
+	}
+	cfg := c.sim()
+	if err := cfg.Validate(); err != nil {
+		bad("%v", err)
+	}
+	if len(errs) == 0 && c.shards > 1 && !validRunID(c.runID) {
+		bad("--run-id %q must be letters, digits, - and _", c.runID)
+	}
+	return daemon.JoinConfig(errs)
+}
+
+func validRunID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *simulateConfig) sim() sim.Config {
+	return sim.Config{
+		RunID: c.runID, Scenario: c.scenario, Devices: c.devices,
+		Duration: time.Duration(math.Round(c.hours*3600)) * time.Second,
+		Seed:     c.seed, Interval: c.interval, Friends: c.friends, GroupSize: c.groupSize,
+		Shards: c.shards, Shard: c.shardIndex, PDet: c.pDet,
+	}
+}
+
+// loadSecrets reads the NATS password file; errors name the file, never its contents.
+func (c *simulateConfig) loadSecrets() error {
+	if c.natsPasswordFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.natsPasswordFile)
+	if err != nil {
+		return daemon.ConfigError(fmt.Errorf("--nats-password-file: %w", err))
+	}
+	c.natsPassword = strings.TrimRight(string(b), "\r\n")
+	if c.natsPassword == "" {
+		return daemon.ConfigError(fmt.Errorf("--nats-password-file %s: the file is empty", c.natsPasswordFile))
+	}
+	return nil
+}
+
+func parseSimulate(args []string) (*simulateConfig, error) {
+	var c simulateConfig
+	f := daemon.NewFlags("simulate")
+	c.bind(f)
+	if err := daemon.ParseFlags(f, args); err != nil {
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.loadSecrets(); err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // runSimulate is `sddr simulate`.
 func runSimulate(args []string) error {
-	f := daemon.NewFlags("simulate")
-	if err := daemon.ParseFlags(f, args); err != nil {
+	c, err := parseSimulate(args)
+	if err != nil {
 		return err
 	}
-	return errors.New("sddr simulate: not implemented yet")
+	log := telemetry.NewLogger(os.Stderr, "sddr-simulate", c.logLevel)
+	ctx, cancel := telemetry.SignalContext(context.Background())
+	defer cancel()
+	return simulate(ctx, c, log)
+}
+
+func simulate(ctx context.Context, c *simulateConfig, log *slog.Logger) error {
+	cfg := c.sim()
+	progress := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sddr_simulate_progress_ratio", Help: "share of the shard's simulation steps done"})
+	if c.metricsAddr != "" {
+		reg := telemetry.NewRegistry()
+		reg.MustRegister(progress)
+		health := &telemetry.Health{}
+		if err := health.Register(reg); err != nil {
+			return err
+		}
+		health.SetReady(true, "")
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			if err := telemetry.Serve(sctx, c.metricsAddr, reg, health, log); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+	}
+	last := time.Now()
+	cfg.Progress = func(step, steps int64) {
+		progress.Set(float64(step) / float64(max(steps, 1)))
+		if time.Since(last) > 30*time.Second || step == steps {
+			last = time.Now()
+			log.Info("progress", "step", step, "steps", steps)
+		}
+	}
+	var tr sim.Transport
+	if cfg.Shards > 1 {
+		opts := []nats.Option{nats.Name(fmt.Sprintf("sddr-simulate-%s-%d", c.runID, c.shardIndex)), nats.MaxReconnects(-1)}
+		if c.natsUser != "" {
+			opts = append(opts, nats.UserInfo(c.natsUser, c.natsPassword))
+		}
+		nc, err := nats.Connect(c.natsURL, opts...)
+		if err != nil {
+			return fmt.Errorf("connect to NATS: %w", err)
+		}
+		defer nc.Close()
+		t, err := sim.NewNATS(nc, c.runID, c.shardIndex, c.shards)
+		if err != nil {
+			return err
+		}
+		t.ReadyTimeout = c.readyTimeout
+		defer func() { _ = t.Close() }()
+		tr = t
+	}
+	log.Info("simulating", "run", c.runID, "scenario", cfg.Scenario, "devices", cfg.Devices, "hours", c.hours,
+		"interval", cfg.Interval, "friends", cfg.Friends, "shard", cfg.Shard, "shards", cfg.Shards, "seed", cfg.Seed)
+	r, err := sim.Run(ctx, cfg, tr)
+	if err != nil {
+		return err
+	}
+	b, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := writeResult(c.resultFile, append(b, '\n')); err != nil {
+		return err
+	}
+	log.Info("done", "deviceHours", r.DeviceHours, "cpuSeconds", r.CPUSeconds, "wallSeconds", r.WallSeconds,
+		"encounters", r.Encounters, "recognitions", r.Recognitions, "crossAdverts", r.CrossAdverts)
+	if c.plots != "" {
+		if err := writePlots(ctx, c.plots, cfg, log); err != nil {
+			return fmt.Errorf("plots: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeResult(path string, b []byte) error {
+	if path == "" {
+		path = "-"
+		if _, err := os.Stat(terminationLog); err == nil {
+			path = terminationLog
+		}
+	}
+	var w io.Writer = os.Stdout
+	if path != "-" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("result file: %w", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// writePlots draws the figures of package plots into dir (small sweeps after the shard's run).
+func writePlots(ctx context.Context, dir string, cfg sim.Config, log *slog.Logger) error {
+	start := time.Now()
+	if err := plots.Write(ctx, dir, cfg.Seed, plots.Full); err != nil {
+		return err
+	}
+	log.Info("plots written", "dir", dir, "files", plots.Files, "seconds", time.Since(start).Seconds())
+	return nil
 }

@@ -1,0 +1,264 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/obscura-iot/obscura/services/pkg/sddr"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// comparable strips what legitimately differs between a sharded and a one-shard run: the
+// shard bookkeeping, the transport counters, CPU and wall time, and float rounding of joules.
+func comparable(t *testing.T, r *contract.Result) contract.Result {
+	t.Helper()
+	c := *r
+	c.Shard, c.Shards, c.ShardsMerged = 0, 0, 0
+	c.CrossAdverts, c.CrossBytes, c.CPUSeconds, c.WallSeconds = 0, 0, 0, 0
+	c.DeviceHours = math.Round(c.DeviceHours*1e6) / 1e6
+	c.Classes = append([]contract.Class(nil), r.Classes...)
+	for i := range c.Classes {
+		// Joules add in another order when shards merge: equal up to rounding.
+		if j, k := c.Classes[i].Joules, comparableJoules(r, c.Classes[i].Name); math.Abs(j-k) > 1e-9*j {
+			t.Fatalf("class %s: %v J", c.Classes[i].Name, j)
+		}
+		c.Classes[i].Joules = math.Round(c.Classes[i].Joules)
+		c.Classes[i].BatteryPercentPerDay = math.Round(c.Classes[i].BatteryPercentPerDay*1e6) / 1e6
+	}
+	return c
+}
+
+// comparableJoules recomputes a class's joules from its integer counts (Equation 1).
+func comparableJoules(r *contract.Result, name string) float64 {
+	cl := r.Class(name)
+	m := sddr.PaperEnergyModel
+	ds := float64(cl.DeviceSeconds)
+	return ds/86400*m.IdleBTJoulesPerDay + ds/m.Epoch.Seconds()*m.EpochChangeJoules +
+		float64(cl.Inquiries)*m.DiscoveryJoules + float64(cl.Responses)*m.PerDeviceJoules + float64(cl.Answers)*m.ResponderJoules
+}
+
+func cityConfig() Config {
+	return Config{RunID: "t1", Scenario: ScenarioCity, Devices: 700, Duration: 24 * time.Hour, Seed: 42,
+		Interval: time.Minute, Friends: 3}
+}
+
+// TestShardedOverNATSEqualsOneShard: two shards, each with its own connection to a real
+// nats-server, exchange the adverts of devices meeting across the shard boundary and their
+// merged result equals the one-shard run of the same seed, count for count.
+func TestShardedOverNATSEqualsOneShard(t *testing.T) {
+	cfg := cityConfig()
+	one, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testenv.StartNATS(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	parts := make([]*contract.Result, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		nc := n.Connect(t)
+		tr, err := NewNATS(nc, cfg.RunID, i, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer tr.Close()
+			c := cfg
+			c.Shards, c.Shard = 2, i
+			var err error
+			parts[i], err = Run(ctx, c, tr)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	merged, err := contract.Merge(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !merged.Complete() {
+		t.Fatalf("merged result incomplete: %+v", merged)
+	}
+	if merged.CrossAdverts == 0 {
+		t.Fatal("no advert crossed the shard boundary: the test would not exercise NATS")
+	}
+	if one.Recognitions == 0 || one.Encounters == 0 {
+		t.Fatalf("the city produced no encounters or recognitions: %+v", one)
+	}
+	if a, b := comparable(t, one), comparable(t, merged); !reflect.DeepEqual(a, b) {
+		t.Fatalf("sharded result differs from one shard:\none:    %+v\nshards: %+v", a, b)
+	}
+	t.Logf("city: %d encounters, %d recognitions, %d adverts (%d bytes) over NATS", one.Encounters, one.Recognitions, merged.CrossAdverts, merged.CrossBytes)
+}
+
+// TestShardCountDoesNotChangeResults: 1, 3 and 4 in-process shards of the crowd scenario
+// (cells reshuffled every interval, so most contacts cross shards) agree.
+func TestShardCountDoesNotChangeResults(t *testing.T) {
+	cfg := Config{RunID: "t2", Scenario: ScenarioCrowd, Devices: 150, Duration: 5 * time.Minute, Seed: 7, Interval: time.Minute, Friends: 2}
+	one, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shards := range []int{3, 4} {
+		c := cfg
+		c.Shards = shards
+		r, err := RunLocal(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.CrossAdverts == 0 {
+			t.Fatalf("%d shards: nothing crossed", shards)
+		}
+		if a, b := comparable(t, one), comparable(t, r); !reflect.DeepEqual(a, b) {
+			t.Fatalf("%d shards differ from one:\none: %+v\nn:   %+v", shards, a, b)
+		}
+	}
+}
+
+// TestFriendsRecogniseStrangersDontRevokedStop: in fixed groups of 6 holding two cliques of
+// 3 friends, every friend encounter with enough beacons is recognised (no false negatives,
+// INV-3), strangers are recognised only at the Bloom false-positive rate P_fp^n per listen id
+// (here ≤ a few), and friends that revoked the listener (RevokeNow halfway) are no longer
+// recognised.
+func TestFriendsRecogniseStrangersDontRevokedStop(t *testing.T) {
+	cfg := Config{RunID: "t3", Scenario: ScenarioGroups, Devices: 120, GroupSize: 6, Duration: 3 * time.Hour, Seed: 3,
+		Interval: time.Minute, Friends: 2, RevokeFraction: 0.5}
+	r, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FriendEncounters == 0 || r.Recognitions != r.FriendEncounters || r.Missed != 0 {
+		t.Fatalf("friends: %d encounters, %d recognised, %d missed", r.FriendEncounters, r.Recognitions, r.Missed)
+	}
+	if r.StrangerKeys == 0 {
+		t.Fatal("no stranger met anyone: the test has no power")
+	}
+	pfp := sddr.BloomParams.FalsePositiveRate()
+	expect := float64(r.StrangerKeys) * float64(cfg.Friends) * math.Pow(pfp, 3)
+	if bound := expect + 5*math.Sqrt(expect) + 2; float64(r.FalseRecognitions) > bound {
+		t.Fatalf("%d false recognitions among %d stranger keys, expected %.2f (bound %.1f)", r.FalseRecognitions, r.StrangerKeys, expect, bound)
+	}
+	if r.RevokedEncounters == 0 {
+		t.Fatal("no revoked friend met its revoker afterwards: the test has no power")
+	}
+	if r.RevokedRecognitions != 0 {
+		t.Fatalf("%d of %d revoked encounters still recognised", r.RevokedRecognitions, r.RevokedEncounters)
+	}
+	if r.Latency.Beacons[3] != r.Recognitions {
+		t.Fatalf("recognition after other than 3 beacons at |LS| = 2: %v", r.Latency.Beacons)
+	}
+	t.Logf("%d friend encounters all recognised, mean latency %.0f s; %d false among %d stranger keys (expected %.2f); %d revoked encounters, none recognised",
+		r.FriendEncounters, float64(r.Latency.MillisSum)/float64(r.Recognitions)/1000, r.FalseRecognitions, r.StrangerKeys, expect, r.RevokedEncounters)
+}
+
+// TestEnergyFollowsEquation1: with every neighbour detected (p_det = 1) a device in a fixed
+// group of d+1 receives d responses per inquiry and answers d inquiries, so the simulated
+// battery use is Equation 1 at d (spec §5.5), here d = 5 at 60 s (10.34 %/day).
+func TestEnergyFollowsEquation1(t *testing.T) {
+	cfg := Config{RunID: "t4", Scenario: ScenarioGroups, Devices: 12, GroupSize: 6, Duration: 2 * time.Hour, Seed: 5,
+		Interval: time.Minute, Friends: 1, PDet: 1, RevokeFraction: -1}
+	r, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.Classes[0].BatteryPercentPerDay
+	want := sddr.PaperEnergyModel.BatteryPercentPerDay(5, time.Minute)
+	if math.Abs(got-want)/want > 0.01 {
+		t.Fatalf("simulated %.3f %%/day, Equation 1 gives %.3f", got, want)
+	}
+}
+
+// TestCrowdBoundsNewPeersPerInquiry: a crowd cell of 300 devices; a device's first inquiry
+// finds 299 new ones and the engine keeps 255 (§7 item 20), dropping the rest.
+func TestCrowdBoundsNewPeersPerInquiry(t *testing.T) {
+	cfg := Config{RunID: "t5", Scenario: ScenarioCrowd, Devices: 300, Duration: 2 * time.Minute, Seed: 9, Interval: time.Minute, Friends: 1, PDet: 1}
+	r, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Encounters > 255*r.Inquiries {
+		t.Fatalf("%d encounters in %d inquiries: above 255 new per inquiry", r.Encounters, r.Inquiries)
+	}
+	if r.Dropped < 300*(299-255) {
+		t.Fatalf("%d responses dropped, want at least %d (each first inquiry finds 299 new devices)", r.Dropped, 300*(299-255))
+	}
+}
+
+// TestDeterministic: the same seed gives the same result; another seed another one.
+func TestDeterministic(t *testing.T) {
+	cfg := Config{RunID: "t6", Scenario: ScenarioGroups, Devices: 30, Duration: 30 * time.Minute, Seed: 11, Interval: time.Minute, Friends: 2}
+	a, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(comparable(t, a), comparable(t, b)) {
+		t.Fatal("two runs of one seed differ")
+	}
+	cfg.Seed++
+	c, err := RunLocal(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(comparable(t, a), comparable(t, c)) {
+		t.Fatal("another seed gave the same result")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{Devices: 1, Duration: time.Hour, Interval: time.Minute},
+		{Devices: 10, Duration: time.Second, Interval: time.Minute},
+		{Devices: 10, Duration: time.Hour, Interval: 10 * time.Second},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Friends: 300},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Shards: 2, Shard: 2},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Scenario: "moon"},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	ok := Config{Devices: 10, Duration: time.Hour, Interval: time.Minute}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOwnerOf(t *testing.T) {
+	for _, n := range []int{7, 100, 1001} {
+		for _, shards := range []int{1, 2, 3, 7} {
+			for j := range shards {
+				lo, hi := ShardRange(n, shards, j)
+				for d := lo; d < hi; d++ {
+					if got := ownerOf(d, n, shards); got != j {
+						t.Fatalf("ownerOf(%d, %d, %d) = %d, want %d", d, n, shards, got, j)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNATSRefusesBadRunID: the run id becomes a subject token.
+func TestNATSRefusesBadRunID(t *testing.T) {
+	var nc *nats.Conn
+	if _, err := NewNATS(nc, "a.b", 0, 2); err == nil {
+		t.Fatal("a run id with a dot was accepted")
+	}
+}
