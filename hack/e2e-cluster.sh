@@ -3,9 +3,11 @@
 # build and import the images, run e2e/cluster against it, and always tear the cluster down.
 #
 #   E2E_CLUSTER_MODE=full|smoke   full (default): install, samples, load ×1/×2/×4 with
-#                                 autoscaling, upgrade, one PPS execution, log scan, uninstall;
+#                                 autoscaling, upgrade, one LOIS exchange, one PPS execution,
+#                                 log scan, uninstall;
 #                                 smoke: install, one round through the edge (helm test), one
-#                                 PPS execution, log scan, uninstall
+#                                 LOIS exchange through the CI pod, one PPS execution, log scan,
+#                                 uninstall
 #   E2E_KEEP_CLUSTER=1            leave the cluster running afterwards (for debugging)
 #   E2E_REPORT=<file>             where the run's figures go (default e2e/cluster/out/report.json)
 set -euo pipefail
