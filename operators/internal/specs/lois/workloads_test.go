@@ -81,3 +81,53 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryFieldReachesTheRoles: each spec field becomes the flag the roles read — in the cloud
+// interface's environment and in the registrar's settings for devices and server interfaces.
+func TestEveryFieldReachesTheRoles(t *testing.T) {
+	g := sample(t)
+	g.Spec.CloudAddress, g.Spec.UnifiedPort, g.Spec.MTU, g.Spec.Mode = "198.18.7.7", 8443, 1280, loisv1.ModePaper
+	g.Spec.Keystreams = loisv1.Keystreams{PerEpoch: 512, Lifetime: metav1.Duration{Duration: 30 * 60e9},
+		SafetyMargin: metav1.Duration{Duration: 30e9}, Grace: metav1.Duration{Duration: 90e9}}
+	g.Spec.Registrar.Cloud = "west"
+	g.Spec.Cloud.Replicas, g.Spec.Server.Replicas = 3, 2
+	pl := Platform{Image: "lois:test", Runtime: specs.Runtime{NATSURL: "nats://nats:4222"}}
+	ci := map[string]string{}
+	for _, e := range CloudInterface(g, pl).Spec.Template.Spec.Containers[0].Env {
+		ci[e.Name] = e.Value
+	}
+	reg := RegistrarConfigMap(g, pl).Data
+	both := map[string]string{
+		specs.Env(FlagCIP): "198.18.7.7", specs.Env(FlagUnifiedPort): "8443", specs.Env(FlagMTU): "1280",
+		specs.Env(FlagPaperMode): "true", specs.Env(FlagSafetyMargin): "30s", specs.Env(FlagGrace): "1m30s",
+		specs.Env(FlagCloud): "west",
+	}
+	for k, want := range both {
+		if ci[k] != want || reg[k] != want {
+			t.Errorf("%s: ci %q, registrar %q, want %q", k, ci[k], reg[k], want)
+		}
+	}
+	for k, want := range map[string]string{
+		specs.Env(FlagN): "512", specs.Env(FlagLifetime): "30m0s", specs.Env(FlagPartitions): "2",
+		specs.Env(FlagWaitFor): "edge-lois-ci-0,edge-lois-ci-1,edge-lois-ci-2,si-8080-0,si-8080-1",
+		specs.Env(FlagSTP):     "true", specs.Env(FlagSTPQ): "0.1",
+	} {
+		if reg[k] != want {
+			t.Errorf("registrar %s = %q, want %q", k, reg[k], want)
+		}
+	}
+	if r := *CloudInterface(g, pl).Spec.Replicas; r != 3 {
+		t.Errorf("%d cloud interfaces", r)
+	}
+	// Padding off: the senders are told so, and no STP parameter is rendered.
+	g.Spec.Padding = loisv1.Padding{Policy: loisv1.PaddingOff}
+	reg = RegistrarConfigMap(g, pl).Data
+	if reg[specs.Env(FlagSTP)] != "false" || reg[specs.Env(FlagSTPPeriod)] != "" || reg[specs.Env(FlagSTPQ)] != "" {
+		t.Errorf("padding off: %v", reg)
+	}
+	// Hardened mode (the default) sets no --paper-mode anywhere.
+	g.Spec.Mode = ""
+	if _, ok := RegistrarConfigMap(g, pl).Data[specs.Env(FlagPaperMode)]; ok {
+		t.Error("hardened mode renders --paper-mode")
+	}
+}
