@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/obscura-iot/obscura/services/pkg/daemon"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+)
+
+// TestSimulateConfigErrors: every bad setting is a configuration error (exit status 2).
+func TestSimulateConfigErrors(t *testing.T) {
+	for name, args := range map[string][]string{
+		"seed":          {"--seed", "-1"},
+		"interval":      {"--interval", "5s"},
+		"devices":       {"--devices", "1"},
+		"shards no url": {"--shards", "2", "--shard-index", "1"},
+		"shard index":   {"--shard-index", "3"},
+		"friends":       {"--friends", "300"},
+		"scenario":      {"--scenario", "moon"},
+		"user no file":  {"--nats-user", "sim"},
+		"password file": {"--nats-user", "sim", "--nats-password-file", filepath.Join(t.TempDir(), "missing")},
+		"run id":        {"--shards", "2", "--nats-url", "nats://127.0.0.1:1", "--run-id", "a.b"},
+		"hours":         {"--hours", "0"},
+		"stray":         {"extra"},
+	} {
+		if _, err := parseSimulate(args); !errors.Is(err, daemon.ErrConfig) {
+			t.Errorf("%s: %v, want a configuration error", name, err)
+		}
+	}
+}
+
+// TestShardIndexFromIndexedJob: an Indexed Job sets JOB_COMPLETION_INDEX; the flag wins.
+func TestShardIndexFromIndexedJob(t *testing.T) {
+	t.Setenv("JOB_COMPLETION_INDEX", "1")
+	c, err := parseSimulate([]string{"--shards", "2", "--nats-url", "nats://127.0.0.1:4222", "--run-id", "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.shardIndex != 1 {
+		t.Fatalf("shard index %d, want 1 from JOB_COMPLETION_INDEX", c.shardIndex)
+	}
+	c, err = parseSimulate([]string{"--shards", "2", "--nats-url", "nats://127.0.0.1:4222", "--shard-index", "0"})
+	if err != nil || c.shardIndex != 0 {
+		t.Fatalf("flag: %v %v", c, err)
+	}
+	t.Setenv("JOB_COMPLETION_INDEX", "x")
+	if _, err := parseSimulate(nil); !errors.Is(err, daemon.ErrConfig) {
+		t.Fatalf("JOB_COMPLETION_INDEX=x: %v", err)
+	}
+}
+
+// TestSimulateWritesContract: one shard writes one valid contract.Result to --result-file.
+func TestSimulateWritesContract(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "result.json")
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseSimulate([]string{"--devices", "60", "--hours", "1", "--scenario", "groups", "--friends", "2",
+		"--seed", "18446744073709551615", "--result-file", out, "--run-id", "cli", "--nats-user", "u", "--nats-password-file", pw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.natsPassword != "secret" {
+		t.Fatal("password file not read")
+	}
+	if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > contract.MaxBytes {
+		t.Fatalf("%d bytes", len(b))
+	}
+	r, err := contract.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Seed != 18446744073709551615 || r.RunID != "cli" || r.Devices != 60 || r.Recognitions == 0 || !r.Complete() {
+		t.Fatalf("result: %+v", r)
+	}
+}
