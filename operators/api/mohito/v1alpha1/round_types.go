@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -251,6 +252,11 @@ type DecryptWorkers struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
 	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Resources replace a worker's default requests and limits (cpu 500m, memory 256Mi), so one
+	// worker has a known capacity and scaling it is measurable.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // Autoscaler values.
@@ -314,6 +320,10 @@ type Encoders struct {
 	// +kubebuilder:default=64
 	// +kubebuilder:validation:Minimum=1
 	TargetLag int64 `json:"targetLag,omitempty"`
+
+	// Resources replace an encoder's default requests and limits (cpu 500m, memory 512Mi).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // RoundStatus is the observed state of a round series.

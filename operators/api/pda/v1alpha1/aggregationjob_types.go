@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
@@ -62,6 +63,11 @@ type AggregationJobSpec struct {
 	// unset when an HPA or KEDA drives shards through the scale subresource.
 	// +optional
 	ShardAutoscale *ShardAutoscale `json:"shardAutoscale,omitempty"`
+
+	// ShardResources replace a database shard's default requests and limits (cpu 500m, memory
+	// 256Mi), so one shard has a known capacity and scaling the shards is measurable.
+	// +optional
+	ShardResources *corev1.ResourceRequirements `json:"shardResources,omitempty"`
 
 	// Proxy is the proxy's trust domain.
 	Proxy TrustDomain `json:"proxy"`

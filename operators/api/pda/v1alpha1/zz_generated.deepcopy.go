@@ -12,7 +12,8 @@ package v1alpha1
 
 import (
 	"github.com/obscura-iot/obscura/operators/api/common"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -96,6 +97,11 @@ func (in *AggregationJobSpec) DeepCopyInto(out *AggregationJobSpec) {
 		*out = new(ShardAutoscale)
 		**out = **in
 	}
+	if in.ShardResources != nil {
+		in, out := &in.ShardResources, &out.ShardResources
+		*out = new(v1.ResourceRequirements)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Proxy.DeepCopyInto(&out.Proxy)
 	in.Database.DeepCopyInto(&out.Database)
 	in.ResultSink.DeepCopyInto(&out.ResultSink)
@@ -116,7 +122,7 @@ func (in *AggregationJobStatus) DeepCopyInto(out *AggregationJobStatus) {
 	*out = *in
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]v1.Condition, len(*in))
+		*out = make([]metav1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -293,7 +299,7 @@ func (in *Window) DeepCopyInto(out *Window) {
 	}
 	if in.Duration != nil {
 		in, out := &in.Duration, &out.Duration
-		*out = new(v1.Duration)
+		*out = new(metav1.Duration)
 		**out = **in
 	}
 	out.Grace = in.Grace

@@ -186,7 +186,7 @@ func GatewayService(rd *mohitov1.Round) *corev1.Service {
 // DecryptWorkers open the integrator layer of the shuffled stream (spec §4.5 stage A); they are
 // stateless and scaled by the operator or through the Round's scale subresource.
 func DecryptWorkers(rd *mohitov1.Round, pl Platform, configHash string, replicas int32) *appsv1.Deployment {
-	p := pod{key: &rd.Spec.Keys, Pod: specs.Pod{CPU: "500m", Memory: "256Mi"}}.forRound(rd, contract.RoleDecryptWorker, configHash)
+	p := pod{key: &rd.Spec.Keys, Pod: specs.Pod{CPU: "500m", Memory: "256Mi", Resources: rd.Spec.DecryptWorkers.Resources}}.forRound(rd, contract.RoleDecryptWorker, configHash)
 	return deployment(rd.Name+"-"+contract.RoleDecryptWorker, rd.Namespace, replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
@@ -200,7 +200,7 @@ func Responder(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deplo
 // Encoders are the OKVS encoder partitions (spec §4.5 stage C): partition = pod ordinal, so a
 // StatefulSet gives each partition a stable identity across restarts.
 func Encoders(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.StatefulSet {
-	p := pod{Pod: specs.Pod{Redis: pl.IntegratorRedis, CPU: "500m", Memory: "512Mi",
+	p := pod{Pod: specs.Pod{Redis: pl.IntegratorRedis, CPU: "500m", Memory: "512Mi", Resources: rd.Spec.Encoders.Resources,
 		Env: []corev1.EnvVar{{Name: EnvPartition, Value: "auto"}}}}.forRound(rd, contract.RoleEncoder, configHash)
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + contract.RoleEncoder, Namespace: rd.Namespace, Labels: p.Labels},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
@@ -338,5 +339,28 @@ func TestRoundsLimitReachesTheCoordinator(t *testing.T) {
 	rd.Spec.Rounds = &n
 	if v := envOf()[EnvMaxRounds]; v != "12" {
 		t.Fatalf("spec.rounds 12: the coordinator gets %s=%q", EnvMaxRounds, v)
+	}
+}
+
+// TestScalableStagesTakeResourcesFromTheRound (issue 14 item 2): the decrypt workers' and the
+// encoders' requests and limits come from the Round when it sets them, so one replica has a known
+// capacity; otherwise the roles' defaults stay.
+func TestScalableStagesTakeResourcesFromTheRound(t *testing.T) {
+	rd, _, _ := samples(t)
+	res := &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	if got := DecryptWorkers(rd, platform, "h", 1).Spec.Template.Spec.Containers[0].Resources; got.Requests.Cpu().String() != "500m" {
+		t.Fatalf("default worker request %v, want 500m", got.Requests.Cpu())
+	}
+	rd.Spec.DecryptWorkers.Resources, rd.Spec.Encoders.Resources = res, res
+	for name, got := range map[string]corev1.ResourceRequirements{
+		"decrypt worker": DecryptWorkers(rd, platform, "h", 1).Spec.Template.Spec.Containers[0].Resources,
+		"encoder":        Encoders(rd, platform, "h").Spec.Template.Spec.Containers[0].Resources,
+	} {
+		if got.Requests.Cpu().String() != "250m" || got.Limits.Cpu().String() != "1" {
+			t.Errorf("%s: requests %v limits %v, want the Round's", name, got.Requests, got.Limits)
+		}
 	}
 }

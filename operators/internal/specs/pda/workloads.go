@@ -366,7 +366,7 @@ func shardRedis(job *pdav1.AggregationJob) string {
 // restarted pod resumes its durable consumer and its Redis.
 func Shards(job *pdav1.AggregationJob, pl Platform, hash string, shards int32) *appsv1.StatefulSet {
 	// The Redis address follows POD_INDEX, which it may refer to.
-	p := keyless(pod(job, DBDomain, RoleShard, hash, specs.Pod{CPU: "500m", Memory: "256Mi",
+	p := keyless(pod(job, DBDomain, RoleShard, hash, specs.Pod{CPU: "500m", Memory: "256Mi", Resources: job.Spec.ShardResources,
 		Env: []corev1.EnvVar{
 			{Name: "POD_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 				FieldPath: "metadata.labels['" + appsv1.PodIndexLabel + "']"}}},
