@@ -318,12 +318,8 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	small.Spec.Capacity.PaddedEntries = 200
 	update(t, small)
 	eventually(t, "capacity classes in the deployment", func() error {
-		var cm corev1.ConfigMap
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm); err != nil {
-			return err
-		}
-		var doc contract.DeploymentFile
-		if err := json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc); err != nil {
+		doc, err := deploymentDoc(rd)
+		if err != nil {
 			return err
 		}
 		if c := doc.CapacityClasses; c == nil || c.Hold != "1m0s" || !slices.Equal(c.Percent, []int{100, 150}) || c.BurstRate != 0.05 || c.LowerFakeRatio != 0.8 {
@@ -341,17 +337,23 @@ func TestRoundNeedsVendorsShufflersCapacityAndKey(t *testing.T) {
 	waitReady(t, rd, conds, metav1.ConditionFalse, ReasonNoVendorsSelected)
 }
 
+// deploymentDoc reads the Round's deployment document as the services read it.
+func deploymentDoc(rd *mohitov1.Round) (contract.DeploymentFile, error) {
+	var cm corev1.ConfigMap
+	var doc contract.DeploymentFile
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm); err != nil {
+		return doc, err
+	}
+	return doc, json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc)
+}
+
 // waitWeights waits until the Round's deployment document gives each vendor (by name) its
 // weight in the shuffler rotation, as the services read it.
 func waitWeights(t *testing.T, rd *mohitov1.Round, want map[string]int) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("shuffler weights %v in the deployment of %s", want, rd.Name), func() error {
-		var cm corev1.ConfigMap
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: rd.Namespace, Name: mohito.DeploymentConfigName(rd)}, &cm); err != nil {
-			return err
-		}
-		var doc contract.DeploymentFile
-		if err := json.Unmarshal([]byte(cm.Data[contract.DeploymentKey]), &doc); err != nil {
+		doc, err := deploymentDoc(rd)
+		if err != nil {
 			return err
 		}
 		for _, v := range doc.Vendors {

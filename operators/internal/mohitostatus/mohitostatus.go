@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Config says how the operator reaches NATS (as a user of the integrator's account).
@@ -122,28 +123,15 @@ func (c *Client) WorkerLag(ctx context.Context) (int64, error) {
 // all in are the encoders' normal state, not a backlog). ErrNotReported when no partition's
 // consumer exists yet.
 func (c *Client) EncoderLag(ctx context.Context, partitions int) (int64, error) {
-	var lag int64
-	found := false
-	for p := range partitions {
-		name := contract.EncoderConsumer(p, partitions)
-		cons, err := c.js.Consumer(ctx, contract.StreamWork, name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s/%s: %w", contract.StreamWork, name, err)
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s/%s info: %w", contract.StreamWork, name, err)
-		}
-		lag += int64(info.NumPending)
-		found = true
+	names := make([]string, partitions)
+	for p := range names {
+		names[p] = contract.EncoderConsumer(p, partitions)
 	}
-	if !found {
+	n, err := natsx.Backlog(ctx, c.js, contract.StreamWork, names...)
+	if errors.Is(err, natsx.ErrNoConsumer) {
 		return 0, ErrNotReported
 	}
-	return lag, nil
+	return n, err
 }
 
 // Register writes a vendor's registration, creating the registry bucket when needed. It

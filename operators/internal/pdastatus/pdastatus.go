@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
@@ -171,28 +172,15 @@ func (c *Client) Result(ctx context.Context, w uint64) (contract.WindowResult, [
 // shards' durable consumers (shard-<id> on PDA_DB_SHARD). ErrNotReported when no shard's consumer
 // exists yet.
 func (c *Client) ShardLag(ctx context.Context, shardIDs []string) (int64, error) {
-	var lag int64
-	found := false
-	for _, id := range shardIDs {
-		name := "shard-" + id
-		cons, err := c.db.Consumer(ctx, contract.ShardStream, name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s/%s: %w", contract.ShardStream, name, err)
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s/%s info: %w", contract.ShardStream, name, err)
-		}
-		lag += int64(info.NumPending)
-		found = true
+	names := make([]string, len(shardIDs))
+	for i, id := range shardIDs {
+		names[i] = "shard-" + id
 	}
-	if !found {
+	n, err := natsx.Backlog(ctx, c.db, contract.ShardStream, names...)
+	if errors.Is(err, natsx.ErrNoConsumer) {
 		return 0, ErrNotReported
 	}
-	return lag, nil
+	return n, err
 }
 
 // Ring returns the current ring.
