@@ -152,7 +152,10 @@ func (t *NATS) Exchange(ctx context.Context, step int64, out [][]byte) ([][]byte
 			}
 		}
 	}
-	if err := t.nc.FlushWithContext(ctx); err != nil {
+	fctx, fcancel := context.WithTimeout(ctx, time.Minute) // FlushWithContext needs a deadline
+	err := t.nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
 		return nil, err
 	}
 	for {
