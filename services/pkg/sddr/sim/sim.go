@@ -243,28 +243,27 @@ type member struct {
 type span struct{ lo, hi int32 }
 
 type shard struct {
-	cfg          Config
-	mob          Mobility
-	lo, hi       int
-	ival, delta  int64
-	dur          int64
-	steps        int64
-	pdet         uint64
-	devs         []*devState
-	lastNeeded   []int64
-	groups       [2]*grouping // [0]: step s−1, [1]: step s
-	remote       map[int32]*timeline
-	res          contract.Result
-	hist         []int64
-	tr           Transport
-	scratchResp  []resp
-	scratchInq   []inquirer
-	out          [][]byte
-	classResp    []int64
-	classAns     []int64
-	classInq     []int64
-	classDevs    []int64
-	recHitsCache int
+	cfg         Config
+	mob         Mobility
+	lo, hi      int
+	ival, delta int64
+	dur         int64
+	steps       int64
+	pdet        uint64
+	devs        []*devState
+	lastNeeded  []int64
+	groups      [2]*grouping // [0]: step s−1, [1]: step s
+	remote      map[int32]*timeline
+	res         contract.Result
+	hist        []int64
+	tr          Transport
+	scratchResp []resp
+	scratchInq  []inquirer
+	out         [][]byte
+	classResp   []int64
+	classAns    []int64
+	classInq    []int64
+	classDevs   []int64
 }
 
 type resp struct {
