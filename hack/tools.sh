@@ -35,6 +35,9 @@ GO_TOOLS=(
   # charts/obscura/rules, monitoring/tests): Prometheus v3.13 (Go module v0.313.0), built without
   # its service-discovery plugins (tags_for).
   "promtool|v0.313.0|promtool|github.com/prometheus/prometheus/cmd/promtool|promtool"
+  # The Prometheus server for the dashboard test (e2e/dashboards: scrapes real roles, evaluates
+  # every panel's query): same module and tags as promtool, no embedded web UI (only /api/v1 is used).
+  "prometheus|v0.313.0|prometheus|github.com/prometheus/prometheus/cmd/prometheus|prometheus"
   # kube-score for `make chart-lint`: the chart's default render checked against Kubernetes
   # production practice (allow-list with reasons: hack/chart-lint/kube-score-allow.txt).
   "kube-score|v1.20.0|kube-score|github.com/zegl/kube-score/cmd/kube-score|kube-score"
@@ -76,7 +79,7 @@ ldflags_for() {
 # none; the AWS, Azure, GCE and Kubernetes SDKs would add many minutes to a cold build).
 tags_for() {
   case "$1" in
-    promtool) echo "remove_all_sd" ;;
+    promtool | prometheus) echo "remove_all_sd" ;;
     *) echo "" ;;
   esac
 }
