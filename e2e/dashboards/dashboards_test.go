@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -103,6 +104,7 @@ func TestDashboardPanelsReturnData(t *testing.T) {
 			t.Errorf("noData entry %q names no dashboard or panel", k)
 		}
 	}
+	checkDocumented(t, panels)
 	promBin, err := testenv.Bin("prometheus")
 	if err != nil {
 		t.Fatal(err)
@@ -268,4 +270,36 @@ scrape_configs:
 		return nil
 	})
 	t.Logf("%d panels evaluated, %d returned data, %d allow-listed without data", len(panels), len(want), len(panels)-len(want))
+}
+
+// metricRe matches the Obscura metric names in a PromQL expression.
+var metricRe = regexp.MustCompile(`\b(?:mohito|pda|pps|lois|sddr|obscura)_[a-z0-9_]+\b`)
+
+// checkDocumented fails for every panel that queries a metric docs/metrics.md does not document
+// (a row "| `name` |" of its table; histogram series by their base name).
+func checkDocumented(t *testing.T, panels []panel) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs/metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range panels {
+		for _, e := range p.exprs {
+			for _, m := range metricRe.FindAllString(e, -1) {
+				base := m
+				for _, suf := range []string{"_bucket", "_count", "_sum"} {
+					if b, ok := strings.CutSuffix(m, suf); ok && strings.HasSuffix(b, "_seconds") {
+						base = b
+					}
+				}
+				if !strings.Contains(string(doc), "| `"+base+"` |") {
+					t.Errorf("%s / %q queries %s, which docs/metrics.md does not document", p.file, p.title, m)
+				}
+			}
+		}
+	}
 }
