@@ -276,7 +276,8 @@ scrape_configs:
 var metricRe = regexp.MustCompile(`\b(?:mohito|pda|pps|lois|sddr|obscura)_[a-z0-9_]+\b`)
 
 // checkDocumented fails for every panel that queries a metric docs/metrics.md does not document
-// (a row "| `name` |" of its table; histogram series by their base name).
+// (a row "| `name` |" of its table; histogram series by their base name), or groups by a label
+// its privacy review does not clear (checkGrouping).
 func checkDocumented(t *testing.T, panels []panel) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
@@ -287,6 +288,7 @@ func checkDocumented(t *testing.T, panels []panel) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := docRows(string(doc))
 	for _, p := range panels {
 		for _, e := range p.exprs {
 			for _, m := range metricRe.FindAllString(e, -1) {
@@ -299,6 +301,71 @@ func checkDocumented(t *testing.T, panels []panel) {
 				if !strings.Contains(string(doc), "| `"+base+"` |") {
 					t.Errorf("%s / %q queries %s, which docs/metrics.md does not document", p.file, p.title, m)
 				}
+			}
+			checkGrouping(t, p, e, rows)
+		}
+	}
+}
+
+// docRow is one metric's row of docs/metrics.md: its labels (backquoted in the Labels column)
+// and its privacy review.
+type docRow struct {
+	labels  []string
+	privacy string
+}
+
+var (
+	backquoted = regexp.MustCompile("`([a-z_]+)`")
+	byRe       = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+)
+
+func docRows(doc string) map[string]docRow {
+	rows := map[string]docRow{}
+	for _, line := range strings.Split(doc, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 9 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		var r docRow
+		for _, m := range backquoted.FindAllStringSubmatch(cells[3], -1) {
+			r.labels = append(r.labels, m[1])
+		}
+		r.privacy = strings.TrimSpace(cells[len(cells)-2])
+		rows[name] = r
+	}
+	return rows
+}
+
+// checkGrouping fails for a grouping label (by/without) that no queried metric documents, and
+// for any queried metric whose privacy review is not ok: a panel may split only by labels the
+// privacy review cleared (le: a histogram's buckets).
+func checkGrouping(t *testing.T, p panel, expr string, rows map[string]docRow) {
+	t.Helper()
+	var queried []docRow
+	for _, m := range metricRe.FindAllString(expr, -1) {
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			if b, ok := strings.CutSuffix(m, suf); ok && strings.HasSuffix(b, "_seconds") {
+				m = b
+			}
+		}
+		r, ok := rows[m]
+		if !ok {
+			continue // reported by checkDocumented
+		}
+		if !strings.HasPrefix(r.privacy, "ok") {
+			t.Errorf("%s / %q queries %s, whose privacy review is %q", p.file, p.title, m, r.privacy)
+		}
+		queried = append(queried, r)
+	}
+	for _, g := range byRe.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(g[1], ",") {
+			l = strings.TrimSpace(l)
+			if l == "" || l == "le" {
+				continue
+			}
+			if !slices.ContainsFunc(queried, func(r docRow) bool { return slices.Contains(r.labels, l) }) {
+				t.Errorf("%s / %q groups by %q, which no queried metric's row in docs/metrics.md lists", p.file, p.title, l)
 			}
 		}
 	}
