@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 )
 
@@ -52,9 +53,12 @@ func TestKillWorkersMidRound(t *testing.T) {
 			lastKill.Store(max(lastKill.Load(), r.T))
 		}
 		// Long enough for commands submitted after the last kill to be answered: each waits
-		// for its round, the shuffler exchange and the vendors' fixed release (G7).
+		// for its round, the shuffler exchange and the vendors' fixed release (G7), and the
+		// killed encoder's successor first waits for its partition's lease to lapse and for
+		// the redelivery of what the dead one held (the harness's ack wait, 2 s).
 		d := h.cluster.Deployment()
-		target := h.planned.Load() + 3 + int64(2*d.ResponseDeadline/d.Round)
+		recovery := 2*d.ResponseDeadline + roles.EncoderLeaseTTL + 2*time.Second
+		target := h.planned.Load() + 3 + int64(recovery/d.Round)
 		waitFor(t, 60*time.Second, "rounds after the last kill", func() bool { return h.planned.Load() >= target })
 	}()
 	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
