@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,8 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/obscura-iot/obscura/e2e/internal/netns"
 	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -295,31 +293,7 @@ func (n loisNetns) do(f func() error) error {
 	if n.name == "" {
 		return f()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(self)
-		fd, err := unix.Open("/var/run/netns/"+n.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.name, err)
-			return
-		}
-		errc <- f()
-		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	return <-errc
+	return netns.Do(n.name, f)
 }
 
 // httpGet fetches url from inside the namespace and wants 200.

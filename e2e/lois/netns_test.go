@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	netnsx "github.com/obscura-iot/obscura/e2e/internal/netns"
 )
 
 // needRoot skips the test unless it can make namespaces and TUN devices.
@@ -70,37 +68,8 @@ func (n netns) cmd(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.name, name}, args...)...)
 }
 
-// do runs f on an OS thread moved into the namespace: sockets f creates belong to it. The
-// thread is moved back afterwards; if that fails it stays locked and exits with the
-// goroutine. (A thread must not simply exit: children started from it by testenv die with
-// it, through their parent-death signal.)
-func (n netns) do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(self)
-		fd, err := unix.Open("/var/run/netns/"+n.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.name, err)
-			return
-		}
-		errc <- f()
-		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	return <-errc
-}
+// do runs f inside the namespace: sockets f creates belong to it (netns.Do).
+func (n netns) do(f func() error) error { return netnsx.Do(n.name, f) }
 
 // dial connects inside the namespace.
 func (n netns) dial(network, addr string) (net.Conn, error) {
