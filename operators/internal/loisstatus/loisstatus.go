@@ -9,14 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"time"
 
+	"github.com/obscura-iot/obscura/operators/internal/scrape"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Metric names and labels of services/pkg/lois/contract (the operators may not import it: it
@@ -57,8 +54,6 @@ type Metrics struct {
 	Client *http.Client
 }
 
-const maxBody = 4 << 20
-
 // Cloud scrapes every endpoint and merges what they report. A replica that does not answer
 // is skipped; if none answers, the error says why.
 func (m Metrics) Cloud(ctx context.Context, endpoints []string) (*Report, error) {
@@ -69,7 +64,7 @@ func (m Metrics) Cloud(ctx context.Context, endpoints []string) (*Report, error)
 	var pages []map[string]*dto.MetricFamily
 	var errs []error
 	for _, ep := range endpoints {
-		fams, err := scrape(ctx, c, ep)
+		fams, err := scrape.Metrics(ctx, c, ep)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -80,31 +75,6 @@ func (m Metrics) Cloud(ctx context.Context, endpoints []string) (*Report, error)
 		return nil, fmt.Errorf("scrape the cloud interfaces' metrics: %w", errors.Join(errs...))
 	}
 	return Merge(pages)
-}
-
-func scrape(ctx context.Context, c *http.Client, endpoint string) (map[string]*dto.MetricFamily, error) {
-	if _, _, err := net.SplitHostPort(endpoint); err != nil {
-		return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", endpoint, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", endpoint, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, fmt.Errorf("parse the metrics of %s: %w", endpoint, err)
-	}
-	return fams, nil
 }
 
 // Merge combines the metric pages of the cloud interface replicas.

@@ -13,16 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
+	"github.com/obscura-iot/obscura/operators/internal/scrape"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 )
 
@@ -63,9 +61,6 @@ type Metrics struct {
 	Client *http.Client
 }
 
-// maxBody bounds one replica's metrics page.
-const maxBody = 4 << 20
-
 // Pipeline scrapes every endpoint and merges what they report. A replica that does not
 // answer is skipped (it may be starting or gone); if none answers, the error says why.
 func (m Metrics) Pipeline(ctx context.Context, pipeline string, endpoints []string) (*Report, error) {
@@ -76,7 +71,7 @@ func (m Metrics) Pipeline(ctx context.Context, pipeline string, endpoints []stri
 	var pages []map[string]*dto.MetricFamily
 	var errs []error
 	for _, ep := range endpoints {
-		fams, err := scrape(ctx, c, ep)
+		fams, err := scrape.Metrics(ctx, c, ep)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -87,32 +82,6 @@ func (m Metrics) Pipeline(ctx context.Context, pipeline string, endpoints []stri
 		return nil, fmt.Errorf("scrape the broker's metrics: %w", errors.Join(errs...))
 	}
 	return Merge(pipeline, pages)
-}
-
-func scrape(ctx context.Context, c *http.Client, endpoint string) (map[string]*dto.MetricFamily, error) {
-	if _, _, err := net.SplitHostPort(endpoint); err != nil {
-		return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoint+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	// The text format: the parser reads nothing else.
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", endpoint, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", endpoint, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, fmt.Errorf("parse the metrics of %s: %w", endpoint, err)
-	}
-	return fams, nil
 }
 
 // Merge combines the metric pages of the broker replicas for one pipeline: counters are
