@@ -12,8 +12,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/obscura-iot/obscura/operators/internal/scrape"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/obscura-iot/obscura/operators/internal/scrape"
 )
 
 // Metric names and labels of services/pkg/lois/contract (the operators may not import it: it
