@@ -10,9 +10,10 @@ import (
 	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	pdav1 "github.com/obscura-iot/obscura/operators/api/pda/v1alpha1"
 	ppsv1 "github.com/obscura-iot/obscura/operators/api/pps/v1alpha1"
+	sddrv1 "github.com/obscura-iot/obscura/operators/api/sddr/v1alpha1"
 )
 
-// New returns a scheme with the built-in kinds and the mohito, pda, pps and lois API groups.
+// New returns a scheme with the built-in kinds and the mohito, pda, pps, lois and sddr API groups.
 func New() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
@@ -20,5 +21,6 @@ func New() *runtime.Scheme {
 	utilruntime.Must(pdav1.AddToScheme(s))
 	utilruntime.Must(ppsv1.AddToScheme(s))
 	utilruntime.Must(loisv1.AddToScheme(s))
+	utilruntime.Must(sddrv1.AddToScheme(s))
 	return s
 }
