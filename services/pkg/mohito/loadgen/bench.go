@@ -282,6 +282,8 @@ type benchEnv struct {
 	grpc  int
 	nats  int
 	redis int
+
+	natsProf int // nats-server's profiling port (0: not profiled)
 }
 
 func (e *benchEnv) port() int {
@@ -440,6 +442,11 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	// NATS and Redis.
 	e.nats, e.redis, e.grpc = e.port(), e.port(), e.port()
 	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: bench\njetstream { store_dir: %q }\n%s", e.nats, filepath.Join(dir, "js"), contract.AccountsConfig(o.Vendors, benchPassword))
+	if o.CPUProfileDir != "" {
+		// nats-server profiles over HTTP (prof_port): the window's profile is read from there.
+		e.natsProf = e.port()
+		conf += fmt.Sprintf("prof_port: %d\n", e.natsProf)
+	}
 	if _, err := e.start("nats-server", "nats-server", nil, filepath.Join(o.BinDir, "nats-server"), "-c", e.write("nats.conf", []byte(conf))); err != nil {
 		return nil, err
 	}
@@ -648,8 +655,10 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		stopGen()
 		return nil, ctx.Err()
 	}
+	var natsProfiled chan struct{}
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR1)
+		natsProfiled = e.profileNATS(o.Measure)
 	}
 	from := time.Now()
 	cpu0, self0 := e.cpu(), selfCPU()
@@ -663,6 +672,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	calls1 := e.samples("gateway", "mohito_gateway_calls_total")
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR2)
+		<-natsProfiled
 	}
 	stopGen()
 	drained := make(chan struct{})
@@ -786,6 +796,28 @@ func (e *benchEnv) signal(s syscall.Signal) {
 			_ = p.cmd.Process.Signal(s)
 		}
 	}
+}
+
+// profileNATS writes nats-server's CPU profile of the next d to <cpuprofile-dir>/nats-server.pprof
+// (from its prof_port); the channel closes when it is written or failed.
+func (e *benchEnv) profileNATS(d time.Duration) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if e.natsProf == 0 {
+			return
+		}
+		c := &http.Client{Timeout: d + 10*time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", e.natsProf, max(int(d.Seconds()), 1)))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if b, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
+			_ = os.WriteFile(filepath.Join(e.o.CPUProfileDir, "nats-server.pprof"), b, 0o644)
+		}
+	}()
+	return done
 }
 
 // group is a process's role: its name without a trailing instance number.
