@@ -48,6 +48,8 @@ type Config struct {
 	// LOISImage runs the LOIS cloud interfaces; with --nats-url the operator runs
 	// HeaderGateways' workloads.
 	LOISImage string
+	// SDDRImage runs `sddr` (EncounterMailboxes' `sddr mailbox`).
+	SDDRImage string
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -179,6 +181,7 @@ func main() {
 	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", envOr("OBSCURA_IMAGE_PULL_POLICY", "IfNotPresent"), "pull policy of the workloads' images")
 	flag.StringVar(&cfg.PDA.Image, "pda-image", envOr("OBSCURA_PDA_IMAGE", ""), "image running every PDA role; with --nats-url the operator runs AggregationJobs' workloads (env OBSCURA_PDA_IMAGE)")
 	flag.StringVar(&cfg.LOISImage, "lois-image", envOr("OBSCURA_LOIS_IMAGE", ""), "image running the LOIS cloud interfaces (lois ci); with --nats-url the operator runs HeaderGateways' workloads (env OBSCURA_LOIS_IMAGE)")
+	flag.StringVar(&cfg.SDDRImage, "sddr-image", envOr("OBSCURA_SDDR_IMAGE", ""), "image running sddr (EncounterMailboxes' sddr mailbox) (env OBSCURA_SDDR_IMAGE)")
 	flag.StringVar(&cfg.PPSImage, "pps-image", envOr("OBSCURA_PPS_IMAGE", ""), "image running both PPS parties (pps broker, pps garbler); with --nats-url the operator runs SecurePipelines' workloads (env OBSCURA_PPS_IMAGE)")
 	flag.StringVar(&cfg.PDA.ProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
 	flag.StringVar(&cfg.PDA.ProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
@@ -262,6 +265,7 @@ func run(cfg Config) error {
 		// The broker's figures are scraped from its pods' metrics, which needs no credentials.
 		PPS:  controller.PPSOptions{Image: cfg.PPSImage, Services: ppsstatus.Metrics{}},
 		LOIS: controller.LOISOptions{Image: cfg.LOISImage, Services: loisstatus.Metrics{}},
+		SDDR: controller.SDDROptions{Image: cfg.SDDRImage},
 		NATSAccounts: controller.NATSAccountsOptions{Secret: client.ObjectKey{Namespace: cfg.NATSAccountsNamespace, Name: cfg.NATSAccountsSecret},
 			OperatorUsers: operatorUsers, Owner: cfg.NATSAccountsOwner},
 	}); err != nil {

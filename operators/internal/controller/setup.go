@@ -15,6 +15,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pda"
 	"github.com/obscura-iot/obscura/operators/internal/specs/pps"
+	"github.com/obscura-iot/obscura/operators/internal/specs/sddr"
 )
 
 // Options configures the reconcilers: what every system's workloads share, then one struct
@@ -27,6 +28,7 @@ type Options struct {
 	PDA     PDAOptions
 	PPS     PPSOptions
 	LOIS    LOISOptions
+	SDDR    SDDROptions
 	// NATSAccounts renders the NATS server's accounts; its zero value renders none.
 	NATSAccounts NATSAccountsOptions
 }
@@ -72,6 +74,13 @@ type LOISOptions struct {
 	Services loisstatus.Source
 }
 
+// SDDROptions configures the SDDR reconcilers.
+type SDDROptions struct {
+	// Image runs `sddr` (the EncounterMailbox's `sddr mailbox`); without it mailboxes are only
+	// validated.
+	Image string
+}
+
 // NATSAccountsOptions: when Secret is named, the server's accounts are rendered there, with
 // OperatorUsers (the operator's own users) besides every credentials Secret's.
 type NATSAccountsOptions struct {
@@ -114,6 +123,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 			Platform: opts.ppsPlatform(), Services: opts.PPS.Services, MetricsPort: opts.PPS.MetricsPort}).SetupWithManager},
 		{"headergateway", (&HeaderGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("headergateway-controller"),
 			Platform: lois.Platform{Image: opts.LOIS.Image, Runtime: opts.Runtime}, Services: opts.LOIS.Services}).SetupWithManager},
+		{"encountermailbox", (&EncounterMailboxReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("encountermailbox-controller"),
+			Platform: sddr.Platform{Image: opts.SDDR.Image, Runtime: opts.Runtime}}).SetupWithManager},
 	}
 	if a := opts.NATSAccounts; a.Secret.Name != "" {
 		reconcilers = append(reconcilers, struct {
