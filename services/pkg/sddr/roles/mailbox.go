@@ -33,7 +33,7 @@ const (
 	ReasonRateLimited = "rate_limited" // the client's token bucket is empty
 	ReasonBadAddress  = "bad_address"  // the path is not /v1/mailboxes/<64 lower-case hex>
 	ReasonBadMethod   = "bad_method"   // neither GET nor POST
-	ReasonTooLarge    = "too_large"    // body above client.MaxSealed
+	ReasonTooLarge    = "too_large"    // body above MailboxOptions.MaxSealed
 	ReasonMalformed   = "malformed"    // body is not a sealed message's shape
 	ReasonFull        = "mailbox_full" // the mailbox holds MaxMessages unexpired messages
 	ReasonUnavailable = "unavailable"  // Redis failed
@@ -56,6 +56,9 @@ type MailboxOptions struct {
 	Burst int
 	// MaxClients bounds the buckets kept (least recently used evicted; default 100000).
 	MaxClients int
+	// MaxSealed bounds one sealed message in bytes (default and at most client.MaxSealed, at
+	// least one padding block): a larger put is refused as too_large.
+	MaxSealed  int
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -81,6 +84,9 @@ func (o *MailboxOptions) Validate() error {
 	if o.MaxClients < 1 {
 		errs = append(errs, fmt.Errorf("max clients %d must be positive", o.MaxClients))
 	}
+	if lo := client.Overhead + client.PadBlock; o.MaxSealed < lo || o.MaxSealed > client.MaxSealed {
+		errs = append(errs, fmt.Errorf("max message size %d must be within [%d, %d]", o.MaxSealed, lo, client.MaxSealed))
+	}
 	return errors.Join(errs...)
 }
 
@@ -99,6 +105,9 @@ func (o *MailboxOptions) defaults() {
 	}
 	if o.MaxClients == 0 {
 		o.MaxClients = 100000
+	}
+	if o.MaxSealed == 0 {
+		o.MaxSealed = client.MaxSealed
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -216,11 +225,16 @@ func DecodeAddress(path string) (client.Address, error) {
 // DecodePut checks a POST body's shape (the server cannot open it): the version byte, a
 // length a sealed message can have. It returns the rejection reason on error.
 func DecodePut(path string, body []byte) (*PutRequest, string, error) {
+	return decodePut(path, body, client.MaxSealed)
+}
+
+// decodePut is DecodePut with the mailbox's own size bound.
+func decodePut(path string, body []byte, maxSealed int) (*PutRequest, string, error) {
 	a, err := DecodeAddress(path)
 	if err != nil {
 		return nil, ReasonBadAddress, err
 	}
-	if len(body) > client.MaxSealed {
+	if len(body) > maxSealed {
 		return nil, ReasonTooLarge, fmt.Errorf("body of %d bytes", len(body))
 	}
 	if len(body) < client.Overhead+client.PadBlock || body[0] != client.Version ||
@@ -292,12 +306,12 @@ func (mb *Mailbox) serve(w http.ResponseWriter, r *http.Request) {
 		mb.get(w, r.Context(), a)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, client.MaxSealed+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(mb.opt.MaxSealed)+1))
 	if err != nil {
 		mb.reject(w, op, ReasonMalformed, http.StatusBadRequest)
 		return
 	}
-	req, reason, err := DecodePut(r.URL.Path, body)
+	req, reason, err := decodePut(r.URL.Path, body, mb.opt.MaxSealed)
 	if err != nil {
 		code := http.StatusBadRequest
 		switch reason {
@@ -377,7 +391,7 @@ func (mb *Mailbox) Serve(ctx context.Context, l net.Listener) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	mb.log.Info("mailbox API listening", "addr", l.Addr().String(), "ttl", mb.opt.TTL.String(),
-		"maxMessages", mb.opt.MaxMessages, "rate", mb.opt.Rate, "burst", mb.opt.Burst)
+		"maxMessages", mb.opt.MaxMessages, "maxMessageBytes", mb.opt.MaxSealed, "rate", mb.opt.Rate, "burst", mb.opt.Burst)
 	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		<-done

@@ -402,3 +402,29 @@ func BenchmarkMailboxPutGet(b *testing.B) {
 		}
 	}
 }
+
+// TestMaxMessageSize: a mailbox bounded below the protocol's largest message stores what fits
+// and refuses a larger sealed message as too_large (the EncounterMailbox's maxMessageBytes).
+func TestMaxMessageSize(t *testing.T) {
+	const limit = client.Overhead + 2*client.PadBlock
+	s := startMailbox(t, MailboxOptions{MaxSealed: limit, Burst: 100})
+	p := meet(t)
+	c := s.client("t")
+	if err := c.Send(t.Context(), p.boxA, make([]byte, 2*client.PadBlock-2)); err != nil {
+		t.Fatalf("a message of exactly %d sealed bytes: %v", limit, err)
+	}
+	err := c.Send(t.Context(), p.boxA, make([]byte, 2*client.PadBlock-1))
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Reason != ReasonTooLarge {
+		t.Fatalf("a message one block larger: %v, want %s", err, ReasonTooLarge)
+	}
+	got, err := c.Receive(t.Context(), p.boxB)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("receive: %d messages, %v", len(got), err)
+	}
+	for _, bad := range []int{client.Overhead + client.PadBlock - 1, client.MaxSealed + 1} {
+		if _, err := NewMailbox(MailboxOptions{Redis: s.redis.Client(), MaxSealed: bad}); err == nil {
+			t.Errorf("max message size %d accepted", bad)
+		}
+	}
+}
