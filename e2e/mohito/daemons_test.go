@@ -386,6 +386,11 @@ func TestDaemons(t *testing.T) {
 		if s.CompletedRounds < 5 || s.CurrentRound < 5 || s.Updated == "" || s.LastRoundSeconds <= 0 {
 			return fmt.Errorf("status %s", e.Value())
 		}
+		// A round lasts its period (400 ms), the work, then the vendors' fixed response
+		// deadline (1.5 s): the work the autoscalers compare with the period is neither.
+		if s.LastProcessingSeconds <= 0 || s.LastProcessingSeconds > s.LastRoundSeconds-0.4-1.5+0.002 {
+			return fmt.Errorf("lastProcessingSeconds %.3f is not the round's work (round %.3fs = period 0.4s + work + deadline 1.5s)", s.LastProcessingSeconds, s.LastRoundSeconds)
+		}
 		t.Logf("series status: %s", e.Value())
 		return nil
 	})

@@ -46,7 +46,8 @@ type Observation struct {
 	TargetLag int64
 	// Lag is the number of messages pending on the shuffled-stream consumer.
 	Lag int64
-	// RoundDurations are the durations of the most recent completed rounds.
+	// RoundDurations are the work of the most recent completed rounds (close to release less
+	// the response deadline, contract.SeriesStatus.LastProcessingSeconds).
 	RoundDurations []time.Duration
 	// Period is the round period T.
 	Period time.Duration
@@ -82,7 +83,7 @@ type Decision struct {
 func (d Decision) Changed(current int32) bool { return d.Replicas != current }
 
 // Decide computes the next worker count. The load is the larger of the backlog per worker
-// relative to TargetLag and the p90 round duration relative to Headroom × Period; 1 means the
+// relative to TargetLag and the p90 round work relative to Headroom × Period; 1 means the
 // current workers are exactly enough. Inside 1 ± Tolerance nothing changes.
 func Decide(o Observation, p Policy) Decision {
 	cur := clamp(o.Current, o.Min, o.Max)
@@ -91,7 +92,7 @@ func Decide(o Observation, p Policy) Decision {
 	if unit == "" {
 		unit = "decrypt workers"
 	}
-	figures := fmt.Sprintf("lag %d (target %d each), p90 round %s of period %s",
+	figures := fmt.Sprintf("lag %d (target %d each), p90 work %s of period %s",
 		o.Lag, o.TargetLag, slow.Round(time.Millisecond), o.Period)
 	if cur != o.Current {
 		// Someone set a count outside [min, max] (e.g. an edit of the bounds): fix it at once.

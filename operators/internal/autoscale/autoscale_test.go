@@ -28,7 +28,7 @@ func TestDecide(t *testing.T) {
 		{"scale-up capped at max", obs(func(o *Observation) { o.Lag = 1_000_000 }), 8, ScaleUp, "2→8"},
 		{"slow rounds scale up", obs(func(o *Observation) {
 			o.RoundDurations = []time.Duration{1900 * time.Millisecond, 1950 * time.Millisecond, 2 * time.Second}
-		}), 3, ScaleUp, "p90 round 2s of period 2s"},
+		}), 3, ScaleUp, "p90 work 2s of period 2s"},
 		{"within tolerance holds", obs(func(o *Observation) { o.Lag = 15_000 }), 2, Steady, ""},
 		{"idle scales down one step", obs(func(o *Observation) {
 			o.Current = 6

@@ -22,8 +22,10 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
-// roundHistory remembers the last round durations the coordinator reported for each series;
-// the autoscaler looks at their p90. It lives in the operator's memory: after a restart the
+// roundHistory remembers the work (status.lastRoundWork) of the last rounds the coordinator
+// reported for each series; the autoscaler looks at their p90. Not the rounds' durations: each
+// lasts period + response deadline at least whatever the load, which would keep every stage
+// at its maximum. It lives in the operator's memory: after a restart the
 // autoscaler starts from the backlog alone until a few rounds are reported again.
 type roundHistory struct {
 	mu     sync.Mutex
@@ -48,9 +50,9 @@ func (h *roundHistory) observe(uid types.UID, s contract.SeriesStatus) []time.Du
 		d = &durations{}
 		h.series[uid] = d
 	}
-	if s.Updated != d.lastUpdated && s.LastRoundSeconds > 0 {
+	if s.Updated != d.lastUpdated && s.LastProcessingSeconds > 0 {
 		d.lastUpdated = s.Updated
-		d.values = append(d.values, time.Duration(s.LastRoundSeconds*float64(time.Second)))
+		d.values = append(d.values, time.Duration(s.LastProcessingSeconds*float64(time.Second)))
 		if len(d.values) > historyLen {
 			d.values = d.values[len(d.values)-historyLen:]
 		}
@@ -74,6 +76,7 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 		rd.Status.CompletedRounds, rd.Status.AbortedRounds, rd.Status.Bursts = s.CompletedRounds, s.AbortedRounds, s.Bursts
 		rd.Status.CommandsPerSecond = s.CommandsPerSecond
 		rd.Status.LastRoundSeconds = quantity(s.LastRoundSeconds)
+		rd.Status.LastRoundWork = &metav1.Duration{Duration: time.Duration(s.LastProcessingSeconds * float64(time.Second)).Round(time.Millisecond)}
 		rd.Status.FakeRatio = quantity(s.FakeRatio)
 		r.observeCapacity(rd, s)
 		if t := s.UpdatedTime(); !t.IsZero() {

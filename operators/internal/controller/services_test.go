@@ -248,6 +248,64 @@ func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
 	}
 }
 
+// TestAutoscalerReadsTheWorkNotTheRoundTime: every round lasts its period plus the vendors'
+// fixed response deadline whatever the load (G7), so a round time of 3 periods with little work
+// must not add workers — the operator once scaled every stage to its maximum that way — while
+// work above 80 % of the period must.
+func TestAutoscalerReadsTheWorkNotTheRoundTime(t *testing.T) {
+	ns, rd, _, _ := newSeries(t)
+	markAvailableWhenCreated(t, ns)
+	ctx := context.Background()
+	j := js(t)
+	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: contract.ConsumerDecryptWorkers, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), contract.StreamIntegratorIn) })
+	kv, err := j.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contract.BucketStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	period := rd.Spec.Period.Duration.Seconds()
+	report := func(round int, work float64) {
+		putJSON(t, kv, contract.StatusSeriesKey(mohito.SeriesName(rd)), contract.SeriesStatus{CurrentRound: uint64(round), CompletedRounds: int64(round),
+			LastRoundSeconds: 3 * period, LastProcessingSeconds: work, Updated: time.Unix(int64(1_700_000_000+round), 0).UTC().Format(time.RFC3339)})
+	}
+	// Little work in long rounds: the operator reads them and stays at min (2).
+	for i := 1; i <= 5; i++ {
+		report(i, 0.1*period)
+		eventually(t, fmt.Sprintf("round %d reported", i), func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+				return err
+			}
+			if rd.Status.CurrentRound == nil || *rd.Status.CurrentRound != int64(i) || rd.Status.LastRoundWork == nil {
+				return fmt.Errorf("status round %v, work %v", rd.Status.CurrentRound, rd.Status.LastRoundWork)
+			}
+			return nil
+		})
+	}
+	if r := rd.Spec.DecryptWorkers.Replicas; r == nil || *r != 2 || rd.Status.LastScaleTime != nil {
+		t.Fatalf("rounds of 3 periods with 10 %% of a period of work scaled the workers to %v (last scale %v); want 2, never scaled", r, rd.Status.LastScaleTime)
+	}
+	// Work of 2 periods: 2 / (0.8 × 1) = 2.5 × 2 workers → 5.
+	for i := 6; i <= 8; i++ {
+		report(i, 2*period)
+	}
+	waitEvent(t, rd, "Normal", "ScaleUp")
+	eventually(t, "workers scaled to the work", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(rd), rd); err != nil {
+			return err
+		}
+		if r := rd.Spec.DecryptWorkers.Replicas; r == nil || *r != 5 {
+			return fmt.Errorf("replicas %v", r)
+		}
+		return nil
+	})
+}
+
 // TestEncodersScaleOnBacklog (issue 14 item 2): with spec.encoders.autoscale the operator sets
 // the partitions from the records pending on the encoders' consumers — 35 pending at a target of
 // 10 per partition: 4 partitions (max 4) — rolls the encoders' StatefulSet to them and says why.

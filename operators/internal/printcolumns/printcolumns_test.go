@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -127,6 +128,7 @@ func TestPrinterColumnsRender(t *testing.T) {
 	create(rd, func() {
 		rd.Status.CurrentRound = ptr.To[int64](42)
 		rd.Status.LastRoundSeconds = ptr.To(resource.MustParse("1.250")) // as the operator writes it
+		rd.Status.LastRoundWork = &metav1.Duration{Duration: 125 * time.Millisecond}
 		rd.Status.WorkerReplicas = 3
 		rd.Status.CompletedRounds, rd.Status.AbortedRounds, rd.Status.Bursts = 40, 1, 2
 		rd.Status.Conditions = ready("Running")
@@ -162,8 +164,8 @@ func TestPrinterColumnsRender(t *testing.T) {
 		{
 			path:  "/apis/mohito.obscura.dev/v1alpha1/namespaces/" + ns + "/rounds/" + rd.Name,
 			names: []string{"Name", "Period", "Q", "Vendors", "Shufflers", "Round", "Last(s)", "Workers", "Ready", "Age"},
-			wide:  []string{"Encoders", "Deadline", "Capacity%", "Completed", "Aborted", "Bursts", "Reason"},
-			cells: map[string]any{"Round": 42.0, "Last(s)": "1.250", "Period": "2s", "Workers": 3.0, "Completed": 40.0, "Aborted": 1.0, "Bursts": 2.0, "Ready": "True"},
+			wide:  []string{"Work", "Encoders", "Deadline", "Capacity%", "Completed", "Aborted", "Bursts", "Reason"},
+			cells: map[string]any{"Round": 42.0, "Last(s)": "1.250", "Work": "125ms", "Period": "2s", "Workers": 3.0, "Completed": 40.0, "Aborted": 1.0, "Bursts": 2.0, "Ready": "True"},
 		},
 		{
 			path:  "/apis/mohito.obscura.dev/v1alpha1/namespaces/" + ns + "/vendors/" + v.Name,

@@ -388,6 +388,13 @@ type RoundStatus struct {
 	// +optional
 	LastRoundSeconds *resource.Quantity `json:"lastRoundSeconds,omitempty"`
 
+	// LastRoundWork is the work in the last completed round: its time from close to release
+	// less the vendors' fixed response deadline (the shuffler exchange, decryption, encoding,
+	// the responder). Every round lasts at least period + response deadline whatever the load,
+	// so this, not LastRoundSeconds, is what the autoscalers compare with the period.
+	// +optional
+	LastRoundWork *metav1.Duration `json:"lastRoundWork,omitempty"`
+
 	// CommandsPerSecond is the real-command rate over recent rounds.
 	// +optional
 	CommandsPerSecond int64 `json:"commandsPerSecond,omitempty"`
@@ -439,7 +446,8 @@ type RoundStatus struct {
 // +kubebuilder:printcolumn:name="Vendors",type=integer,JSONPath=`.status.vendors`
 // +kubebuilder:printcolumn:name="Shufflers",type=integer,JSONPath=`.status.shufflers`
 // +kubebuilder:printcolumn:name="Round",type=integer,JSONPath=`.status.currentRound`
-// +kubebuilder:printcolumn:name="Last(s)",type=string,JSONPath=`.status.lastRoundSeconds`,description="seconds from open to release of the last completed round (compare with Period)"
+// +kubebuilder:printcolumn:name="Last(s)",type=string,JSONPath=`.status.lastRoundSeconds`,description="seconds from open to release of the last completed round: at least Period plus the response deadline"
+// +kubebuilder:printcolumn:name="Work",type=string,JSONPath=`.status.lastRoundWork`,priority=1,description="seconds of work in the last completed round (close to release less the response deadline); the autoscalers keep it under 80 % of Period"
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.workerReplicas`
 // +kubebuilder:printcolumn:name="Encoders",type=integer,JSONPath=`.spec.encoders.partitions`,priority=1
 // +kubebuilder:printcolumn:name="Deadline",type=string,JSONPath=`.status.responseDeadline`,priority=1

@@ -276,6 +276,11 @@ func (in *RoundStatus) DeepCopyInto(out *RoundStatus) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.LastRoundWork != nil {
+		in, out := &in.LastRoundWork, &out.LastRoundWork
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.FakeRatio != nil {
 		in, out := &in.FakeRatio, &out.FakeRatio
 		x := (*in).DeepCopy()

@@ -16,14 +16,20 @@ func StatusShufflerKey(v int) string       { return "shuffler." + strconv.Itoa(v
 
 // SeriesStatus is the value of series.<series>.
 type SeriesStatus struct {
-	CurrentRound      uint64  `json:"currentRound"`
-	OpenedRounds      int64   `json:"openedRounds"` // rounds the series opened, over every coordinator
-	CompletedRounds   int64   `json:"completedRounds"`
-	AbortedRounds     int64   `json:"abortedRounds"`
-	LastRoundSeconds  float64 `json:"lastRoundSeconds"`
-	CommandsPerSecond int64   `json:"commandsPerSecond"`
-	FakeRatio         float64 `json:"fakeRatio"`
-	Bursts            int64   `json:"bursts"`
+	CurrentRound     uint64  `json:"currentRound"`
+	OpenedRounds     int64   `json:"openedRounds"` // rounds the series opened, over every coordinator
+	CompletedRounds  int64   `json:"completedRounds"`
+	AbortedRounds    int64   `json:"abortedRounds"`
+	LastRoundSeconds float64 `json:"lastRoundSeconds"`
+	// LastProcessingSeconds is the work in the last completed round: its time from close to
+	// release less the vendors' fixed response deadline — the shuffler exchange, decryption,
+	// encoding and the responder. A round's open-to-release time is at least the period plus
+	// that deadline whatever the load (G7), so this is the figure that grows with load and that
+	// autoscaling compares with the period.
+	LastProcessingSeconds float64 `json:"lastProcessingSeconds"`
+	CommandsPerSecond     int64   `json:"commandsPerSecond"`
+	FakeRatio             float64 `json:"fakeRatio"`
+	Bursts                int64   `json:"bursts"`
 	// CapacityPercent is the series' capacity class (C_v = base_v × it / 100 + δ + jitter
 	// draw); 100 without CapacityClasses. CapacityClass is its index.
 	CapacityClass   int             `json:"capacityClass"`

@@ -570,6 +570,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 			done := time.Now()
 			c.cfg.Metrics.Rounds.WithLabelValues("done").Inc()
 			c.cfg.Metrics.RoundSeconds.Observe(done.Sub(rep.Closed).Seconds())
+			c.cfg.Metrics.RoundWork.Observe(max(done.Sub(rep.Closed)-c.cfg.Deployment.ResponseDeadline, 0).Seconds())
 			c.status.completed(ctx, rep, done)
 			return
 		}

@@ -17,7 +17,10 @@ type Metrics struct {
 	// RoundSeconds observes each completed round from its close to its release (every
 	// response in a mailbox), at the coordinator; RoundPeriod is the round period T.
 	RoundSeconds prometheus.Histogram
-	RoundPeriod  prometheus.Gauge
+	// RoundWork observes each completed round's work: close to release less the vendors'
+	// fixed response deadline (what grows with load; RoundSeconds is at least the deadline).
+	RoundWork   prometheus.Histogram
+	RoundPeriod prometheus.Gauge
 	// CapacityRatio is the series' capacity class as a ratio to base (coordinator; 1 without classes).
 	CapacityRatio prometheus.Gauge
 	// ShufflerBursts counts the rounds a shuffler saw a burst in (its own view; the
@@ -52,6 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BurstExcess:     prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_burst_excess_total", Help: "Sum of burst excess S."}),
 		StageSeconds:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mohito_stage_seconds", Help: "Stage latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
 		RoundSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mohito_round_duration_seconds", Help: "Completed rounds from close to release (every response in a mailbox).", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}),
+		RoundWork:       prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mohito_round_work_seconds", Help: "Completed rounds' work: close to release less the vendors' fixed response deadline (shuffler exchange, decryption, encoding, responder).", Buckets: prometheus.ExponentialBuckets(0.025, 2, 12)}),
 		RoundPeriod:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_round_period_seconds", Help: "The round period T (0 outside the coordinator)."}),
 		CapacityRatio:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_capacity_class_ratio", Help: "The series' capacity class as a multiple of the vendors' base (coordinator; 1 without capacity classes, 0 in the other roles)."}),
 		ShufflerBursts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "mohito_shuffler_burst_rounds_total", Help: "Rounds this shuffler saw a burst (S > 0) in."}),
@@ -68,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GatewayWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mohito_gateway_waiting_fetches", Help: "Fetch calls held until their round is released."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundPeriod, m.CapacityRatio, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
+		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundWork, m.RoundPeriod, m.CapacityRatio, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
 	return m
 }

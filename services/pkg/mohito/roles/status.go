@@ -22,7 +22,9 @@ type statusBook struct {
 	kv     jetstream.KeyValue
 	series string
 	period time.Duration
-	log    *slog.Logger
+	// deadline is the vendors' fixed response deadline (Deployment.ResponseDeadline).
+	deadline time.Duration
+	log      *slog.Logger
 
 	mu        sync.Mutex
 	s         contract.SeriesStatus
@@ -39,7 +41,7 @@ func newStatusBook(ctx context.Context, js jetstream.JetStream, d *Deployment, l
 	if err != nil {
 		return nil, err
 	}
-	b := &statusBook{kv: kv, series: series, period: d.Round, log: log,
+	b := &statusBook{kv: kv, series: series, period: d.Round, deadline: d.ResponseDeadline, log: log,
 		vendors: make([]contract.VendorStatus, d.Params.Vendors), shufflers: make([]contract.ShufflerStatus, d.Params.Vendors)}
 	load := func(key string, into any) error {
 		e, err := kv.Get(ctx, key)
@@ -149,13 +151,15 @@ func (b *statusBook) planned(ctx context.Context, rep RoundReport) {
 }
 
 // completed records a round whose every response reached a mailbox:
-// lastRoundSeconds runs from open to done, commandsPerSecond is the round's
-// valid commands over the period (rounds are pipelined one per period).
+// lastRoundSeconds runs from open to done, lastProcessingSeconds from close to
+// done less the response deadline, commandsPerSecond is the round's valid
+// commands over the period (rounds are pipelined one per period).
 func (b *statusBook) completed(ctx context.Context, rep RoundReport, done time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.s.CompletedRounds++
 	b.s.LastRoundSeconds = math.Round(done.Sub(rep.Opened).Seconds()*1000) / 1000
+	b.s.LastProcessingSeconds = math.Round(max(done.Sub(rep.Closed)-b.deadline, 0).Seconds()*1000) / 1000
 	if b.period > 0 {
 		b.s.CommandsPerSecond = int64(math.Round(float64(rep.Valid) / b.period.Seconds()))
 	}
