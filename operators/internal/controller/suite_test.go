@@ -126,6 +126,7 @@ func runSuite(m *testing.M) int {
 		PDA:          PDAOptions{Image: "obscura/pda:test", Services: pdaServices},
 		PPS:          PPSOptions{Image: "obscura/pps:test", Services: ppsstatus.Metrics{}, MetricsPort: brokerMetrics.Port()},
 		LOIS:         LOISOptions{Image: "obscura/lois:test", Services: loisstatus.Metrics{}},
+		SDDR:         SDDROptions{Image: "obscura/sddr:test"},
 		NATSAccounts: NATSAccountsOptions{Secret: testAccountsSecret, OperatorUsers: testOperatorUsers}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
