@@ -127,23 +127,15 @@ func (r *AggregationJobReconciler) scaleShards(ctx context.Context, job *pdav1.A
 	}
 	obs := autoscale.Observation{Current: cur, Min: a.Min, Max: a.Max, TargetLag: a.TargetLag, Lag: lag,
 		Now: time.Now(), Unit: "database shards"}
-	if t := job.Status.LastShardScaleTime; t != nil {
-		obs.LastChange = t.Time
-	}
-	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
-	if !d.Changed(cur) {
-		return
-	}
-	patch := client.MergeFrom(job.DeepCopy())
-	job.Spec.Shards = d.Replicas
-	if err := r.Patch(ctx, job, patch); err != nil {
-		job.Spec.Shards = cur
-		log.Error(err, "scale shards")
-		return
-	}
-	job.Status.LastShardScaleTime = &metav1.Time{Time: obs.Now}
-	r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, string(d.Reason), "ScaleShards", "%s", d.Message)
-	log.Info("scaled database shards", "from", cur, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+	applyScale(ctx, r.Recorder, job, "ScaleShards", obs, &job.Status.LastShardScaleTime, func(n int32) error {
+		patch := client.MergeFrom(job.DeepCopy())
+		job.Spec.Shards = n
+		if err := r.Patch(ctx, job, patch); err != nil {
+			job.Spec.Shards = cur
+			return err
+		}
+		return nil
+	})
 }
 
 // shardReplicas is the shard StatefulSet's size: spec.shards, except that shards a window is

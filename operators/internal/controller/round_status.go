@@ -98,22 +98,11 @@ func (r *RoundReconciler) observeServices(ctx context.Context, rd *mohitov1.Roun
 	obs := autoscale.Observation{
 		Current: *rd.Spec.DecryptWorkers.Replicas, Min: rd.Spec.DecryptWorkers.Min, Max: rd.Spec.DecryptWorkers.Max,
 		TargetLag: rd.Spec.DecryptWorkers.TargetLag, Lag: lag,
-		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(),
+		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(), Unit: "decrypt workers",
 	}
-	if rd.Status.LastScaleTime != nil {
-		obs.LastChange = rd.Status.LastScaleTime.Time
-	}
-	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
-	if !d.Changed(obs.Current) {
-		return
-	}
-	if err := r.setWorkerReplicas(ctx, rd, d.Replicas); err != nil {
-		log.Error(err, "scale decrypt workers")
-		return
-	}
-	rd.Status.LastScaleTime = &metav1.Time{Time: obs.Now}
-	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "Scale", "%s", d.Message)
-	log.Info("scaled decrypt workers", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+	applyScale(ctx, r.Recorder, rd, "Scale", obs, &rd.Status.LastScaleTime, func(n int32) error {
+		return r.setWorkerReplicas(ctx, rd, n)
+	})
 }
 
 // scaleEncoders sets spec.encoders.partitions from the encoders' backlog and round time (issue
@@ -131,23 +120,15 @@ func (r *RoundReconciler) scaleEncoders(ctx context.Context, rd *mohitov1.Round,
 	}
 	obs := autoscale.Observation{Current: e.Partitions, Min: e.Min, Max: e.Max, TargetLag: e.TargetLag, Lag: lag,
 		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(), Unit: "encoder partitions"}
-	if t := rd.Status.LastEncoderScaleTime; t != nil {
-		obs.LastChange = t.Time
-	}
-	d := autoscale.Decide(obs, autoscale.DefaultPolicy)
-	if !d.Changed(obs.Current) {
-		return
-	}
-	patch := client.MergeFrom(rd.DeepCopy())
-	rd.Spec.Encoders.Partitions = d.Replicas
-	if err := r.Patch(ctx, rd, patch); err != nil {
-		rd.Spec.Encoders.Partitions = obs.Current
-		log.Error(err, "scale encoders")
-		return
-	}
-	rd.Status.LastEncoderScaleTime = &metav1.Time{Time: obs.Now}
-	r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, string(d.Reason), "ScaleEncoders", "%s", d.Message)
-	log.Info("scaled encoders", "from", obs.Current, "to", d.Replicas, "reason", d.Reason, "lag", lag)
+	applyScale(ctx, r.Recorder, rd, "ScaleEncoders", obs, &rd.Status.LastEncoderScaleTime, func(n int32) error {
+		patch := client.MergeFrom(rd.DeepCopy())
+		rd.Spec.Encoders.Partitions = n
+		if err := r.Patch(ctx, rd, patch); err != nil {
+			rd.Spec.Encoders.Partitions = obs.Current
+			return err
+		}
+		return nil
+	})
 }
 
 // observeCapacity copies the series' capacity class and reports a class change once, as an Event
