@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // EnvPrefix is the prefix of every flag's environment fallback.
@@ -57,6 +58,7 @@ type Common struct {
 	NATSUser         string
 	NATSPasswordFile string
 	NATSCreds        string
+	NATSReplicas     int
 	MetricsAddr      string
 	HealthAddr       string
 	AddrFile         string
@@ -71,6 +73,7 @@ func (c *Common) Bind(f *envflag.Set) {
 	f.String(&c.NATSUser, "nats-user", "", "NATS user of the party's account (with --nats-password-file)")
 	f.String(&c.NATSPasswordFile, "nats-password-file", "", "file holding the NATS user's password")
 	f.String(&c.NATSCreds, "nats-creds", "", "NATS .creds file (instead of user and password)")
+	f.Int(&c.NATSReplicas, "nats-replicas", 1, "replicas of every JetStream stream, key-value bucket and object store the role creates: 1 on a single server, 3 on a three-node JetStream cluster (at most the cluster's nodes)")
 	f.String(&c.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "Prometheus /metrics listen address")
 	f.String(&c.HealthAddr, "health-addr", DefaultHealthAddr, "/healthz and /readyz listen address")
 	f.String(&c.AddrFile, "addr-file", "", "write the bound health= and metrics= (and a listener's) addresses here, for listen addresses with port 0 (hostNetwork); `probe` reads it")
@@ -88,6 +91,9 @@ func (c *Common) Validate() []error {
 		errs = append(errs, errors.New("set either --nats-creds or --nats-user with --nats-password-file, not both"))
 	case (c.NATSUser == "") != (c.NATSPasswordFile == ""):
 		errs = append(errs, errors.New("--nats-user and --nats-password-file go together"))
+	}
+	if err := natsx.ValidateReplicas(c.NATSReplicas); err != nil {
+		errs = append(errs, fmt.Errorf("--nats-replicas: %w", err))
 	}
 	for _, a := range []struct{ name, addr string }{{"--metrics-addr", c.MetricsAddr}, {"--health-addr", c.HealthAddr}} {
 		if a.addr == "" {

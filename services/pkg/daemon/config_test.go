@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,40 @@ func TestLoadSecretsPasswordFile(t *testing.T) {
 				t.Fatalf("LoadSecrets = %v, want one error naming %s with %q", errs, path, c.err)
 			}
 		})
+	}
+}
+
+// TestValidateNATSReplicas: --nats-replicas (OBSCURA_NATS_REPLICAS) takes 1, 3 or 5; any other
+// count is a configuration error naming the flag, so a role refuses to start (exit 2) instead
+// of failing on its first stream.
+func TestValidateNATSReplicas(t *testing.T) {
+	var d Common
+	d.Bind(NewFlags("test"))
+	if d.NATSReplicas != 1 {
+		t.Fatalf("default %d replicas, want 1", d.NATSReplicas)
+	}
+	for _, n := range []int{-1, 0, 2, 4, 6, 7} {
+		t.Setenv("OBSCURA_NATS_REPLICAS", strconv.Itoa(n))
+		f := NewFlags("test")
+		var c Common
+		c.Bind(f)
+		if err := ParseFlags(f, nil); err != nil {
+			t.Fatal(err)
+		}
+		errs := c.Validate()
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "--nats-replicas") {
+			t.Fatalf("%d replicas: %v, want one error naming --nats-replicas", n, errs)
+		}
+	}
+	for _, n := range []int{1, 3, 5} {
+		f := NewFlags("test")
+		var c Common
+		c.Bind(f)
+		if err := ParseFlags(f, []string{"--nats-replicas", strconv.Itoa(n)}); err != nil {
+			t.Fatal(err)
+		}
+		if errs := c.Validate(); len(errs) != 0 || c.NATSReplicas != n {
+			t.Fatalf("%d replicas: %v (parsed %d)", n, errs, c.NATSReplicas)
+		}
 	}
 }

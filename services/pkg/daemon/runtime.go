@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
 )
 
@@ -131,6 +132,7 @@ func (rt *Runtime) Run(role Role) error {
 		_ = g.Wait()
 		return err
 	}
+	rt.JS = natsx.WithReplicas(rt.JS, c.NATSReplicas)
 	run, checks, err := rt.setup(gctx, role)
 	if err != nil {
 		nc.Close()

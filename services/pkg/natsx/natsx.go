@@ -21,7 +21,51 @@ const (
 	DefaultDuplicates = 2 * time.Minute
 )
 
-// EnsureStream creates or updates a file-backed stream with de-duplication.
+// MaxReplicas is the most replicas JetStream keeps of a stream, bucket or object store.
+const MaxReplicas = 5
+
+// replicated is a JetStream context that carries the replica count of what the Ensure
+// helpers create through it (WithReplicas).
+type replicated struct {
+	jetstream.JetStream
+	replicas int
+}
+
+// WithReplicas returns js carrying the replica count n (1 to MaxReplicas) for every stream,
+// key-value bucket and object store that EnsureStream, EnsureKV, EnsureObjectStore and the
+// roles' own stream helpers (Replicas) create or update through it: the one place a
+// process's replication is set (the daemons' --nats-replicas). A JetStream cluster of three
+// nodes runs with 3 so that one node lost loses no acknowledged message; a single server
+// takes only 1. n ≤ 1 returns js as it is (one replica, the default).
+func WithReplicas(js jetstream.JetStream, n int) jetstream.JetStream {
+	if r, ok := js.(replicated); ok {
+		js = r.JetStream
+	}
+	if n <= 1 {
+		return js
+	}
+	return replicated{JetStream: js, replicas: n}
+}
+
+// Replicas is the replica count js carries (WithReplicas), 1 without one.
+func Replicas(js jetstream.JetStream) int {
+	if r, ok := js.(replicated); ok {
+		return r.replicas
+	}
+	return 1
+}
+
+// ValidateReplicas checks a replica count setting: 1 to MaxReplicas, odd so that a majority
+// of the nodes holding a stream survives as many losses as possible.
+func ValidateReplicas(n int) error {
+	if n < 1 || n > MaxReplicas || n%2 == 0 {
+		return fmt.Errorf("%d replicas: JetStream keeps 1, 3 or 5 (an odd count up to %d, at most the cluster's nodes)", n, MaxReplicas)
+	}
+	return nil
+}
+
+// EnsureStream creates or updates a file-backed stream with de-duplication, replicated as js
+// says (WithReplicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects ...string) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       name,
@@ -30,6 +74,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subj
 		MaxAge:     DefaultMaxAge,
 		Duplicates: DefaultDuplicates,
 		MaxMsgSize: 8 << 20,
+		Replicas:   Replicas(js),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", name, err)
@@ -37,23 +82,32 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subj
 	return s, nil
 }
 
-// EnsureKV creates or updates a key-value bucket. ttl 0 keeps entries.
+// EnsureKV creates or updates a key-value bucket, replicated as js says (WithReplicas). ttl
+// 0 keeps entries.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage, History: 1})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage, History: 1,
+		Replicas: Replicas(js)})
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv %s: %w", bucket, err)
 	}
 	return kv, nil
 }
 
-// EnsureObjectStore creates or updates an object store bucket with a TTL.
+// EnsureObjectStore creates or updates an object store bucket with a TTL, replicated as js
+// says (WithReplicas).
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.ObjectStore, error) {
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage})
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage,
+		Replicas: Replicas(js)})
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", bucket, err)
 	}
 	return os, nil
 }
+
+// PublishAttempt bounds one attempt of Publish: a publish sent to a server that died before
+// answering (a killed cluster node) is never answered, and is retried through the
+// reconnected connection instead of waiting for the caller's whole deadline.
+const PublishAttempt = 2 * time.Second
 
 // Publish publishes with a Nats-Msg-Id so a retried or repeated publish is
 // stored once, and retries transient failures with backoff until ctx ends.
@@ -62,7 +116,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	msg := &nats.Msg{Subject: subject, Data: data, Header: hdr}
 	wait := 20 * time.Millisecond
 	for {
-		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		actx, cancel := context.WithTimeout(ctx, PublishAttempt)
+		_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(msgID))
+		cancel()
 		if err == nil {
 			return nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	"github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
@@ -20,7 +21,7 @@ import (
 const Dedup = 10 * time.Minute
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	streamDefaults(&cfg)
+	streamDefaults(js, &cfg)
 	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 	}
@@ -37,7 +38,7 @@ var ErrRetentionChange = errors.New("the live stream keeps messages for another 
 // before updating the rest of its configuration: a role never changes a live stream's
 // retention.
 func ensureRetainedStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	streamDefaults(&cfg)
+	streamDefaults(js, &cfg)
 	for range 3 {
 		s, err := js.Stream(ctx, cfg.Name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -66,10 +67,12 @@ func ensureRetainedStream(ctx context.Context, js jetstream.JetStream, cfg jetst
 	return fmt.Errorf("ensure stream %s: created and deleted concurrently", cfg.Name)
 }
 
-// streamDefaults fills what every PDA stream shares: file storage, the duplicate window, the
-// message size limit.
-func streamDefaults(cfg *jetstream.StreamConfig) {
+// streamDefaults fills what every PDA stream shares: file storage, the replicas js carries
+// (natsx.WithReplicas, the daemons' --nats-replicas), the duplicate window, the message size
+// limit.
+func streamDefaults(js jetstream.JetStream, cfg *jetstream.StreamConfig) {
 	cfg.Storage = jetstream.FileStorage
+	cfg.Replicas = natsx.Replicas(js)
 	cfg.Duplicates = Dedup
 	if cfg.MaxAge > 0 {
 		cfg.Duplicates = min(Dedup, cfg.MaxAge)
@@ -80,7 +83,8 @@ func streamDefaults(cfg *jetstream.StreamConfig) {
 }
 
 func ensureKV(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage, History: 1})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.FileStorage, History: 1,
+		Replicas: natsx.Replicas(js)})
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv %s: %w", bucket, err)
 	}
