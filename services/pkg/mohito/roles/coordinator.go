@@ -548,18 +548,18 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	}
 	c.cfg.Log.Info("round planned", "t", t, "k", k, "n", sum.N, "burst", sum.S)
 	c.avail.ok(rep.Shuffler)
-	c.status.planned(ctx, rep)
+	var class *plannedClass
 	if c.capacity != nil {
 		ch := c.capacity.observe(time.Now(), rep.N, rep.Valid, rep.S)
-		idx, pct := c.capacity.class()
-		c.cfg.Metrics.CapacityRatio.Set(float64(pct) / 100)
+		class = &plannedClass{}
+		class.idx, class.percent = c.capacity.class()
+		c.cfg.Metrics.CapacityRatio.Set(float64(class.percent) / 100)
 		if ch.HasChanged {
 			c.cfg.Log.Info(ch.String(), "t", t)
-			c.status.capacity(ctx, idx, pct, &ch)
-		} else {
-			c.status.capacity(ctx, idx, pct, nil)
+			class.change = &ch
 		}
 	}
+	c.status.planned(ctx, rep, class)
 	c.report(rep)
 	// Response phase deadline (spec O12): if V* never returns M10 the
 	// round is aborted so users re-send. Commands of such a round may have

@@ -108,19 +108,6 @@ func (b *statusBook) openedRounds() int64 {
 	return b.s.OpenedRounds
 }
 
-// capacity records the series' capacity class, and the change that led to it when ch is set.
-func (b *statusBook) capacity(ctx context.Context, idx, percent int, ch *CapacityChange) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.s.CapacityClass, b.s.CapacityPercent = idx, percent
-	if ch != nil {
-		b.s.CapacityChange = &contract.CapacityChange{At: ch.At.UTC().Format(time.RFC3339), FromPercent: ch.FromPercent,
-			ToPercent: ch.ToPercent, Rounds: ch.Rounds, BurstRate: math.Round(ch.BurstRate*1000) / 1000,
-			MinFakeRatio: math.Round(ch.MinFakeRatio*1000) / 1000}
-	}
-	b.writeLocked(ctx)
-}
-
 // capacityClass is the class the series had when this book was loaded.
 func (b *statusBook) capacityClass() int {
 	b.mu.Lock()
@@ -138,9 +125,26 @@ func (b *statusBook) aborted(ctx context.Context, t uint64, shuffler int) {
 	b.writeLocked(ctx, shuffler)
 }
 
-func (b *statusBook) planned(ctx context.Context, rep RoundReport) {
+// plannedClass is the series' capacity class after a planned round, and its change if the
+// round changed it.
+type plannedClass struct {
+	idx, percent int
+	change       *CapacityChange
+}
+
+// planned records a planned round's figures and, with capacity classes, the class: one status
+// write per planned round.
+func (b *statusBook) planned(ctx context.Context, rep RoundReport, class *plannedClass) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if class != nil {
+		b.s.CapacityClass, b.s.CapacityPercent = class.idx, class.percent
+		if ch := class.change; ch != nil {
+			b.s.CapacityChange = &contract.CapacityChange{At: ch.At.UTC().Format(time.RFC3339), FromPercent: ch.FromPercent,
+				ToPercent: ch.ToPercent, Rounds: ch.Rounds, BurstRate: math.Round(ch.BurstRate*1000) / 1000,
+				MinFakeRatio: math.Round(ch.MinFakeRatio*1000) / 1000}
+		}
+	}
 	if rep.N > 0 {
 		b.s.FakeRatio = math.Round(float64(rep.N-rep.Valid)/float64(rep.N)*1000) / 1000
 	}
