@@ -237,7 +237,7 @@ func (e *env) writeFile(name string, b []byte) string {
 
 // imageValues turns the built images into the chart's images.<name>.repository/tag values.
 func (e *env) imageValues() []string {
-	chartName := map[string]string{"operator": "operator", "obscura": "obscura", "mohito": "mohito", "pda": "pda", "pps": "pps", "lois": "lois", "nats-server": "nats", "redis": "redis", "envoy": "envoy"}
+	chartName := map[string]string{"operator": "operator", "obscura": "obscura", "mohito": "mohito", "pda": "pda", "pps": "pps", "lois": "lois", "sddr": "sddr", "nats-server": "nats", "redis": "redis", "envoy": "envoy"}
 	var args []string
 	for comp, ref := range e.images {
 		name, ok := chartName[comp]

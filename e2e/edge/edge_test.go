@@ -153,6 +153,13 @@ func call(ctx context.Context, c *http.Client, addr, token string) (int, string,
 // rendered envoy.yaml.
 func startEdge(t *testing.T, upstream string, values ...string) (*testenv.Envoy, map[string][]byte, string) {
 	t.Helper()
+	return startEdgeWith(t, upstream, nil, values...)
+}
+
+// startEdgeWith is startEdge with more rewrites of the rendered envoy.yaml (old, new pairs:
+// another upstream's port).
+func startEdgeWith(t *testing.T, upstream string, rewrites []string, values ...string) (*testenv.Envoy, map[string][]byte, string) {
+	t.Helper()
 	envoyYAML, files := render(t, values...)
 	certDir := t.TempDir()
 	for k, v := range files {
@@ -171,13 +178,13 @@ func startEdge(t *testing.T, upstream string, values ...string) (*testenv.Envoy,
 	if strings.Contains(envoyYAML, "{{") {
 		t.Fatal("rendered envoy.yaml contains {{, which StartEnvoy's template would interpret")
 	}
-	conf := strings.NewReplacer(
-		"port_value: "+strconv.Itoa(edgePort), "port_value: {{index .ListenerPorts 0}}",
-		"port_value: "+strconv.Itoa(healthPort), "port_value: {{index .ListenerPorts 1}}",
-		"port_value: "+strconv.Itoa(adminPort), "port_value: {{.AdminPort}}",
-		"port_value: "+strconv.Itoa(upstreamPort), "port_value: "+gwPort,
+	conf := strings.NewReplacer(append([]string{
+		"port_value: " + strconv.Itoa(edgePort), "port_value: {{index .ListenerPorts 0}}",
+		"port_value: " + strconv.Itoa(healthPort), "port_value: {{index .ListenerPorts 1}}",
+		"port_value: " + strconv.Itoa(adminPort), "port_value: {{.AdminPort}}",
+		"port_value: " + strconv.Itoa(upstreamPort), "port_value: " + gwPort,
 		"/etc/envoy/tls", certDir,
-	).Replace(envoyYAML)
+	}, rewrites...)...).Replace(envoyYAML)
 	return testenv.StartEnvoy(t, conf, 2), files, envoyYAML
 }
 

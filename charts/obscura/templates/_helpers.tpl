@@ -109,6 +109,15 @@ file rendered in the same run agree.
 {{- end -}}
 {{- end -}}
 
+{{/* The EncounterMailbox Service the edge routes /v1/mailboxes/ to. */}}
+{{- define "obscura.edgeMailboxHost" -}}
+{{- $m := .Values.edge.sddrMailbox -}}
+{{- if $m.host -}}{{ $m.host }}
+{{- else if .Values.platform.hostNetwork -}}127.0.0.1
+{{- else -}}{{ printf "%s-sddr-mailbox.%s.svc.%s" $m.name .Release.Namespace .Values.platform.clusterDomain }}
+{{- end -}}
+{{- end -}}
+
 {{- define "obscura.edgeTLSSecret" -}}
 {{- .Values.edge.tls.existingSecret | default (printf "%s-edge-tls" (include "obscura.fullname" .)) -}}
 {{- end -}}

@@ -1,0 +1,108 @@
+// Package sddrrun is a real SDDR mailbox exchange for the e2e tests: two devices meet (each
+// hears the other's beacon and derives the encounter), then leave each other sealed messages
+// through a mailbox API — the service itself, the chart's edge in front of it, or a
+// cluster's EncounterMailbox — and open the peer's.
+package sddrrun
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/sddr"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/client"
+)
+
+// Pair is two devices that met, each with its side of the encounter's mailbox.
+type Pair struct {
+	ID         sddr.EncounterID
+	BoxA, BoxB *client.Box
+}
+
+// Meet makes two fresh devices hear each other's beacon at now.
+func Meet(now time.Time) (*Pair, error) {
+	a, err := sddr.New(sddr.Config{})
+	if err != nil {
+		return nil, err
+	}
+	b, err := sddr.New(sddr.Config{})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []*sddr.Device{a, b} {
+		if err := d.StartEpoch(now); err != nil {
+			return nil, err
+		}
+	}
+	adA, adB := a.Advert(), b.Advert()
+	sb, err := b.OnBeacon(adA.Frame[:], adA.Addr, now)
+	if err != nil {
+		return nil, err
+	}
+	sa, err := a.OnBeacon(adB.Frame[:], adB.Addr, now)
+	if err != nil {
+		return nil, err
+	}
+	if sa.ID != sb.ID {
+		return nil, errors.New("the two devices derived different encounter ids")
+	}
+	boxA, err := client.FromDevice(a, sa.ID)
+	if err != nil {
+		return nil, err
+	}
+	boxB, err := client.FromDevice(b, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &Pair{ID: sa.ID, BoxA: boxA, BoxB: boxB}, nil
+}
+
+// Token is a random bearer token (what the mailbox and the edge rate-limit by).
+func Token() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Exchange meets two devices and has them exchange one message each way through the mailbox
+// at baseURL, each with its own token: A seals and puts, B gets and opens, then B answers and
+// A opens. h is the HTTP client (nil: http.DefaultClient).
+func Exchange(ctx context.Context, baseURL string, h *http.Client) error {
+	p, err := Meet(time.Now())
+	if err != nil {
+		return err
+	}
+	ca := &client.Client{BaseURL: baseURL, Token: Token(), HTTP: h}
+	cb := &client.Client{BaseURL: baseURL, Token: Token(), HTTP: h}
+	hello, reply := []byte("we met at the bus stop"), []byte("nice to meet you again")
+	if err := ca.Send(ctx, p.BoxA, hello); err != nil {
+		return fmt.Errorf("A puts: %w", err)
+	}
+	if err := expect(ctx, cb, p.BoxB, hello); err != nil {
+		return fmt.Errorf("B gets: %w", err)
+	}
+	if err := cb.Send(ctx, p.BoxB, reply); err != nil {
+		return fmt.Errorf("B puts: %w", err)
+	}
+	if err := expect(ctx, ca, p.BoxA, reply); err != nil {
+		return fmt.Errorf("A gets: %w", err)
+	}
+	return nil
+}
+
+// expect fetches b's mailbox and wants exactly one message from the peer: want.
+func expect(ctx context.Context, c *client.Client, b *client.Box, want []byte) error {
+	got, err := c.Receive(ctx, b)
+	if err != nil {
+		return err
+	}
+	if len(got) != 1 || !bytes.Equal(got[0], want) {
+		return fmt.Errorf("opened %q, want exactly %q", got, want)
+	}
+	return nil
+}
