@@ -59,6 +59,9 @@ func TestCluster(t *testing.T) {
 	})
 	e.phase("delete the HeaderGateway", func() { e.deleteGateway(gw) })
 	e.phase("an HPA drives the Round's decrypt workers through its scale subresource", e.hpaDrivesScale)
+	e.phase("apply the EncounterMailbox sample (its own Redis on the node's loopback)", e.applyMailbox)
+	e.phase("two devices exchange sealed messages through the edge and the EncounterMailbox", e.mailboxExchange)
+	e.phase("delete the EncounterMailbox", e.deleteMailbox)
 	if !smoke {
 		e.loadAndScale()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
@@ -260,6 +263,7 @@ func (e *env) helmArgs(extra ...string) []string {
 		"--set", "edge.round=" + roundName,
 		"--set", "tests.tokenSecret.name=obscura-smoke-token", "--set", "tests.tokenSecret.key=token",
 		"--set", "vault.address=" + vaultAddr,
+		"--set", "edge.sddrMailbox.enabled=true",
 		"--wait", "--timeout", "5m"}
 	args = append(args, e.imageValues()...)
 	return append(args, extra...)

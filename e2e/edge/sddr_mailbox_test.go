@@ -73,7 +73,7 @@ func TestMailboxBehindTheEdge(t *testing.T) {
 
 	cctx, ccancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer ccancel()
-	if err := sddrrun.Exchange(cctx, base, h); err != nil {
+	if _, err := sddrrun.Exchange(cctx, base, h); err != nil {
 		t.Fatalf("exchange through the edge: %v", err)
 	}
 	if v := testutil.ToFloat64(mb.Metrics().Requests.WithLabelValues("put", "ok")); v != 2 {

@@ -69,30 +69,39 @@ func Token() string {
 	return hex.EncodeToString(b)
 }
 
+// Run is one exchange: the encounter, the two clients' tokens and the plaintexts, none of
+// which the mailbox may log.
+type Run struct {
+	Pair           *Pair
+	TokenA, TokenB string
+	Hello, Reply   []byte
+}
+
 // Exchange meets two devices and has them exchange one message each way through the mailbox
 // at baseURL, each with its own token: A seals and puts, B gets and opens, then B answers and
-// A opens. h is the HTTP client (nil: http.DefaultClient).
-func Exchange(ctx context.Context, baseURL string, h *http.Client) error {
+// A opens. h is the HTTP client (nil: http.DefaultClient). The run is returned even on error.
+func Exchange(ctx context.Context, baseURL string, h *http.Client) (*Run, error) {
 	p, err := Meet(time.Now())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ca := &client.Client{BaseURL: baseURL, Token: Token(), HTTP: h}
-	cb := &client.Client{BaseURL: baseURL, Token: Token(), HTTP: h}
-	hello, reply := []byte("we met at the bus stop"), []byte("nice to meet you again")
-	if err := ca.Send(ctx, p.BoxA, hello); err != nil {
-		return fmt.Errorf("A puts: %w", err)
+	r := &Run{Pair: p, TokenA: Token(), TokenB: Token(),
+		Hello: []byte("we met at the bus stop " + Token()), Reply: []byte("nice to meet you again " + Token())}
+	ca := &client.Client{BaseURL: baseURL, Token: r.TokenA, HTTP: h}
+	cb := &client.Client{BaseURL: baseURL, Token: r.TokenB, HTTP: h}
+	if err := ca.Send(ctx, p.BoxA, r.Hello); err != nil {
+		return r, fmt.Errorf("A puts: %w", err)
 	}
-	if err := expect(ctx, cb, p.BoxB, hello); err != nil {
-		return fmt.Errorf("B gets: %w", err)
+	if err := expect(ctx, cb, p.BoxB, r.Hello); err != nil {
+		return r, fmt.Errorf("B gets: %w", err)
 	}
-	if err := cb.Send(ctx, p.BoxB, reply); err != nil {
-		return fmt.Errorf("B puts: %w", err)
+	if err := cb.Send(ctx, p.BoxB, r.Reply); err != nil {
+		return r, fmt.Errorf("B puts: %w", err)
 	}
-	if err := expect(ctx, ca, p.BoxA, reply); err != nil {
-		return fmt.Errorf("A gets: %w", err)
+	if err := expect(ctx, ca, p.BoxA, r.Reply); err != nil {
+		return r, fmt.Errorf("A gets: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
 // expect fetches b's mailbox and wants exactly one message from the peer: want.
