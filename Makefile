@@ -112,7 +112,7 @@ cluster-status: ## health of the local cluster's components, its node and pods
 	@hack/cluster/cluster.sh status
 
 .PHONY: e2e-cluster
-e2e-cluster: ## cluster e2e: cluster up, images, helm install, samples, load ×1/×2/×4 with autoscaling, upgrade, uninstall, cluster down (E2E_CLUSTER_MODE=smoke for the short one)
+e2e-cluster: ## cluster e2e: cluster up, images, helm install, samples, load ×1/×4/×8/×1 with capacity classes and autoscaling asserted, upgrade, uninstall, cluster down (E2E_CLUSTER_MODE=smoke for the short one)
 	@hack/e2e-cluster.sh
 
 .PHONY: images

@@ -2,8 +2,8 @@
 # The cluster end-to-end test (make e2e-cluster, docs/cluster.md): bring the local cluster up,
 # build and import the images, run e2e/cluster against it, and always tear the cluster down.
 #
-#   E2E_CLUSTER_MODE=full|smoke   full (default): install, samples, load ×1/×2/×4 with
-#                                 autoscaling, upgrade, one LOIS exchange, one PPS execution,
+#   E2E_CLUSTER_MODE=full|smoke   full (default): install, samples, load ×1/×4/×8/×1 with
+#                                 capacity classes and autoscaling asserted, upgrade, one LOIS exchange, one PPS execution,
 #                                 log scan, uninstall;
 #                                 smoke: install, one round through the edge (helm test), one
 #                                 LOIS exchange through the CI pod, one PPS execution, log scan,

@@ -63,7 +63,7 @@ func TestCluster(t *testing.T) {
 	e.phase("two devices exchange sealed messages through the edge and the EncounterMailbox", e.mailboxExchange)
 	e.phase("delete the EncounterMailbox", e.deleteMailbox)
 	if !smoke {
-		e.loadAndScale()
+		e.scalingPhases()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
 		e.phase("rotate the integrator (Vault) and vendor (Secret) keys under load", e.rotateKeysUnderLoad)
 	}

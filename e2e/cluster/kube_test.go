@@ -48,9 +48,11 @@ type env struct {
 
 // Report is what the run measured; written as JSON next to the test's log (OBSCURA_E2E_REPORT).
 type Report struct {
-	Phases []Phase     `json:"phases"`
-	Load   []LoadPhase `json:"load"`
-	Notes  []string    `json:"notes,omitempty"`
+	Phases []Phase `json:"phases"`
+	// Scaling and ScaleSamples are the load phases of issue 14 item 4 (scaling_test.go).
+	Scaling      []ScalePhase  `json:"scaling,omitempty"`
+	ScaleSamples []ScaleSample `json:"scale_samples,omitempty"`
+	Notes        []string      `json:"notes,omitempty"`
 }
 
 // Phase is one step and how long it took.

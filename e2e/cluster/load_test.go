@@ -12,11 +12,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -24,30 +22,9 @@ import (
 
 const (
 	devicesPerVendor = 48
-	tokens           = 64
-	// baseUsers drive the ×1 load; ×2 and ×4 double and quadruple it.
+	// baseUsers drive the upgrade and key-rotation phases.
 	baseUsers = 8
-	loadFor   = 40 * time.Second
 )
-
-// LoadPhase is one load level and what it did.
-type LoadPhase struct {
-	Name             string   `json:"name"`
-	Users            int      `json:"users"`
-	Commands         int      `json:"commands"`
-	CommandsPerS     float64  `json:"commands_per_s"`
-	LatencyP50MS     float64  `json:"latency_p50_ms"`
-	LatencyP99MS     float64  `json:"latency_p99_ms"`
-	ExactlyOnce      bool     `json:"exactly_once"`
-	RoundSeconds     float64  `json:"round_seconds"` // mean lastRoundSeconds the Round reported
-	RoundSamples     int      `json:"round_samples"`
-	WorkersMin       int32    `json:"workers_min"`
-	WorkersMax       int32    `json:"workers_max"`
-	RoundTimeToBase  float64  `json:"round_time_to_base"`
-	AbortedRounds    int64    `json:"aborted_rounds_during"`
-	CompletedRounds  int64    `json:"completed_rounds_during"`
-	ScaleEventsAfter []string `json:"scale_events,omitempty"`
-}
 
 // provision builds the mohito CLI for this machine and generates keys, device secrets and
 // tokens with it, then creates the Secrets the samples reference.
@@ -67,7 +44,7 @@ func (e *env) provision() {
 		_ = os.RemoveAll(out)
 	}
 	e.exec(bin, "provision", "--vendors", "1", "--devices-per-vendor", strconv.Itoa(devicesPerVendor),
-		"--users", strconv.Itoa(tokens), "--out", out)
+		"--users", strconv.Itoa(scaleTokens), "--out", out)
 	e.prov = out
 	read := e.readProvision
 	e.run("kubectl", "create", "namespace", e.ns)
@@ -203,137 +180,11 @@ func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any,
 	return s, json.Unmarshal(b, &s)
 }
 
-// sampler records the Round's reported round time and the ready decryption workers while a
-// load phase runs.
-type sampler struct {
-	mu       sync.Mutex
-	rounds   []float64
-	lastSeen string
-	wmin     int32
-	wmax     int32
-	stop     chan struct{}
-	done     chan struct{}
-}
-
-func (e *env) sample() *sampler {
-	s := &sampler{wmin: 1 << 30, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			if u, err := e.resource("Round", roundName); err == nil {
-				cur, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "currentRound")
-				secs, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "lastRoundSeconds")
-				key := fmt.Sprint(cur)
-				s.mu.Lock()
-				if ok && key != s.lastSeen {
-					if f, err := strconv.ParseFloat(fmt.Sprint(secs), 64); err == nil && f > 0 {
-						s.rounds = append(s.rounds, f)
-					}
-					s.lastSeen = key
-				}
-				s.mu.Unlock()
-			}
-			if _, w, err := e.decryptWorkers(); err == nil && w > 0 {
-				s.mu.Lock()
-				s.wmin, s.wmax = min(s.wmin, w), max(s.wmax, w)
-				s.mu.Unlock()
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *sampler) finish() (mean float64, n int, wmin, wmax int32) {
-	close(s.stop)
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.rounds {
-		mean += r
-	}
-	if len(s.rounds) > 0 {
-		mean /= float64(len(s.rounds))
-	}
-	return mean, len(s.rounds), s.wmin, s.wmax
-}
-
 // counter reads a Round status counter.
 func (e *env) counter(field string) int64 {
 	st := e.roundStatus()
 	v, _ := strconv.ParseInt(fmt.Sprint(st[field]), 10, 64)
 	return v
-}
-
-// loadAndScale drives ×1, ×2 and ×4 load and checks that every command arrived exactly once
-// and that round time stayed within 1.2× of the ×1 round time while the operator sized the
-// decryption workers.
-func (e *env) loadAndScale() {
-	e.ca = e.edgeCA()
-	e.creds = e.deviceCredentials()
-	e.phase("autoscaler settled", e.waitSettled)
-	var base float64
-	for i, mult := range []int{1, 2, 4} {
-		name := fmt.Sprintf("x%d", mult)
-		users := baseUsers * mult
-		e.phase("load "+name, func() {
-			ab0, c0 := e.counter("abortedRounds"), e.counter("completedRounds")
-			s := e.sample()
-			sum := e.drive(name, users, loadFor)
-			mean, n, wmin, wmax := s.finish()
-			lp := LoadPhase{Name: name, Users: users, RoundSeconds: mean, RoundSamples: n, WorkersMin: wmin, WorkersMax: wmax,
-				AbortedRounds: e.counter("abortedRounds") - ab0, CompletedRounds: e.counter("completedRounds") - c0}
-			lp.Commands = int(num(sum["commands"]))
-			lp.CommandsPerS = num(sum["commands_per_s"])
-			lp.LatencyP50MS, lp.LatencyP99MS = num(sum["latency_p50_ms"]), num(sum["latency_p99_ms"])
-			lp.ExactlyOnce, _ = sum["exactly_once"].(bool)
-			if i == 0 {
-				base = mean
-			}
-			if base > 0 {
-				lp.RoundTimeToBase = mean / base
-			}
-			lp.ScaleEventsAfter = e.scaleEvents()
-			e.report.Load = append(e.report.Load, lp)
-			e.t.Logf("load %s: %d users, %d commands, %.1f commands/s, p50 %.0f ms, p99 %.0f ms, round %.3fs (%.2f× base, %d samples), workers %d..%d, %d completed / %d aborted rounds",
-				name, users, lp.Commands, lp.CommandsPerS, lp.LatencyP50MS, lp.LatencyP99MS, mean, lp.RoundTimeToBase, n, wmin, wmax, lp.CompletedRounds, lp.AbortedRounds)
-			if !lp.ExactlyOnce {
-				e.t.Errorf("load %s: not every command was delivered exactly once and answered (failed %v, duplicated %v)", name, sum["failed"], sum["duplicated"])
-			}
-			if lp.Commands == 0 {
-				e.t.Errorf("load %s: no command was answered", name)
-			}
-			// An occasional abort (a shuffler answering late on two shared cores) is retried by
-			// its users and reported; more than one round in twenty is a fault.
-			if lp.AbortedRounds*20 > lp.CompletedRounds {
-				e.t.Errorf("load %s: %d rounds aborted, %d completed", name, lp.AbortedRounds, lp.CompletedRounds)
-			}
-			if base > 0 && lp.RoundTimeToBase > 1.2 {
-				e.t.Errorf("load %s: round time %.3fs is %.2f× the ×1 round time %.3fs (want ≤ 1.2×)", name, mean, lp.RoundTimeToBase, base)
-			}
-		})
-	}
-}
-
-// scaleEvents lists the operator's scaling Events on the Round so far.
-func (e *env) scaleEvents() []string {
-	var evs corev1.EventList
-	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
-		return nil
-	}
-	var out []string
-	for _, ev := range evs.Items {
-		if ev.InvolvedObject.Kind == "Round" && strings.Contains(strings.ToLower(ev.Reason), "scale") {
-			out = append(out, ev.Reason+": "+ev.Message)
-		}
-	}
-	return out
 }
 
 func num(v any) float64 {
@@ -396,8 +247,7 @@ func (e *env) outDir() string {
 }
 
 // waitSettled waits until the decryption workers' count has not changed for 30 s and every
-// worker is ready: the operator sizes them from the rounds' lag, which (rounds are padded to
-// C_v) does not depend on how many commands are real.
+// worker is ready, before any load.
 func (e *env) waitSettled() {
 	var last int32 = -1
 	since := time.Now()

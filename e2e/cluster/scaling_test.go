@@ -1,0 +1,312 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// The load phases of issue 14 item 4: ×1 → ×4 → ×8 → ×1 users through the edge, each long
+// enough for the decisions it should cause. The Round moves its capacity class with demand
+// (spec.capacity.classes) and the operator scales the decryption workers, each limited to a
+// small CPU share so that one worker has a known capacity on this small node.
+const (
+	scaleBaseUsers = 64
+	// scaleTokens covers the largest phase: every user has its own access token.
+	scaleTokens = 8 * scaleBaseUsers
+)
+
+// scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 32
+// commands per round (δ 8, jitter 8, so the largest draw 8 × 32 + 16 = 272 fits K_v = 320), a
+// hold of ten periods, and decryption workers of 50 millicores that scale on one pending
+// message each. ×1 (≈ 30 real commands a round) fits the base class; ×4 and ×8 burst until the
+// class holds them; back at ×1 every round is mostly fakes and the class comes down.
+const scaleRound = `{"spec":{"delta":8,
+  "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
+  "decryptWorkers":{"min":1,"max":3,"targetLag":1,"autoscaler":"Operator",
+    "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
+
+const scaleVendor = `{"spec":{"capacity":{"base":32,"jitter":8}}}`
+
+// ScalePhase is one load level of the scaling run and what the platform did during it.
+type ScalePhase struct {
+	Name        string   `json:"name"`
+	Users       int      `json:"users"`
+	Seconds     float64  `json:"seconds"`
+	Commands    int      `json:"commands"`
+	ExactlyOnce bool     `json:"exactly_once"`
+	Aborted     int64    `json:"aborted_rounds"`
+	Completed   int64    `json:"completed_rounds"`
+	RoundSecs   float64  `json:"round_seconds"`  // mean lastRoundSeconds over the phase's second half
+	RoundToBase float64  `json:"round_to_base"`  // RoundSecs ÷ the first ×1 phase's
+	WorkSecs    float64  `json:"work_seconds"`   // mean lastRoundWork over the second half
+	WorkersMax  int32    `json:"workers_max"`    // ready decryption workers
+	WorkersEnd  int32    `json:"workers_end"`    // at the phase's end
+	CapStart    int32    `json:"capacity_start"` // capacity class (percent) at the start
+	CapMax      int32    `json:"capacity_max"`
+	CapEnd      int32    `json:"capacity_end"`
+	Events      []string `json:"events,omitempty"` // scaling and capacity Events during the phase
+}
+
+// ScaleSample is one look at the Round while the phases run (the plot's points).
+type ScaleSample struct {
+	At        float64 `json:"at"` // seconds since the first phase started
+	Users     int     `json:"users"`
+	Capacity  int32   `json:"capacity_percent"`
+	Workers   int32   `json:"workers"`
+	Encoders  int32   `json:"encoders"`
+	RoundSecs float64 `json:"round_seconds"`
+	WorkSecs  float64 `json:"work_seconds"`
+}
+
+// scalingPhases configures the Round for the phases, runs them and asserts what each must show.
+func (e *env) scalingPhases() {
+	e.ca = e.edgeCA()
+	e.creds = e.deviceCredentials()
+	e.phase("capacity classes and 50m decryption workers for the load phases", func() {
+		e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge", "-p", scaleVendor)
+		e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge", "-p", strings.Join(strings.Fields(scaleRound), ""))
+		testenv.Eventually(e.t, 4*time.Minute, "round workloads rolled and available", e.allAvailable)
+		e.waitSettled()
+	})
+	s := e.scaleSampler()
+	var phases []ScalePhase
+	for _, p := range []struct {
+		name string
+		mult int
+		d    time.Duration
+	}{{"x1", 1, 60 * time.Second}, {"x4", 4, 100 * time.Second}, {"x8", 8, 100 * time.Second}, {"x1-after", 1, 240 * time.Second}} {
+		users := scaleBaseUsers * p.mult
+		e.phase(fmt.Sprintf("load %s (%d users, %s)", p.name, users, p.d), func() {
+			start := time.Now()
+			s.setUsers(users)
+			ab0, c0 := e.counter("abortedRounds"), e.counter("completedRounds")
+			cap0 := s.last().Capacity
+			sum := e.drive("scale-"+p.name, users, p.d)
+			ph := ScalePhase{Name: p.name, Users: users, Seconds: time.Since(start).Seconds(), CapStart: cap0,
+				Commands: int(num(sum["commands"])), Aborted: e.counter("abortedRounds") - ab0, Completed: e.counter("completedRounds") - c0}
+			ph.ExactlyOnce, _ = sum["exactly_once"].(bool)
+			s.summarise(&ph, start)
+			ph.Events = e.roundEventsSince(start)
+			if len(phases) > 0 && phases[0].RoundSecs > 0 {
+				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
+			}
+			phases = append(phases, ph)
+			e.t.Logf("load %s: %d users, %d commands, exactly once %v, %d completed / %d aborted rounds, round %.2fs (%.2f× ×1), work %.3fs, workers max %d end %d, capacity %d%%→%d%% (max %d%%), events %q",
+				ph.Name, users, ph.Commands, ph.ExactlyOnce, ph.Completed, ph.Aborted, ph.RoundSecs, ph.RoundToBase, ph.WorkSecs,
+				ph.WorkersMax, ph.WorkersEnd, ph.CapStart, ph.CapEnd, ph.CapMax, ph.Events)
+		})
+	}
+	samples := s.stop()
+	e.report.Scaling, e.report.ScaleSamples = phases, samples
+	if err := plotScaling(filepath.Join(e.outDir(), "scaling.svg"), samples); err != nil {
+		e.t.Errorf("scaling plot: %v", err)
+	}
+	e.checkScaling(phases)
+}
+
+// checkScaling asserts the properties of issue 14 item 4 on the phases' figures.
+func (e *env) checkScaling(ph []ScalePhase) {
+	if len(ph) != 4 {
+		e.t.Fatalf("%d load phases ran, want 4", len(ph))
+	}
+	x1, x4, x8, after := ph[0], ph[1], ph[2], ph[3]
+	for _, p := range ph {
+		if p.Commands == 0 || !p.ExactlyOnce {
+			e.t.Errorf("load %s: %d commands answered, exactly once %v: want some, each delivered once", p.Name, p.Commands, p.ExactlyOnce)
+		}
+		if p.Aborted > 1 {
+			e.t.Errorf("load %s: %d rounds aborted, want at most one", p.Name, p.Aborted)
+		}
+	}
+	// Demand grew: the class rose, and the workers scaled out.
+	if max(x4.CapMax, x8.CapMax) <= x1.CapEnd || !hasEvent(x4, x8, "CapacityRaised") {
+		e.t.Errorf("capacity class did not follow demand up: ×1 ended at %d%%, ×4/×8 reached %d%%/%d%% (events %q %q)",
+			x1.CapEnd, x4.CapMax, x8.CapMax, x4.Events, x8.Events)
+	}
+	if max(x4.WorkersMax, x8.WorkersMax) <= x1.WorkersEnd || !hasEvent(x4, x8, "ScaleUp") {
+		e.t.Errorf("decryption workers did not scale out with the load: %d at the end of ×1, at most %d/%d during ×4/×8 (events %q %q)",
+			x1.WorkersEnd, x4.WorkersMax, x8.WorkersMax, x4.Events, x8.Events)
+	}
+	// Scaled, the largest load's rounds take no longer than 1.2× the ×1 rounds.
+	if x8.RoundToBase > 1.2 {
+		e.t.Errorf("×8 round time %.2fs is %.2f× the ×1 round time %.2fs (want ≤ 1.2× once scaled)", x8.RoundSecs, x8.RoundToBase, x1.RoundSecs)
+	}
+	// Demand fell: the class came down and the workers scaled in.
+	if after.CapEnd >= max(x4.CapMax, x8.CapMax) || !hasEvent(after, after, "CapacityLowered") {
+		e.t.Errorf("capacity class did not come down after the load: %d%% at the end (max %d%%; events %q)", after.CapEnd, max(x4.CapMax, x8.CapMax), after.Events)
+	}
+	if after.WorkersEnd >= max(x4.WorkersMax, x8.WorkersMax) || !hasEvent(after, after, "ScaleDown") {
+		e.t.Errorf("decryption workers did not scale in after the load: %d at the end (max %d; events %q)", after.WorkersEnd, max(x4.WorkersMax, x8.WorkersMax), after.Events)
+	}
+}
+
+func hasEvent(a, b ScalePhase, reason string) bool {
+	for _, ev := range append(append([]string(nil), a.Events...), b.Events...) {
+		if strings.HasPrefix(ev, reason+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// roundEventsSince lists the Round's scaling and capacity Events since t, oldest first, as
+// "<reason>: <note>".
+func (e *env) roundEventsSince(t time.Time) []string {
+	var evs eventsv1.EventList
+	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
+		e.t.Logf("events: %v", err)
+		return nil
+	}
+	type ev struct {
+		at   time.Time
+		text string
+	}
+	var out []ev
+	for _, x := range evs.Items {
+		if x.Regarding.Kind != "Round" || x.Regarding.Name != roundName {
+			continue
+		}
+		switch x.Reason {
+		case "ScaleUp", "ScaleDown", "ScaleClamped", "CapacityRaised", "CapacityLowered":
+		default:
+			continue
+		}
+		at := x.EventTime.Time
+		if x.Series != nil {
+			at = x.Series.LastObservedTime.Time
+		}
+		if at.Before(t) {
+			continue
+		}
+		out = append(out, ev{at, x.Reason + ": " + x.Note})
+	}
+	slices.SortFunc(out, func(a, b ev) int { return a.at.Compare(b.at) })
+	texts := make([]string, len(out))
+	for i, x := range out {
+		texts[i] = x.text
+	}
+	return texts
+}
+
+// scaleSampler looks at the Round and its workers every two seconds while the phases run.
+type scaleSampler struct {
+	e       *env
+	start   time.Time
+	mu      sync.Mutex
+	users   int
+	samples []ScaleSample
+	at      []time.Time
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+func (e *env) scaleSampler() *scaleSampler {
+	s := &scaleSampler{e: e, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	s.take()
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-t.C:
+				s.take()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *scaleSampler) setUsers(n int) {
+	s.mu.Lock()
+	s.users = n
+	s.mu.Unlock()
+	s.take()
+}
+
+// take records one sample; a failed read repeats the previous figures.
+func (s *scaleSampler) take() {
+	now := time.Now()
+	s.mu.Lock()
+	x := ScaleSample{At: now.Sub(s.start).Seconds(), Users: s.users}
+	if n := len(s.samples); n > 0 {
+		p := s.samples[n-1]
+		x.Capacity, x.Workers, x.Encoders, x.RoundSecs, x.WorkSecs = p.Capacity, p.Workers, p.Encoders, p.RoundSecs, p.WorkSecs
+	}
+	s.mu.Unlock()
+	if u, err := s.e.resource("Round", roundName); err == nil {
+		if v, ok, _ := unstructured.NestedInt64(u.Object, "status", "capacityPercent"); ok {
+			x.Capacity = int32(v)
+		}
+		if v, ok, _ := unstructured.NestedInt64(u.Object, "spec", "encoders", "partitions"); ok {
+			x.Encoders = int32(v)
+		}
+		if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "lastRoundSeconds"); ok {
+			x.RoundSecs = num(v)
+		}
+		if v, ok, _ := unstructured.NestedString(u.Object, "status", "lastRoundWork"); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				x.WorkSecs = d.Seconds()
+			}
+		}
+	}
+	if _, ready, err := s.e.decryptWorkers(); err == nil {
+		x.Workers = ready
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, x)
+	s.at = append(s.at, now)
+	s.mu.Unlock()
+}
+
+func (s *scaleSampler) last() ScaleSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples[len(s.samples)-1]
+}
+
+// summarise fills a phase's figures from the samples taken since start.
+func (s *scaleSampler) summarise(p *ScalePhase, start time.Time) {
+	s.take()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	half := start.Add(time.Since(start) / 2)
+	var round, work float64
+	var n int
+	p.CapMax = p.CapStart
+	for i, x := range s.samples {
+		if s.at[i].Before(start) {
+			continue
+		}
+		p.WorkersMax, p.CapMax = max(p.WorkersMax, x.Workers), max(p.CapMax, x.Capacity)
+		if !s.at[i].Before(half) && x.RoundSecs > 0 {
+			round, work, n = round+x.RoundSecs, work+x.WorkSecs, n+1
+		}
+	}
+	last := s.samples[len(s.samples)-1]
+	p.WorkersEnd, p.CapEnd = last.Workers, last.Capacity
+	if n > 0 {
+		p.RoundSecs, p.WorkSecs = round/float64(n), work/float64(n)
+	}
+}
+
+func (s *scaleSampler) stop() []ScaleSample {
+	close(s.quit)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples
+}
