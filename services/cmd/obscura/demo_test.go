@@ -188,3 +188,30 @@ func TestDemoWithLOIS(t *testing.T) {
 		t.Errorf("no LOIS line in the summary:\n%s", out.String())
 	}
 }
+
+// TestDemoWithSDDR runs the demo with its SDDR part only (and small Mohito rounds): friends
+// recognise each other and not the stranger, a revoked friend stops recognising, and two
+// devices exchange sealed messages through the mailbox, which stores only ciphertext.
+func TestDemoWithSDDR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the embedded demo")
+	}
+	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+		"-aggregation=false", "-pps=false", "-lois=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := execute(ctx, c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if s := r.SDDR; r.LOIS != nil || s == nil || !s.Exact() || s.Devices != 4 {
+		t.Fatalf("sddr summary %+v\n%s", s, out.String())
+	}
+	if !strings.Contains(out.String(), "  sddr:        4 devices, friends recognised exactly: true, revoked friend stops recognising: true") {
+		t.Errorf("no SDDR line in the summary:\n%s", out.String())
+	}
+}
