@@ -90,16 +90,16 @@ func Exchange(ctx context.Context, baseURL string, h *http.Client) (*Run, error)
 	ca := &client.Client{BaseURL: baseURL, Token: r.TokenA, HTTP: h}
 	cb := &client.Client{BaseURL: baseURL, Token: r.TokenB, HTTP: h}
 	if err := ca.Send(ctx, p.BoxA, r.Hello); err != nil {
-		return r, fmt.Errorf("A puts: %w", err)
+		return r, fmt.Errorf("device A puts: %w", err)
 	}
 	if err := expect(ctx, cb, p.BoxB, r.Hello); err != nil {
-		return r, fmt.Errorf("B gets: %w", err)
+		return r, fmt.Errorf("device B gets: %w", err)
 	}
 	if err := cb.Send(ctx, p.BoxB, r.Reply); err != nil {
-		return r, fmt.Errorf("B puts: %w", err)
+		return r, fmt.Errorf("device B puts: %w", err)
 	}
 	if err := expect(ctx, ca, p.BoxA, r.Reply); err != nil {
-		return r, fmt.Errorf("A gets: %w", err)
+		return r, fmt.Errorf("device A gets: %w", err)
 	}
 	return r, nil
 }
