@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -28,7 +29,16 @@ func kustomize(t *testing.T, dir string) string {
 
 func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
 	kinds := dryRunAll(t, kustomize(t, "config/default"))
-	for k, want := range map[string]int{"CustomResourceDefinition": 6, "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every CRD make generate writes (one per kind).
+	crds, err := filepath.Glob(filepath.Join(root, "crds", "*.obscura.dev_*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("crds/: %d CRDs (%v), want every kind's", len(crds), err)
+	}
+	for k, want := range map[string]int{"CustomResourceDefinition": len(crds), "Deployment": 1, "ClusterRole": 1, "Namespace": 1} {
 		if kinds[k] != want {
 			t.Errorf("config/default renders %d %s, want %d (all: %v)", kinds[k], k, want, kinds)
 		}
@@ -37,7 +47,7 @@ func TestKustomizeDefaultAcceptedByAPIServer(t *testing.T) {
 
 func TestKustomizeSamplesAcceptedByAPIServer(t *testing.T) {
 	kinds := dryRunAll(t, kustomize(t, "config/samples"), "default")
-	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob", "SecurePipeline"} {
+	for _, k := range []string{"Vendor", "Shuffler", "Round", "AggregationJob", "SecurePipeline", "EncounterMailbox"} {
 		if kinds[k] != 1 {
 			t.Errorf("config/samples renders %d %s, want 1", kinds[k], k)
 		}
