@@ -86,7 +86,9 @@ func (c *GatewayConfig) setup(ctx context.Context, d *roleEnv) (func(context.Con
 	gw.Register(srv)
 	d.Log.Info("user API listening", "addr", l.Addr().String(), "users", len(c.tokens))
 	run := func(ctx context.Context) error {
+		stopped := make(chan struct{})
 		go func() {
+			defer close(stopped)
 			<-ctx.Done()
 			done := make(chan struct{})
 			go func() { srv.GracefulStop(); close(done) }()
@@ -95,8 +97,11 @@ func (c *GatewayConfig) setup(ctx context.Context, d *roleEnv) (func(context.Con
 			case <-time.After(5 * time.Second):
 				srv.Stop()
 			}
+			gw.Close() // publishes the M2 batches still waiting
 		}()
-		return srv.Serve(l)
+		err := srv.Serve(l)
+		<-stopped
+		return err
 	}
 	return run, []daemon.Check{daemon.StreamExists(js, contract.StreamIntegratorIn)}, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	mohitov1 "github.com/obscura-iot/obscura/services/proto/obscura/mohito/v1"
 )
 
@@ -45,6 +44,7 @@ type Gateway struct {
 	rounds *roundInfos
 	rel    *releases
 	cur    *currentRound
+	fwd    *forwarder
 	stop   context.CancelFunc
 }
 
@@ -56,7 +56,7 @@ func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, rounds: rounds, rel: newReleases(cfg.Store), cur: newCurrentRound()}
+	g := &Gateway{cfg: cfg, rounds: rounds, rel: newReleases(cfg.Store), cur: newCurrentRound(), fwd: newForwarder(cfg.JS, cfg.Store, cfg.Log, cfg.Metrics)}
 	nc := cfg.JS.Conn()
 	sub, err := nc.Subscribe(ReleaseSubject, g.rel.onNotice)
 	if err != nil {
@@ -79,14 +79,16 @@ func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 		stop()
 	}()
 	go g.rel.backstop(life, releaseBackstop)
+	go g.fwd.run(life)
 	go g.cur.follow(life, rounds.kv)
 	return g, nil
 }
 
-// Close stops following rounds and releases.
+// Close stops following rounds and releases, and publishes the M2 batches still waiting.
 func (g *Gateway) Close() {
 	if g.stop != nil {
 		g.stop()
+		<-g.fwd.done
 	}
 }
 
@@ -270,16 +272,11 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		return 0, 0, status.Error(codes.Unavailable, "round state unavailable")
 	}
 	g.cfg.Metrics.Commands.WithLabelValues("admitted").Inc()
-	m2, err := mohito.MarshalForward(p, t, idx, outer)
-	if err == nil {
-		// Streamed to V* as it arrives (spec §3.5); if this fails the
-		// coordinator re-forwards at close from the admitted M1s.
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = natsx.Publish(pctx, g.cfg.JS, contract.ToVendor(int(ri.Shuffler), t, contract.KindForward), fwdID(t, idx), m2, nil)
-		cancel()
-		if err == nil {
-			_ = g.cfg.Store.MarkForwarded(ctx, t, idx)
-		}
+	if m2, err := mohito.MarshalForward(p, t, idx, outer); err == nil {
+		// Streamed to V* as it arrives (spec §3.5), in batches of the round's M2s
+		// (gateway_forward.go); what does not reach V* the coordinator re-forwards at close
+		// from the admitted M1s.
+		g.fwd.add(t, int(ri.Shuffler), idx, m2)
 	}
 	g.cfg.Metrics.StageSeconds.WithLabelValues("admit").Observe(time.Since(start).Seconds())
 	return t, idx, nil
@@ -294,7 +291,17 @@ func fwdID(t uint64, i uint32) string { return fmt.Sprintf("fwd-%d-%d", t, i) }
 // call's deadline); DeadlineExceeded says the wait passed first. Aborted means the round was
 // aborted and the command must be re-sent.
 func (g *Gateway) fetch(ctx context.Context, user string, t uint64, i uint32, wait time.Duration) ([]byte, error) {
-	st := g.rel.status(ctx, t)
+	var st string
+	if first := g.cur.since(); wait > 0 && first > 0 && t >= first {
+		// A round since this gateway started: its release notice reaches this gateway (the
+		// backstop covers a lost one, an abort and a round the store does not know), so a
+		// call that will wait parks without reading the status from the store.
+		if st = g.rel.releasedStatus(t); st == "" {
+			st = roundstate.StatusOpen
+		}
+	} else {
+		st = g.rel.status(ctx, t)
+	}
 	if !released(st) && st != "" && wait > 0 {
 		wait = min(wait, MaxWait)
 		if dl, ok := ctx.Deadline(); ok {

@@ -102,6 +102,25 @@ func (r *releases) status(ctx context.Context, t uint64) string {
 	return st
 }
 
+// releasedStatus returns round t's status if this gateway knows it released ("" if not),
+// without asking the store.
+func (r *releases) releasedStatus(t uint64) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done[t]
+}
+
+// wake ends the wait of round t's parked calls without recording a status: they read it from
+// the store (a round the store does not know).
+func (r *releases) wake(t uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.waiting[t]; w != nil {
+		close(w.ch)
+		delete(r.waiting, t)
+	}
+}
+
 // park registers a call waiting for round t; the returned channel closes on release.
 func (r *releases) park(t uint64) (<-chan struct{}, func()) {
 	r.mu.Lock()
@@ -180,8 +199,12 @@ func (r *releases) backstop(ctx context.Context, every time.Duration) {
 		case <-tick.C:
 		}
 		for _, t := range r.pending() {
-			if st, err := r.store.Status(ctx, t); err == nil && released(st) {
+			st, err := r.store.Status(ctx, t)
+			switch {
+			case err == nil && released(st):
 				r.release(t, st)
+			case errors.Is(err, roundstate.ErrNotFound):
+				r.wake(t) // parked without a store read (Gateway.fetch): let them find out
 			}
 		}
 	}
@@ -191,6 +214,7 @@ func (r *releases) backstop(ctx context.Context, every time.Duration) {
 // neither RoundInfo nor Rounds reads the bucket per call).
 type currentRound struct {
 	mu      sync.Mutex
+	first   uint64 // the first round this gateway saw current
 	t       uint64
 	m0      []byte
 	changed chan struct{}
@@ -215,9 +239,20 @@ func (c *currentRound) set(m0 []byte) {
 	if t <= c.t {
 		return
 	}
+	if c.first == 0 {
+		c.first = t
+	}
 	c.t, c.m0 = t, m0
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// since returns the first round this gateway saw current (0: none yet): it hears the release
+// notice of that round and every later one.
+func (c *currentRound) since() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
 }
 
 // follow watches the bucket's current key until ctx ends, re-watching after an error.

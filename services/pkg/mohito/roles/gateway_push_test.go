@@ -122,7 +122,7 @@ func TestFetchIsAnsweredWhenTheRoundIsReleased(t *testing.T) {
 	got := e.parked(t, round, idx, 15*time.Second)
 
 	m11 := bytes.Repeat([]byte{0xa5}, e.g.cfg.Deployment.Params.UserResponseSize())
-	if err := e.store.PutResponse(ctx, "alice", round, idx, m11); err != nil {
+	if err := e.store.PutResponses(ctx, round, []roundstate.Mail{{User: "alice", Index: idx, M11: m11}}); err != nil {
 		t.Fatal(err)
 	}
 	// Another round's release is handled (the notice reached this gateway) ...
@@ -180,7 +180,7 @@ func TestFetchWaitExpires(t *testing.T) {
 	e := startPushGateway(t)
 	ctx := context.Background()
 	idx := e.admit(t, 3)
-	_ = e.store.PutResponse(ctx, "alice", 3, idx, make([]byte, e.g.cfg.Deployment.Params.UserResponseSize()))
+	_ = e.store.PutResponses(ctx, 3, []roundstate.Mail{{User: "alice", Index: idx, M11: make([]byte, e.g.cfg.Deployment.Params.UserResponseSize())}})
 	_, err := e.alice.FetchWait(ctx, 3, idx, 300*time.Millisecond)
 	st, _ := status.FromError(err)
 	if st.Code() != codes.DeadlineExceeded || st.Message() != "round 3 not released within the wait of 300ms: fetch again" {

@@ -2,7 +2,6 @@ package roles
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -156,21 +155,26 @@ func (r *Responder) route(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 		r.cfg.Metrics.Dropped.WithLabelValues("bad_m10").Inc()
 		return natsx.Drop
 	}
+	// One read of the batch's users and one write of its mailboxes (not two round trips per
+	// response).
+	users, err := r.cfg.Store.Users(ctx, p.T, uint32(start), len(vals))
+	if err != nil {
+		return natsx.Retry
+	}
+	mail := make([]roundstate.Mail, 0, len(vals))
 	for i, v := range vals {
-		idx := uint32(start + i)
-		user, err := r.cfg.Store.User(ctx, p.T, idx)
-		if errors.Is(err, roundstate.ErrNotFound) {
+		if users[i] == "" {
 			continue
-		} else if err != nil {
-			return natsx.Retry
 		}
+		idx := uint32(start + i)
 		m11, err := mohito.MarshalUserResponse(d.Params, p.T, idx, v)
 		if err != nil {
 			return natsx.Drop
 		}
-		if err := r.cfg.Store.PutResponse(ctx, user, p.T, idx, m11); err != nil {
-			return natsx.Retry
-		}
+		mail = append(mail, roundstate.Mail{User: users[i], Index: idx, M11: m11})
+	}
+	if err := r.cfg.Store.PutResponses(ctx, p.T, mail); err != nil {
+		return natsx.Retry
 	}
 	r.cfg.Metrics.Commands.WithLabelValues("responses").Add(float64(len(vals)))
 	r.mu.Lock()

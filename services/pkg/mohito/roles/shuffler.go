@@ -275,21 +275,27 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 	}
 	switch p.Kind {
 	case contract.KindForward:
-		idx, layer, err := r.sh.OpenForward(p.T, m.Data())
-		switch {
-		case err == nil:
-		case errors.Is(err, mohito.ErrDecrypt) || errors.Is(err, mohito.ErrNonCanonical):
-			layer = nil
-		default:
+		// One M2 (the coordinator's re-forward at close) or a gateway's batch of them, back
+		// to back (gateway_forward.go); M2 has a fixed size.
+		data, size := m.Data(), s.cfg.Deployment.Params.ForwardSize()
+		if len(data) == 0 || len(data)%size != 0 {
 			s.cfg.Metrics.Dropped.WithLabelValues("bad_m2").Inc()
 			return natsx.Drop
 		}
-		err = r.sr.Accept(idx, layer)
-		if err != nil && !errors.Is(err, mohito.ErrIndex) {
-			return natsx.Drop
-		}
-		if err == nil && layer == nil {
-			r.undecryptable.Add(1) // once per index: a redelivery is ErrIndex
+		for off := 0; off < len(data); off += size {
+			idx, layer, err := r.sh.OpenForward(p.T, data[off:off+size:off+size])
+			switch {
+			case err == nil:
+			case errors.Is(err, mohito.ErrDecrypt) || errors.Is(err, mohito.ErrNonCanonical):
+				layer = nil
+			default:
+				s.cfg.Metrics.Dropped.WithLabelValues("bad_m2").Inc()
+				continue
+			}
+			err = r.sr.Accept(idx, layer)
+			if err == nil && layer == nil {
+				r.undecryptable.Add(1) // once per index: a redelivery is ErrIndex
+			}
 		}
 		return s.maybeChallenge(ctx, p.T, r)
 	case contract.KindClose:

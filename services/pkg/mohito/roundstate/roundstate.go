@@ -50,29 +50,52 @@ type Store interface {
 	// the closed check, the per-user limit q and the refusal of an m1 already
 	// admitted in round t under any user (ErrDuplicate: a replayed envelope).
 	Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error)
-	// MarkForwarded records that M2 of index i is durable at V*.
-	MarkForwarded(ctx context.Context, t uint64, i uint32) error
+	// MarkForwarded records that M2 of every index in is is durable at V* (one call per
+	// forwarded batch).
+	MarkForwarded(ctx context.Context, t uint64, is ...uint32) error
 	// Close ends admission and returns k.
 	Close(ctx context.Context, t uint64) (int, error)
 	// Admitted returns every admission of round t by index.
 	Admitted(ctx context.Context, t uint64) ([]Admission, error)
-	// User returns the user of index i.
-	User(ctx context.Context, t uint64, i uint32) (string, error)
+	// Users returns the users of indices start … start+n−1 in one read ("" for an index
+	// not admitted).
+	Users(ctx context.Context, t uint64, start uint32, n int) ([]string, error)
 	// PutSlots / Slots hold an encoder's response slots for vendor v.
 	PutSlots(ctx context.Context, t uint64, v int, b []byte) error
 	Slots(ctx context.Context, t uint64, v int) ([]byte, error)
 	// SetStatus / Status hold the round's status.
 	SetStatus(ctx context.Context, t uint64, s string) error
 	Status(ctx context.Context, t uint64) (string, error)
-	// PutResponse stores M11 in user's mailbox; Response fetches it.
-	PutResponse(ctx context.Context, user string, t uint64, i uint32, m11 []byte) error
+	// PutResponses stores each M11 in its user's mailbox (one write for a batch); Response
+	// fetches one.
+	PutResponses(ctx context.Context, t uint64, ms []Mail) error
 	Response(ctx context.Context, user string, t uint64, i uint32) ([]byte, error)
+}
+
+// Mail is one M11 for a user's mailbox.
+type Mail struct {
+	User  string
+	Index uint32
+	M11   []byte
 }
 
 // Redis is the Store on a redis-server of the integrator's domain.
 type Redis struct {
 	c   redis.UniversalClient
 	ttl time.Duration
+
+	// Concurrent Response calls — a released round wakes every parked Fetch at once — share
+	// one pipelined round trip: the first caller reads for every call queued meanwhile.
+	mu      sync.Mutex
+	queue   []*respCall
+	reading bool
+}
+
+type respCall struct {
+	key, field string
+	b          []byte
+	err        error
+	done       chan struct{}
 }
 
 // NewRedis returns a Redis store whose keys expire after ttl.
@@ -122,9 +145,16 @@ func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []by
 }
 
 // MarkForwarded implements Store.
-func (r *Redis) MarkForwarded(ctx context.Context, t uint64, i uint32) error {
+func (r *Redis) MarkForwarded(ctx context.Context, t uint64, is ...uint32) error {
+	if len(is) == 0 {
+		return nil
+	}
+	members := make([]any, len(is))
+	for j, i := range is {
+		members[j] = i
+	}
 	p := r.c.TxPipeline()
-	p.SAdd(ctx, key(t, "fwd"), i)
+	p.SAdd(ctx, key(t, "fwd"), members...)
 	p.PExpire(ctx, key(t, "fwd"), r.ttl)
 	_, err := p.Exec(ctx)
 	return err
@@ -176,13 +206,23 @@ func (r *Redis) Admitted(ctx context.Context, t uint64) ([]Admission, error) {
 	return out, nil
 }
 
-// User implements Store.
-func (r *Redis) User(ctx context.Context, t uint64, i uint32) (string, error) {
-	u, err := r.c.HGet(ctx, key(t, "user"), strconv.FormatUint(uint64(i), 10)).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", ErrNotFound
+// Users implements Store.
+func (r *Redis) Users(ctx context.Context, t uint64, start uint32, n int) ([]string, error) {
+	fields := make([]string, n)
+	for j := range fields {
+		fields[j] = strconv.FormatUint(uint64(start)+uint64(j), 10)
 	}
-	return u, err
+	vals, err := r.c.HMGet(ctx, key(t, "user"), fields...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, n)
+	for j, v := range vals {
+		if u, ok := v.(string); ok {
+			out[j] = u
+		}
+	}
+	return out, nil
 }
 
 // PutSlots implements Store.
@@ -219,22 +259,73 @@ func mboxField(t uint64, i uint32) string {
 	return strconv.FormatUint(t, 10) + ":" + strconv.FormatUint(uint64(i), 10)
 }
 
-// PutResponse implements Store.
-func (r *Redis) PutResponse(ctx context.Context, user string, t uint64, i uint32, m11 []byte) error {
-	p := r.c.TxPipeline()
-	p.HSet(ctx, mbox(user), mboxField(t, i), m11)
-	p.PExpire(ctx, mbox(user), r.ttl)
+// PutResponses implements Store: one pipelined round trip for the batch (each mailbox write
+// is idempotent, so a retried batch needs no transaction).
+func (r *Redis) PutResponses(ctx context.Context, t uint64, ms []Mail) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	p := r.c.Pipeline()
+	for _, m := range ms {
+		p.HSet(ctx, mbox(m.User), mboxField(t, m.Index), m.M11)
+		p.PExpire(ctx, mbox(m.User), r.ttl)
+	}
 	_, err := p.Exec(ctx)
 	return err
 }
 
 // Response implements Store.
 func (r *Redis) Response(ctx context.Context, user string, t uint64, i uint32) ([]byte, error) {
-	b, err := r.c.HGet(ctx, mbox(user), mboxField(t, i)).Bytes()
-	if errors.Is(err, redis.Nil) {
+	c := &respCall{key: mbox(user), field: mboxField(t, i), done: make(chan struct{})}
+	r.mu.Lock()
+	r.queue = append(r.queue, c)
+	lead := !r.reading
+	r.reading = true
+	r.mu.Unlock()
+	if lead {
+		r.readResponses(ctx)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if errors.Is(c.err, redis.Nil) {
 		return nil, ErrNotFound
 	}
-	return b, err
+	return c.b, c.err
+}
+
+// readResponses answers the queued Response calls, a pipeline at a time, until none is left.
+func (r *Redis) readResponses(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx) // it reads for other callers too
+	for {
+		r.mu.Lock()
+		calls := r.queue
+		r.queue = nil
+		if len(calls) == 0 {
+			r.reading = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		if len(calls) == 1 {
+			c := calls[0]
+			c.b, c.err = r.c.HGet(ctx, c.key, c.field).Bytes()
+			close(c.done)
+			continue
+		}
+		p := r.c.Pipeline()
+		cmds := make([]*redis.StringCmd, len(calls))
+		for j, c := range calls {
+			cmds[j] = p.HGet(ctx, c.key, c.field)
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error (redis.Nil for a missing one)
+		for j, c := range calls {
+			c.b, c.err = cmds[j].Bytes()
+			close(c.done)
+		}
+	}
 }
 
 // Memory is the in-process twin of Redis, for the embedded demo only. It
@@ -306,10 +397,13 @@ func (m *Memory) Admit(_ context.Context, t uint64, user string, q int, m1 []byt
 }
 
 // MarkForwarded implements Store.
-func (m *Memory) MarkForwarded(_ context.Context, t uint64, i uint32) error {
+func (m *Memory) MarkForwarded(_ context.Context, t uint64, is ...uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.round(t).fwd[i] = true
+	r := m.round(t)
+	for _, i := range is {
+		r.fwd[i] = true
+	}
 	return nil
 }
 
@@ -334,15 +428,18 @@ func (m *Memory) Admitted(_ context.Context, t uint64) ([]Admission, error) {
 	return out, nil
 }
 
-// User implements Store.
-func (m *Memory) User(_ context.Context, t uint64, i uint32) (string, error) {
+// Users implements Store.
+func (m *Memory) Users(_ context.Context, t uint64, start uint32, n int) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.round(t)
-	if int(i) >= len(r.adm) {
-		return "", ErrNotFound
+	out := make([]string, n)
+	for j := range out {
+		if i := int(start) + j; i < len(r.adm) {
+			out[j] = r.adm[i].User
+		}
 	}
-	return r.adm[i].User, nil
+	return out, nil
 }
 
 // PutSlots implements Store.
@@ -383,11 +480,13 @@ func (m *Memory) Status(_ context.Context, t uint64) (string, error) {
 	return s, nil
 }
 
-// PutResponse implements Store.
-func (m *Memory) PutResponse(_ context.Context, user string, t uint64, i uint32, m11 []byte) error {
+// PutResponses implements Store.
+func (m *Memory) PutResponses(_ context.Context, t uint64, ms []Mail) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.mbox[mboxField(t, i)+":"+user] = append([]byte(nil), m11...)
+	for _, x := range ms {
+		m.mbox[mboxField(t, x.Index)+":"+x.User] = append([]byte(nil), x.M11...)
+	}
 	return nil
 }
 

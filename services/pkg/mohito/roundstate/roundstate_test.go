@@ -67,7 +67,8 @@ func TestStores(t *testing.T) {
 			if _, err := s.Admit(ctx, 8, "u99", 2, adm[0].M1); err != nil {
 				t.Fatalf("same bytes in round 8: %v", err)
 			}
-			if err := s.MarkForwarded(ctx, 7, 3); err != nil {
+			// One call marks a forwarded batch.
+			if err := s.MarkForwarded(ctx, 7, 3, 5, 6); err != nil {
 				t.Fatal(err)
 			}
 			k, err := s.Close(ctx, 7)
@@ -78,16 +79,23 @@ func TestStores(t *testing.T) {
 				t.Fatalf("admit after close: %v", err)
 			}
 			adm, err = s.Admitted(ctx, 7)
-			if err != nil || len(adm) != 40 || !adm[3].Forwarded || adm[4].Forwarded {
+			if err != nil || len(adm) != 40 || !adm[3].Forwarded || adm[4].Forwarded || !adm[5].Forwarded || !adm[6].Forwarded {
 				t.Fatalf("admitted = %d, %v", len(adm), err)
+			}
+			users, err := s.Users(ctx, 7, 0, 42) // two past the last index
+			if err != nil || len(users) != 42 || users[40] != "" || users[41] != "" {
+				t.Fatalf("users = %q, %v", users, err)
 			}
 			for i, a := range adm {
 				if a.Index != uint32(i) {
 					t.Fatal("admissions not by index")
 				}
-				if u, _ := s.User(ctx, 7, a.Index); u != a.User || a.User != fmt.Sprintf("u%d", a.M1[0]) {
+				if u := users[a.Index]; u != a.User || a.User != fmt.Sprintf("u%d", a.M1[0]) {
 					t.Fatal("index → user mapping broken")
 				}
+			}
+			if u, _ := s.Users(ctx, 7, 39, 1); len(u) != 1 || u[0] != adm[39].User {
+				t.Fatalf("users from 39 = %q", u)
 			}
 			s.PutSlots(ctx, 7, 2, []byte("slots"))
 			if b, _ := s.Slots(ctx, 7, 2); !bytes.Equal(b, []byte("slots")) {
@@ -100,12 +108,41 @@ func TestStores(t *testing.T) {
 			if st, _ := s.Status(ctx, 7); st != roundstate.StatusAborted {
 				t.Fatal("status")
 			}
-			s.PutResponse(ctx, "u1", 7, 5, []byte("m11"))
+			if err := s.PutResponses(ctx, 7, []roundstate.Mail{{User: "u1", Index: 5, M11: []byte("m11")}, {User: "u3", Index: 6, M11: []byte("m11'")}}); err != nil {
+				t.Fatal(err)
+			}
 			if b, _ := s.Response(ctx, "u1", 7, 5); !bytes.Equal(b, []byte("m11")) {
 				t.Fatal("mailbox")
 			}
 			if _, err := s.Response(ctx, "u2", 7, 5); !errors.Is(err, roundstate.ErrNotFound) {
 				t.Fatal("another user's mailbox")
+			}
+			// Concurrent reads (a released round wakes every parked Fetch) share round trips
+			// and each gets its own answer.
+			bad := make(chan string, 64)
+			for j := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					user, i, want := "u1", uint32(5), "m11"
+					if j%2 == 1 {
+						user, i, want = "u3", 6, "m11'"
+					}
+					if j%8 == 7 {
+						if _, err := s.Response(ctx, "u2", 7, 6); !errors.Is(err, roundstate.ErrNotFound) {
+							bad <- fmt.Sprintf("missing response: %v", err)
+						}
+						return
+					}
+					if b, err := s.Response(ctx, user, 7, i); err != nil || string(b) != want {
+						bad <- fmt.Sprintf("%s/%d: %q, %v", user, i, b, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(bad)
+			for b := range bad {
+				t.Fatal(b)
 			}
 		})
 	}
