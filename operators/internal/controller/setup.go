@@ -76,8 +76,8 @@ type LOISOptions struct {
 
 // SDDROptions configures the SDDR reconcilers.
 type SDDROptions struct {
-	// Image runs `sddr` (the EncounterMailbox's `sddr mailbox`); without it mailboxes are only
-	// validated.
+	// Image runs `sddr` (the EncounterMailbox's `sddr mailbox`, the EncounterSimulation's
+	// `sddr simulate`); without it mailboxes and simulations are only validated.
 	Image string
 }
 
@@ -124,6 +124,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		{"headergateway", (&HeaderGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("headergateway-controller"),
 			Platform: lois.Platform{Image: opts.LOIS.Image, Runtime: opts.Runtime}, Services: opts.LOIS.Services}).SetupWithManager},
 		{"encountermailbox", (&EncounterMailboxReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("encountermailbox-controller"),
+			Platform: sddr.Platform{Image: opts.SDDR.Image, Runtime: opts.Runtime}}).SetupWithManager},
+		{"encountersimulation", (&EncounterSimulationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("encountersimulation-controller"),
 			Platform: sddr.Platform{Image: opts.SDDR.Image, Runtime: opts.Runtime}}).SetupWithManager},
 	}
 	if a := opts.NATSAccounts; a.Secret.Name != "" {

@@ -52,6 +52,10 @@ const (
 	PPSDevicePasswordSuffix  = ".password"
 	AnnotationPPSSubscribers = "pps.obscura.dev/subscribers"
 	AnnotationPPSFn          = "pps.obscura.dev/fn"
+
+	// An EncounterSimulation's credentials Secret names its own account, SDDRSimAccountPrefix
+	// and the simulation's namespace and name, with the one user its shards share.
+	SDDRSimAccountPrefix = "SDDR_SIM_"
 )
 
 // NATSSecret is a party's NATS credentials, user in account with password, marked for the
@@ -91,8 +95,9 @@ type NATSAccountsResult struct {
 var natsUserName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
 
 // natsAccountRank orders the accounts: INTEGRATOR, VENDOR<v> by index, PDA_PROXY, PDA_DB,
-// then every pipeline's PPS_<namespace>_<name> (by name); ok is false for an account the
-// operator does not render.
+// then every pipeline's PPS_<namespace>_<name> and every simulation's
+// SDDR_SIM_<namespace>_<name> (by name); ok is false for an account the operator does not
+// render.
 func natsAccountRank(account string) (rank int, ok bool) {
 	switch account {
 	case contract.IntegratorAccount:
@@ -104,6 +109,9 @@ func natsAccountRank(account string) (rank int, ok bool) {
 	}
 	if rest, found := strings.CutPrefix(account, PPSAccountPrefix); found {
 		return 1<<17 + 2, natsUserName.MatchString(rest)
+	}
+	if rest, found := strings.CutPrefix(account, SDDRSimAccountPrefix); found {
+		return 1<<17 + 3, natsUserName.MatchString(rest)
 	}
 	s, found := strings.CutPrefix(account, "VENDOR")
 	v, err := strconv.Atoi(s)
@@ -275,6 +283,10 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 			// crosses to another party's account. JetStream carries the streams and the MQTT
 			// sessions of its devices.
 			layout.Accounts = append(layout.Accounts, natsx.Account{Name: n, JetStream: true, Users: append(a.users, a.devices...)})
+		case strings.HasPrefix(n, SDDRSimAccountPrefix):
+			// A simulation's account stands alone too: its shards exchange adverts with each
+			// other on core NATS (no JetStream) and reach nothing else.
+			layout.Accounts = append(layout.Accounts, natsx.Account{Name: n, Users: a.users})
 		default:
 			v, _ := natsAccountRank(n)
 			layout.Accounts = append(layout.Accounts, contract.VendorAccountFor(v, a.users, a.devices))

@@ -1,0 +1,282 @@
+package sddr
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sddrv1 "github.com/obscura-iot/obscura/operators/api/sddr/v1alpha1"
+	"github.com/obscura-iot/obscura/operators/internal/specs"
+)
+
+// How the operator runs `sddr simulate` (services/cmd/sddr/simulate.go): flags through
+// OBSCURA_<FLAG> (specs.Env). The shard index is JOB_COMPLETION_INDEX, which the Indexed Job
+// sets and `sddr simulate` reads; the result is the container's termination message.
+const (
+	RoleSimulate = "simulate"
+
+	FlagDevices      = "devices"
+	FlagHours        = "hours"
+	FlagSeed         = "seed"
+	FlagInterval     = "interval"
+	FlagFriends      = "friends"
+	FlagShards       = "shards"
+	FlagScenario     = "scenario"
+	FlagGroupSize    = "group-size"
+	FlagPDet         = "p-det"
+	FlagRunID        = "run-id"
+	FlagReadyTimeout = "ready-timeout"
+	FlagResultFile   = "result-file"
+
+	// TerminationLog is where the shard writes its result (contract.Result, < 4 KiB).
+	TerminationLog = "/dev/termination-log"
+
+	// LabelSimulation ties an object to its EncounterSimulation.
+	LabelSimulation = "sddr.obscura.dev/simulation"
+
+	// ShardKeyPrefix + index + ".json" is a shard's result in the results ConfigMap;
+	// ResultKey the merged one.
+	ShardKeyPrefix = "shard-"
+	ResultKey      = "result.json"
+
+	// BackoffPerShard is how often a shard's pod may fail (a shard started before the NATS
+	// server loaded the simulation's account) before the Job fails.
+	BackoffPerShard = 2
+)
+
+// SimulationPlatform says what is missing for a simulation's workloads to be built.
+func (p Platform) SimulationPlatform(s *sddrv1.EncounterSimulation) error {
+	if p.Image == "" {
+		return errors.New("the operator needs --sddr-image to run EncounterSimulations")
+	}
+	if Shards(s) > 1 && p.NATSURL == "" {
+		return errors.New("a simulation of more than one shard needs the operator's --nats-url: the shards exchange adverts over NATS")
+	}
+	return nil
+}
+
+// SimulationSettings are a simulation's flags with the API's defaults filled in.
+type SimulationSettings struct {
+	Scenario                    string
+	Devices, GroupSize, Friends int32
+	Shards                      int32
+	Duration, Interval          time.Duration
+	ReadyTimeout, Timeout       time.Duration
+	PDet                        string
+	Seed                        uint64
+}
+
+// Shards is spec.shards with its default.
+func Shards(s *sddrv1.EncounterSimulation) int32 { return max(s.Spec.Shards, 1) }
+
+// SimulationSettingsOf fills in the defaults of s's spec.
+func SimulationSettingsOf(s *sddrv1.EncounterSimulation) SimulationSettings {
+	sp := s.Spec
+	o := SimulationSettings{Scenario: sp.Scenario, Devices: sp.Devices, GroupSize: 5, Friends: 5, Shards: Shards(s),
+		Duration: sp.Duration.Duration, Interval: sp.DiscoveryInterval.Duration, ReadyTimeout: sp.ReadyTimeout.Duration,
+		Timeout: sp.Timeout.Duration, PDet: sp.DetectionProbability, Seed: 1}
+	if o.Scenario == "" {
+		o.Scenario = sddrv1.ScenarioCity
+	}
+	if o.Devices == 0 {
+		o.Devices = 1000
+	}
+	if sp.GroupSize != nil {
+		o.GroupSize = *sp.GroupSize
+	}
+	if sp.Friends != nil {
+		o.Friends = *sp.Friends
+	}
+	if sp.Seed != nil {
+		o.Seed = uint64(*sp.Seed)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.Duration, 24*time.Hour)
+	def(&o.Interval, time.Minute)
+	def(&o.ReadyTimeout, 10*time.Minute)
+	def(&o.Timeout, 6*time.Hour)
+	if o.PDet == "" {
+		o.PDet = "0.95"
+	}
+	return o
+}
+
+// ValidateSimulation checks what CEL cannot (or what an older API server let through), with
+// the bounds `sddr simulate` enforces at start (services/pkg/sddr/sim.Config.Validate).
+func ValidateSimulation(s *sddrv1.EncounterSimulation) error {
+	var errs []error
+	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	o := SimulationSettingsOf(s)
+	switch o.Scenario {
+	case sddrv1.ScenarioCity, sddrv1.ScenarioCrowd, sddrv1.ScenarioGroups:
+	default:
+		bad("scenario %q must be city, crowd or groups", o.Scenario)
+	}
+	if o.Devices < 2 || o.Devices > 1<<24 {
+		bad("devices %d outside [2, 16777216]", o.Devices)
+	}
+	if s.Spec.GroupSize != nil && o.Scenario != sddrv1.ScenarioGroups {
+		bad("groupSize applies to the groups scenario only")
+	}
+	if o.GroupSize < 1 || o.GroupSize > 4096 {
+		bad("groupSize %d outside [1, 4096]", o.GroupSize)
+	}
+	if o.Friends < 0 || o.Friends > 256 {
+		bad("friends %d outside [0, 256]", o.Friends)
+	}
+	if o.Shards > 1024 || o.Shards > o.Devices {
+		bad("shards %d outside [1, min(1024, devices)]", o.Shards)
+	}
+	if o.Duration < time.Minute || o.Duration > 8784*time.Hour || o.Duration%time.Second != 0 {
+		bad("duration %s must be within [1m, 8784h], in whole seconds", o.Duration)
+	}
+	if o.Interval < 23*time.Second || o.Interval > 15*time.Minute || o.Interval%time.Millisecond != 0 {
+		bad("discoveryInterval %s must be within [23s, 15m], in whole milliseconds", o.Interval)
+	}
+	if p, err := strconv.ParseFloat(o.PDet, 64); err != nil || !(p > 0 && p <= 1) {
+		bad("detectionProbability %q must be a decimal in (0, 1]", o.PDet)
+	}
+	if s.Spec.Seed != nil && *s.Spec.Seed < 0 {
+		bad("seed %d must not be negative", *s.Spec.Seed)
+	}
+	if o.ReadyTimeout < 10*time.Second || o.ReadyTimeout > 24*time.Hour {
+		bad("readyTimeout %s must be within [10s, 24h]", o.ReadyTimeout)
+	}
+	if o.Timeout < time.Minute || o.Timeout > 168*time.Hour {
+		bad("timeout %s must be within [1m, 168h]", o.Timeout)
+	}
+	return errors.Join(errs...)
+}
+
+// JobName is the name of the simulation's Indexed Job, e.g. sim-sddr-sim.
+func JobName(s *sddrv1.EncounterSimulation) string { return s.Name + "-sddr-sim" }
+
+// ResultsName is the name of the ConfigMap holding the results.
+func ResultsName(s *sddrv1.EncounterSimulation) string { return s.Name + "-sddr-sim-results" }
+
+// SimNATSSecretName is the Secret holding the shards' NATS user.
+func SimNATSSecretName(s *sddrv1.EncounterSimulation) string { return s.Name + "-sddr-sim-nats" }
+
+// SimAccount is the simulation's own NATS account.
+func SimAccount(s *sddrv1.EncounterSimulation) string {
+	return specs.SDDRSimAccountPrefix + s.Namespace + "_" + s.Name
+}
+
+// SimUser is the NATS user the simulation's shards share (user names are global on the server).
+func SimUser(s *sddrv1.EncounterSimulation) string { return "sddr-sim." + s.Namespace + "." + s.Name }
+
+// RunID is the run id the shards share: the simulation's UID (a NATS subject token).
+func RunID(s *sddrv1.EncounterSimulation) string { return string(s.UID) }
+
+// ShardKey is shard i's entry in the results ConfigMap.
+func ShardKey(i int) string { return ShardKeyPrefix + strconv.Itoa(i) + ".json" }
+
+func simLabels(s *sddrv1.EncounterSimulation) map[string]string {
+	l := specs.Labels("sddr", s.Name, RoleSimulate)
+	l[LabelSimulation] = s.Name
+	return l
+}
+
+// SimNATSSecret is the shards' NATS credentials in the simulation's own account.
+func SimNATSSecret(s *sddrv1.EncounterSimulation, password []byte) *corev1.Secret {
+	return specs.NATSSecret(s.Namespace, SimNATSSecretName(s), SimAccount(s), SimUser(s), password, simLabels(s))
+}
+
+// ResultsConfigMap is the (empty) results ConfigMap; the reconciler fills it.
+func ResultsConfigMap(s *sddrv1.EncounterSimulation) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ResultsName(s), Namespace: s.Namespace, Labels: simLabels(s)}}
+}
+
+// hours is d as `--hours` (the simulator rounds hours·3600 to whole seconds).
+func hours(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds()/3600, 'g', -1, 64)
+}
+
+// SimulationJob runs the simulation's shards: an Indexed Job with completions = parallelism =
+// shards, each pod `sddr simulate` with the spec's flags and its shard from
+// JOB_COMPLETION_INDEX, writing its result (contract.Result) as its termination message.
+// Shards of a sharded run connect to the platform's NATS as the simulation's user, its
+// password mounted as a file. A failed pod is retried BackoffPerShard times per shard; the
+// spec's timeout is the Job's deadline.
+func SimulationJob(s *sddrv1.EncounterSimulation, pl Platform) *batchv1.Job {
+	o := SimulationSettingsOf(s)
+	env := []corev1.EnvVar{
+		{Name: specs.Env(FlagScenario), Value: o.Scenario},
+		{Name: specs.Env(FlagDevices), Value: strconv.Itoa(int(o.Devices))},
+		{Name: specs.Env(FlagHours), Value: hours(o.Duration)},
+		{Name: specs.Env(FlagInterval), Value: o.Interval.String()},
+		{Name: specs.Env(FlagFriends), Value: strconv.Itoa(int(o.Friends))},
+		{Name: specs.Env(FlagPDet), Value: o.PDet},
+		{Name: specs.Env(FlagSeed), Value: strconv.FormatUint(o.Seed, 10)},
+		{Name: specs.Env(FlagShards), Value: strconv.Itoa(int(o.Shards))},
+		{Name: specs.Env(FlagRunID), Value: RunID(s)},
+		{Name: specs.Env(FlagReadyTimeout), Value: o.ReadyTimeout.String()},
+		{Name: specs.Env(FlagResultFile), Value: TerminationLog},
+	}
+	if o.Scenario == sddrv1.ScenarioGroups {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagGroupSize), Value: strconv.Itoa(int(o.GroupSize))})
+	}
+	sp := specs.Pod{Role: RoleSimulate, Image: pl.Image, Binary: Binary, Labels: simLabels(s),
+		CPU: "1", Memory: "256Mi", Resources: s.Spec.Resources, Env: env}
+	if o.Shards > 1 {
+		sp.NATSSecret = SimNATSSecretName(s)
+	}
+	t := sp.Template(pl.Runtime)
+	t.Spec.RestartPolicy = corev1.RestartPolicyNever
+	c := &t.Spec.Containers[0]
+	// A run to completion: no probes (the simulator serves no health port, and a liveness
+	// restart would lose the shard's place in the run); the result is the termination
+	// message, and a failing shard's last log lines take its place.
+	c.LivenessProbe, c.ReadinessProbe = nil, nil
+	c.Ports = nil
+	c.TerminationMessagePath = TerminationLog
+	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	c.Env = dropEnv(c.Env, specs.EnvHealthAddr, specs.EnvAddrFile, specs.EnvReusePort)
+	n := Shards(s)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: JobName(s), Namespace: s.Namespace, Labels: sp.Labels},
+		Spec: batchv1.JobSpec{
+			CompletionMode:        ptr.To(batchv1.IndexedCompletion),
+			Completions:           ptr.To(n),
+			Parallelism:           ptr.To(n),
+			BackoffLimit:          ptr.To(BackoffPerShard * n),
+			ActiveDeadlineSeconds: ptr.To(int64(o.Timeout / time.Second)),
+			Template:              t,
+		},
+	}
+}
+
+func dropEnv(env []corev1.EnvVar, names ...string) []corev1.EnvVar {
+	out := env[:0]
+	for _, e := range env {
+		keep := true
+		for _, n := range names {
+			keep = keep && e.Name != n
+		}
+		if keep {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// SimulationSummary describes the run as the Running condition does.
+func SimulationSummary(s *sddrv1.EncounterSimulation) string {
+	o := SimulationSettingsOf(s)
+	return strings.Join([]string{
+		fmt.Sprintf("%s scenario, %d devices, %d friends each", o.Scenario, o.Devices, o.Friends),
+		fmt.Sprintf("%s simulated, discovery every %s", o.Duration, o.Interval),
+		fmt.Sprintf("%d shards, seed %d", o.Shards, o.Seed),
+	}, "; ")
+}
