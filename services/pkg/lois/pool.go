@@ -18,6 +18,9 @@ type Pool struct {
 	LowWater int
 	// Expired counts pairs dropped unused because their epoch reached expiry − margin.
 	Expired uint64
+	// rate measurement (Measure): pairs popped at the start of the window and its start.
+	measPopped uint64
+	measAt     int64
 }
 
 type poolEpoch struct {
@@ -32,6 +35,9 @@ func LowWaterMark(pps float64) int { return max(64, int(2*pps*5)) }
 // Add appends the stream's pairs of partition replica/replicas, usable until stopAt (unix
 // seconds; the stream's expiry minus the sender's safety margin).
 func (p *Pool) Add(s *Stream, replicas, replica int, stopAt int64) {
+	if p.LowWater == 0 {
+		p.LowWater = LowWaterMark(0)
+	}
 	p.reserve(int(s.N)/max(1, replicas) + 1)
 	s.Each(replicas, replica, func(_ uint32, pr Pair) bool {
 		p.push(pr)
@@ -92,6 +98,28 @@ func (p *Pool) Bytes() int { return len(p.ring)*SegmentSize + cap(p.epochs)*16 }
 // Len is the number of pairs left (including ones that may have expired).
 func (p *Pool) Len() int { return p.n }
 
+// Measure updates the low-water mark from the packets per second measured since the last
+// window (at least one second long) began: max(min, 2 × pps × 5 s), min ≥ 64 by default
+// (spec §3.12). It is called from a role's maintenance tick, never per packet.
+func (p *Pool) Measure(now int64, min int) {
+	if p.measAt == 0 {
+		p.measAt, p.measPopped = now, p.popped
+		return
+	}
+	if now-p.measAt < 1 {
+		return
+	}
+	pps := float64(p.popped-p.measPopped) / float64(now-p.measAt)
+	p.measAt, p.measPopped = now, p.popped
+	p.LowWater = max(min, LowWaterMark(pps))
+}
+
+// Popped is the number of pairs taken (or dropped at expiry) so far.
+func (p *Pool) Popped() uint64 { return p.popped }
+
+// Added is the number of pairs added so far (every epoch).
+func (p *Pool) Added() uint64 { return p.added }
+
 // NeedsReplenish reports whether the pool fell below its low-water mark: time for
 // EPOCH_REQ (DI) or a low-water event (SI).
 func (p *Pool) NeedsReplenish() bool { return p.n < p.LowWater }
@@ -138,5 +166,34 @@ const (
 
 // Due reports whether a fresh HELLO is needed.
 func (r Rekey) Due(now int64) bool {
-	return now-r.Start >= RekeyAfterSeconds || r.Used >= RekeyAfterStreams
+	return r.DueWith(now, RekeyLimits{})
+}
+
+// RekeyLimits bound one seed's life; zero fields take the spec's defaults (24 h, 2³²
+// keystreams). Tests configure small limits.
+type RekeyLimits struct {
+	Seconds int64
+	Streams uint64
+}
+
+// DueWith reports whether a fresh HELLO is needed under limits l.
+func (r Rekey) DueWith(now int64, l RekeyLimits) bool {
+	if l.Seconds <= 0 {
+		l.Seconds = RekeyAfterSeconds
+	}
+	if l.Streams == 0 {
+		l.Streams = RekeyAfterStreams
+	}
+	return now-r.Start >= l.Seconds || r.Used >= l.Streams
+}
+
+// Allows reports whether n more keystreams may be derived from the seed at now without
+// passing the limits (a grant that would cross them is refused: the device must re-handshake).
+func (r Rekey) Allows(now int64, n uint64, l RekeyLimits) bool {
+	next := r
+	next.Used += n
+	if l.Streams == 0 {
+		l.Streams = RekeyAfterStreams
+	}
+	return !r.DueWith(now, l) && next.Used <= l.Streams
 }

@@ -33,6 +33,12 @@ const (
 	MetricGC       = "lois_gc_dropped_total" // entries collected unconsumed (expiry)
 	MetricCover    = "lois_stp_cover_bytes_total"
 	MetricSessions = "lois_sessions_installed" // role: device sessions a CI or SI has installed
+	// Replenishment (spec §3.12): epochs asked for (DI EPOCH_REQ, SI low-water events) and
+	// granted (registrar), packets held while a pool was empty, seeds that must be replaced.
+	MetricEpochsRequested = "lois_epochs_requested_total" // role, dir
+	MetricEpochsGranted   = "lois_epochs_granted_total"   // role, dir
+	MetricExhaustQueued   = "lois_exhaust_queued_total"   // role: packets held for a grant (then sent or dropped as exhausted)
+	MetricRekeysDue       = "lois_rekeys_due_total"       // role: grants refused because the seed is due for a new HELLO
 )
 
 // Results of lois_packets_total.
@@ -89,6 +95,9 @@ type Keys struct {
 	// SIs send downloads.
 	DeviceIP   string `json:"device_ip"`
 	DeviceWire string `json:"device_wire"`
+	// Grant marks an epoch record (EPOCH_GRANT, spec §3.12): Streams hold only the new
+	// epoch of an open session.
+	Grant bool `json:"grant,omitempty"`
 	// Replicas and Replica give this SI's download partition (i mod Replicas = Replica,
 	// spec §3.11); 0 replicas means no partition (DI, CI).
 	Replicas int       `json:"replicas,omitempty"`

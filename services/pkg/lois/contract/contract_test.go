@@ -79,3 +79,39 @@ func FuzzParseKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestLowWaterSubject: an SI's low-water subject decodes to its session and service; any
+// other shape is refused.
+func TestLowWaterSubject(t *testing.T) {
+	const sess = "00112233445566778899aabbccddeeff"
+	s, sid, err := ParseLowWater("c1", SubjectLowWater("c1", sess, 8080))
+	if err != nil || s != sess || sid != 8080 {
+		t.Fatalf("got %q %d %v", s, sid, err)
+	}
+	for _, bad := range []string{"lois.c2.lowwater." + sess + ".1", "lois.c1.lowwater." + sess,
+		"lois.c1.lowwater." + sess + ".65536", "lois.c1.lowwater." + sess + ".01", "lois.c1.lowwater.zz.1",
+		"lois.c1.lowwater." + sess + ".1.2", "lois.c1.lowwater.00112233445566778899AABBCCDDEEFF.1"} {
+		if _, _, err := ParseLowWater("c1", bad); err != ErrBadLowWater {
+			t.Errorf("%q: %v, want ErrBadLowWater", bad, err)
+		}
+	}
+}
+
+// FuzzParseLowWater: low-water subjects come from the network (NATS); the decoder never
+// panics, and what it accepts re-encodes to the same subject.
+func FuzzParseLowWater(f *testing.F) {
+	f.Add(SubjectLowWater("c1", "00112233445566778899aabbccddeeff", 443))
+	f.Add("lois.c1.lowwater..")
+	f.Fuzz(func(t *testing.T, subj string) {
+		s, sid, err := ParseLowWater("c1", subj)
+		if err != nil {
+			if err != ErrBadLowWater {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if SubjectLowWater("c1", s, sid) != subj {
+			t.Fatalf("%q accepted as %q %d", subj, s, sid)
+		}
+	})
+}

@@ -46,8 +46,10 @@ type Cloud struct {
 	seen  recentIDs
 	ex    uint16
 	plain plainBackends
-	// installed are the sessions in the table, guarded by table.mu.
+	// installed are the session and epoch records in the table (recordKey), sessions how
+	// many sessions; guarded by table.mu.
 	installed map[string]bool
+	sessions  int
 }
 
 // InstallSession installs a session's upload streams (Installer); a session installed
@@ -55,14 +57,18 @@ type Cloud struct {
 func (c *Cloud) InstallSession(k *contract.Keys) error {
 	c.table.mu.Lock()
 	defer c.table.mu.Unlock()
-	if c.installed[k.Session] {
+	key := recordKey(k)
+	if c.installed[key] {
 		return nil
 	}
 	if _, err := install(c.table.t, []*contract.Keys{k}, "up", nil); err != nil {
 		return err
 	}
-	c.installed[k.Session] = true
-	c.cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(len(c.installed)))
+	c.installed[key] = true
+	if !k.Grant {
+		c.sessions++
+		c.cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(c.sessions))
+	}
 	return nil
 }
 
@@ -82,8 +88,9 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core),
 		installed: map[string]bool{}}
 	for _, k := range cfg.Keys {
-		c.installed[k.Session] = true
+		c.installed[recordKey(k)] = true
 	}
+	c.sessions = len(c.installed)
 	c.table.t = t
 	bySID := plainBackends{}
 	c.plain = bySID
@@ -102,7 +109,7 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 		c.core.SetBackends(sid, mg)
 	}
 	c.up = cfg.Metrics.counters("ci", "up")
-	cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(len(c.installed)))
+	cfg.Metrics.Sessions.WithLabelValues("ci").Set(float64(c.sessions))
 	cfg.Log.Info("cloud interface installed", "sessions", len(cfg.Keys), "entries", n, "services", len(bySID))
 	return c, nil
 }

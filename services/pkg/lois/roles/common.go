@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -172,4 +173,13 @@ func exID(cfg lois.Config) uint16 {
 		return lois.DefaultExID
 	}
 	return cfg.ExID
+}
+
+// recordKey names a session record (its session) or an epoch record (session/epoch): a
+// replica installs each once, however often it is delivered.
+func recordKey(k *contract.Keys) string {
+	if !k.Grant || len(k.Streams) == 0 {
+		return k.Session
+	}
+	return fmt.Sprintf("%s/%d", k.Session, k.Streams[0].Epoch)
 }

@@ -2,11 +2,14 @@ package roles
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
@@ -33,6 +36,35 @@ type DeviceConfig struct {
 	Plain bool
 	// STP, if set, pads the uploads (spec §4).
 	STP *lois.STPConfig
+	// Control, if set, replenishes the upload pools (spec §3.12): EPOCH_REQ when a pool
+	// falls below its low-water mark, and a packet that finds its pool empty is held up to
+	// ExhaustQueue for the grant, then dropped and counted exhausted. Without it an empty
+	// pool drops the packet at once (pre-provisioned keys).
+	Control EpochClient
+	// ExhaustQueue is exhaust_queue_ms (default 50 ms, spec §3.10).
+	ExhaustQueue time.Duration
+	// LowWaterMin is the floor of the low-water mark (default 64, spec §3.12).
+	LowWaterMin int
+}
+
+// epochRequestTimeout bounds one EPOCH_REQ (the registrar waits for every replica's ack).
+const epochRequestTimeout = 5 * time.Second
+
+// DefaultExhaustQueue is the spec's exhaust_queue_ms (§3.10).
+const DefaultExhaustQueue = 50 * time.Millisecond
+
+// parkSlots bounds the packets a DI holds while pools are empty; parkSlotSize is one
+// slot's buffer (a larger packet is dropped as exhausted at once).
+const (
+	parkSlots    = 32
+	parkSlotSize = lois.Headroom + 2048
+)
+
+// parked is a packet held for a grant.
+type parked struct {
+	buf      []byte
+	n        int
+	deadline time.Time
 }
 
 // Device is a running DI.
@@ -48,6 +80,22 @@ type Device struct {
 	ex   uint16
 	pad  *padder
 	stop stopper
+	// mu guards the pools (with STP the pad's mutex does: lock); pending are the SIDs with
+	// an EPOCH_REQ outstanding, guarded by the same lock.
+	mu      sync.Mutex
+	pending map[uint16]bool
+	reqc    chan uint16
+	grantc  chan struct{}
+	free    chan *parked
+	parkc   chan *parked
+}
+
+// lock is the pools' mutex: the pad's when the pad loop shares them.
+func (d *Device) lock() *sync.Mutex {
+	if d.pad != nil {
+		return &d.pad.mu
+	}
+	return &d.mu
 }
 
 // NewDevice builds the DI's pools (upload) and table (download) from its keys.
@@ -91,13 +139,220 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	}
 	d.stop = make(stopper)
 	d.clk.set(time.Now())
+	if d.cfg.LowWaterMin <= 0 {
+		d.cfg.LowWaterMin = lois.LowWaterMark(0)
+	}
+	if d.cfg.ExhaustQueue <= 0 {
+		d.cfg.ExhaustQueue = DefaultExhaustQueue
+	}
+	if cfg.Control != nil && !cfg.Plain {
+		d.pending = map[uint16]bool{}
+		d.reqc = make(chan uint16, 64)
+		d.grantc = make(chan struct{}, 1)
+		d.free = make(chan *parked, parkSlots)
+		d.parkc = make(chan *parked, parkSlots)
+		for range parkSlots {
+			d.free <- &parked{buf: make([]byte, parkSlotSize)}
+		}
+	}
 	return d, nil
+}
+
+// Session is the DI's session id (hex).
+func (d *Device) Session() string { return d.cfg.Keys.Session }
+
+// InstallGrant installs an epoch of the DI's session (DeviceLink): a download stream into
+// the download table — the DI's ack, after which the registrar activates it at the SIs — and
+// an upload stream into its pool (EPOCH_GRANT, spec §3.12).
+func (d *Device) InstallGrant(k *contract.Keys) error {
+	if k.Session != d.cfg.Keys.Session {
+		return errors.New("lois device: grant for another session")
+	}
+	d.down.mu.Lock()
+	_, err := install(d.down.t, []*contract.Keys{k}, "down", nil)
+	d.down.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	mu := d.lock()
+	for i := range k.Streams {
+		rec := &k.Streams[i]
+		if rec.Dir == "down" {
+			d.cfg.Metrics.EpochsGranted.WithLabelValues("di", "down").Inc()
+			continue
+		}
+		s, err := rec.Core()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		p := d.pool[s.SID]
+		if p == nil {
+			mu.Unlock()
+			clear(s.Key[:])
+			return fmt.Errorf("lois device: grant for service %d the session does not use", s.SID)
+		}
+		p.Add(&s, 1, 0, s.Expiry-int64(d.cfg.Margin/time.Second))
+		delete(d.pending, s.SID)
+		mu.Unlock()
+		clear(s.Key[:])
+		d.cfg.Metrics.EpochsGranted.WithLabelValues("di", "up").Inc()
+		if d.grantc != nil {
+			select {
+			case d.grantc <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// checkLow queues an EPOCH_REQ for the pool of sid when it fell below its low-water mark
+// and none is outstanding (the caller holds lock).
+func (d *Device) checkLow(sid uint16) {
+	p := d.pool[sid]
+	if p == nil || !p.NeedsReplenish() || d.pending[sid] {
+		return
+	}
+	select {
+	case d.reqc <- sid:
+		d.pending[sid] = true
+	default:
+	}
+}
+
+// replenishLoop sends the EPOCH_REQs off the packet path and installs the grants; a failed
+// request may be repeated after a second.
+func (d *Device) replenishLoop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-d.stop; cancel() }()
+	for {
+		select {
+		case <-d.stop:
+			return nil
+		case sid := <-d.reqc:
+			d.cfg.Metrics.EpochsRequested.WithLabelValues("di", "up").Inc()
+			rctx, rcancel := context.WithTimeout(ctx, epochRequestTimeout)
+			k, err := d.cfg.Control.RequestEpoch(rctx, d.cfg.Keys.Session, sid)
+			rcancel()
+			if err == nil {
+				err = d.InstallGrant(k)
+			}
+			if err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrRekeyDue) {
+				d.cfg.Metrics.RekeysDue.WithLabelValues("di").Inc()
+			}
+			d.cfg.Log.Warn("upload epoch not granted", "err", err)
+			go func() { // let the pool ask again later
+				select {
+				case <-d.stop:
+				case <-time.After(time.Second):
+				}
+				mu := d.lock()
+				mu.Lock()
+				delete(d.pending, sid)
+				mu.Unlock()
+			}()
+		}
+	}
+}
+
+// park holds a packet whose pool is empty for the grant (spec §3.10: ≤ exhaust_queue_ms);
+// false when every slot is taken or the packet does not fit.
+func (d *Device) park(pkt []byte) bool {
+	if len(pkt) > parkSlotSize-lois.Headroom {
+		return false
+	}
+	select {
+	case pk := <-d.free:
+		pk.n = copy(pk.buf[lois.Headroom:], pkt)
+		pk.deadline = time.Now().Add(d.cfg.ExhaustQueue)
+		d.parkc <- pk
+		d.cfg.Metrics.ExhaustQueued.WithLabelValues("di").Inc()
+		return true
+	default:
+		return false
+	}
+}
+
+// parkLoop sends held packets when a grant fills their pool and drops those whose wait
+// reached exhaust_queue_ms (counted exhausted; a keystream is never reused, D-20).
+func (d *Device) parkLoop() error {
+	var q []*parked
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var tc <-chan time.Time
+		if len(q) > 0 {
+			timer.Reset(time.Until(q[0].deadline))
+			tc = timer.C
+		}
+		retry := false
+		select {
+		case <-d.stop:
+			return nil
+		case pk := <-d.parkc:
+			q = append(q, pk)
+		case <-d.grantc:
+			retry = true
+		case <-tc:
+		}
+		kept := q[:0]
+		now := time.Now()
+		for _, pk := range q {
+			sent := false
+			if retry {
+				sent = d.sendParked(pk)
+			}
+			switch {
+			case sent:
+			case !now.Before(pk.deadline):
+				d.up.inc(contract.ResultExhausted)
+			default:
+				kept = append(kept, pk)
+				continue
+			}
+			d.free <- pk
+		}
+		clear(q[len(kept):])
+		q = kept
+	}
+}
+
+// sendParked hides and sends a held packet; false if its pool is still empty.
+func (d *Device) sendParked(pk *parked) bool {
+	mu := d.lock()
+	mu.Lock()
+	off, err := d.core.HideUpload(pk.buf[:lois.Headroom+pk.n], lois.Headroom, d.clk.now())
+	mu.Unlock()
+	if errors.Is(err, lois.ErrExhausted) {
+		return false
+	}
+	if err != nil {
+		d.up.inc(contract.Result(err))
+		return true
+	}
+	if _, err := d.cfg.Wire.WriteToUDPAddrPort(pk.buf[off:lois.Headroom+pk.n], d.cfg.Cloud); err != nil {
+		d.up.inc(contract.ResultIOError)
+		return true
+	}
+	d.up.inc(contract.ResultOK)
+	return true
 }
 
 // Run moves packets until ctx ends.
 func (d *Device) Run(ctx context.Context) error {
 	d.cfg.Log.Info("device interface running", "cloud", d.cfg.Cloud.String(), "services", len(d.pool))
 	loops := []func() error{d.upload, d.download}
+	if d.reqc != nil {
+		loops = append(loops, d.replenishLoop, d.parkLoop)
+	}
 	if d.pad != nil {
 		loops = append(loops, d.padLoop)
 	}
@@ -135,16 +390,21 @@ func (d *Device) padLoop() error {
 func (d *Device) tick(now time.Time) {
 	d.clk.set(now)
 	d.down.gc(now.Unix(), d.cfg.Metrics, "down")
+	mu := d.lock() // measured rates set the low-water marks (spec §3.12)
+	mu.Lock()
+	for _, p := range d.pool {
+		p.Measure(now.Unix(), d.cfg.LowWaterMin)
+	}
+	mu.Unlock()
 }
 
 // poolGauge reports the unused upload keystreams of every service summed (a service id is
 // what LOIS hides from the network: never a label); the upload loop, which owns the pools,
 // calls it (holding the pad lock when the pad loop shares them).
 func (d *Device) poolGauge() {
-	if d.pad != nil {
-		d.pad.mu.Lock()
-		defer d.pad.mu.Unlock()
-	}
+	mu := d.lock()
+	mu.Lock()
+	defer mu.Unlock()
 	total := 0
 	for _, p := range d.pool {
 		total += p.Len()
@@ -152,9 +412,10 @@ func (d *Device) poolGauge() {
 	d.cfg.Metrics.Pool.WithLabelValues("up").Set(float64(total))
 }
 
-// upload hides every packet the device sends to the cloud (spec §3.9 DI upload). An empty
-// pool drops the packet (counted "exhausted"): pre-provisioned keys have no EPOCH_REQ to
-// wait for, and a keystream is never reused (D-20).
+// upload hides every packet the device sends to the cloud (spec §3.9 DI upload). A pool
+// below its low-water mark asks for an epoch (with Control); a packet that finds its pool
+// empty is held for the grant (park), or without Control dropped at once (counted
+// "exhausted"); a keystream is never reused (D-20).
 func (d *Device) upload() error {
 	buf := make([]byte, lois.Headroom+contract.MaxDatagram)
 	var last int64
@@ -171,15 +432,24 @@ func (d *Device) upload() error {
 			if _, ok := plainParse(buf[off : off+n]); !ok || [4]byte(buf[off+16:off+20]) != d.cfg.Core.CIP {
 				err = lois.ErrNotLOIS
 			}
-		} else if d.pad != nil {
-			d.pad.mu.Lock()
-			if n >= 40 && [4]byte(buf[off+16:off+20]) == d.cfg.Core.CIP {
+		} else {
+			sid := uint16(0)
+			if n >= 40 {
+				sid = binary.BigEndian.Uint16(buf[off+20+2:]) // dst port; HideUpload refuses IHL ≠ 5
+			}
+			mu := d.lock()
+			mu.Lock()
+			if d.pad != nil && n >= 40 && [4]byte(buf[off+16:off+20]) == d.cfg.Core.CIP {
 				d.pad.real(buf[off:off+n], time.Now().UnixNano())
 			}
 			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
-			d.pad.mu.Unlock()
-		} else {
-			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+			if d.reqc != nil && n >= 40 {
+				d.checkLow(sid)
+			}
+			mu.Unlock()
+			if errors.Is(err, lois.ErrExhausted) && d.reqc != nil && d.park(buf[lois.Headroom:lois.Headroom+n]) {
+				continue
+			}
 		}
 		if err != nil {
 			d.up.inc(contract.Result(err))

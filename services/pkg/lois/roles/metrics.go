@@ -16,6 +16,11 @@ type Metrics struct {
 	GC       prometheus.Counter
 	Cover    *prometheus.CounterVec // role: STP cover bytes sent
 	Sessions *prometheus.GaugeVec   // role: device sessions installed (ci, si)
+	// Replenishment (spec §3.12).
+	EpochsRequested *prometheus.CounterVec // role (di, si), dir
+	EpochsGranted   *prometheus.CounterVec // role (registrar, di, si), dir
+	ExhaustQueued   *prometheus.CounterVec // role
+	RekeysDue       *prometheus.CounterVec // role
 }
 
 // NewMetrics registers the metrics with reg (nil: unregistered, for tests).
@@ -35,9 +40,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Stochastic traffic padding: cover bytes sent (IP length before hiding)."}, []string{"role"}),
 		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: contract.MetricSessions,
 			Help: "Device sessions whose keystreams this role has installed."}, []string{"role"}),
+		EpochsRequested: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricEpochsRequested,
+			Help: "Keystream epochs asked for: EPOCH_REQ sent by a DI, low-water events published by an SI."}, []string{"role", "dir"}),
+		EpochsGranted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricEpochsGranted,
+			Help: "Keystream epochs granted (registrar) or activated (DI, SI) after every receiver installed them."}, []string{"role", "dir"}),
+		ExhaustQueued: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricExhaustQueued,
+			Help: "Packets held while their pool was empty, waiting for a grant (sent when it comes, else dropped as exhausted)."}, []string{"role"}),
+		RekeysDue: prometheus.NewCounterVec(prometheus.CounterOpts{Name: contract.MetricRekeysDue,
+			Help: "Epoch grants refused because the session's seed reached its age or keystream limit (a new HELLO is needed)."}, []string{"role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Packets, m.Pool, m.DVT, m.DVTBytes, m.GC, m.Cover, m.Sessions)
+		reg.MustRegister(m.Packets, m.Pool, m.DVT, m.DVTBytes, m.GC, m.Cover, m.Sessions,
+			m.EpochsRequested, m.EpochsGranted, m.ExhaustQueued, m.RekeysDue)
 	}
 	return m
 }

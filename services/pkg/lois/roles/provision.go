@@ -29,6 +29,9 @@ type Provision struct {
 	// Registrar is the deduplicating table (DVTConfig.Dedup) shared by every session of
 	// the cloud; nil gives a fresh one for this session alone.
 	Registrar *lois.DVT
+	// KeepSeed returns the seed in Provisioned.Seed: the live registrar derives later
+	// epochs of the session from it (spec §3.12). Keys files never carry it.
+	KeepSeed bool
 }
 
 // Provisioned are the keys files of one session.
@@ -36,6 +39,7 @@ type Provisioned struct {
 	Device *contract.Keys
 	Cloud  *contract.Keys
 	Server []*contract.Keys // one per SI replica
+	Seed   *[lois.SeedSize]byte // only with KeepSeed; the caller wipes it
 }
 
 // Run derives and registers the session's streams.
@@ -86,6 +90,10 @@ func (p Provision) Run(now time.Time) (*Provisioned, error) {
 				ci.Streams = append(ci.Streams, rec)
 			}
 		}
+	}
+	if p.KeepSeed {
+		out.Seed = new([lois.SeedSize]byte)
+		*out.Seed = seed
 	}
 	for r := range replicas {
 		k := base

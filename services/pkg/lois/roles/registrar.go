@@ -21,7 +21,7 @@ import (
 // contract.StreamSessions).
 func EnsureSessionStream(ctx context.Context, js jetstream.JetStream, replicas int, maxAge time.Duration) error {
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamSessions,
-		Subjects: []string{contract.SubjectSessions()}, Storage: jetstream.MemoryStorage, Replicas: max(1, replicas),
+		Subjects: []string{contract.SubjectSessions(), contract.SubjectEpochs()}, Storage: jetstream.MemoryStorage, Replicas: max(1, replicas),
 		MaxAge: maxAge, Duplicates: 2 * time.Minute, MaxMsgSize: 8 << 20})
 	if err != nil {
 		return fmt.Errorf("ensure stream %s: %w", contract.StreamSessions, err)
@@ -40,8 +40,47 @@ type Registrar struct {
 	Table *lois.DVT
 	// Replicas names the CI replicas and SIs whose acks a session waits for.
 	Replicas []string
+	// Rekey bounds each session's seed (spec §3.12: 24 h or 2³² keystreams by default); a
+	// grant that would pass them is refused with ErrRekeyDue.
+	Rekey lois.RekeyLimits
+	// Metrics, if set, counts grants and refusals (role "registrar").
+	Metrics  *Metrics
 	mu       sync.Mutex
+	sessions map[string]*regSession
 }
+
+// regSession is what the registrar keeps of an open session to derive its later epochs: the
+// seed (in memory only, never in a record), the record's device fields, the epoch counter
+// and the seed's use (spec §3.12).
+type regSession struct {
+	seed     [lois.SeedSize]byte
+	base     contract.Keys // no streams
+	services map[uint16]bool
+	n        uint32
+	lifetime time.Duration
+	epoch    uint32 // the newest epoch derived; each grant takes the next
+	rekey    lois.Rekey
+	device   DeviceLink
+}
+
+// DeviceLink carries a download EPOCH_GRANT to the session's DI and returns once the DI has
+// installed it (its ack, spec §3.12). The HELLO/EPOCH API over mutual TLS (§10) is not built:
+// in process a *Device is the link.
+type DeviceLink interface {
+	InstallGrant(k *contract.Keys) error
+}
+
+// EpochClient is the DI's side of EPOCH_REQ: it returns the device's copy of a new upload
+// epoch of (session, sid) once every replica installed it. *Registrar implements it.
+type EpochClient interface {
+	RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error)
+}
+
+// Replenishment errors.
+var (
+	ErrRekeyDue       = errors.New("lois registrar: the session's seed is due for a new HELLO (24 h or its keystream limit)")
+	ErrUnknownSession = errors.New("lois registrar: unknown session or service")
+)
 
 // ErrNotInstalled: a replica did not acknowledge in time; the device must not use the
 // session.
@@ -51,25 +90,174 @@ var ErrNotInstalled = errors.New("lois registrar: session not installed by every
 func (r *Registrar) Open(ctx context.Context, p Provision) (*contract.Keys, error) {
 	r.mu.Lock()
 	p.Registrar = r.Table
-	prov, err := p.Run(time.Now())
-	r.mu.Unlock()
+	p.KeepSeed = true
+	now := time.Now()
+	prov, err := p.Run(now)
 	if err != nil {
+		r.mu.Unlock()
 		return nil, err
 	}
 	rec := *prov.Server[0]
 	rec.Replica = 0
-	data, err := json.Marshal(&rec)
+	ss := &regSession{seed: *prov.Seed, base: rec, services: map[uint16]bool{}, n: p.N, lifetime: p.Lifetime, epoch: p.Epoch,
+		rekey: lois.Rekey{Start: now.Unix(), Used: 2 * uint64(p.N) * uint64(len(p.Services))}}
+	clear(prov.Seed[:])
+	ss.base.Streams = nil
+	for _, sid := range p.Services {
+		ss.services[sid] = true
+	}
+	if r.sessions == nil {
+		r.sessions = map[string]*regSession{}
+	}
+	r.sessions[rec.Session] = ss
+	r.mu.Unlock()
+	if err := r.publishAndWait(ctx, contract.SubjectSessionOpen(r.Cloud), &rec, p.Epoch); err != nil {
+		r.Close(rec.Session)
+		return nil, err
+	}
+	return prov.Device, nil
+}
+
+// Attach names the DI link of a session for its download grants.
+func (r *Registrar) Attach(session string, link DeviceLink) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ss := r.sessions[session]; ss != nil {
+		ss.device = link
+	}
+}
+
+// RequestEpoch is EPOCH_REQ for an upload pool (spec §3.12): the next epoch of the session's
+// seed for (sid, up) — a new stream key, so fresh indices; a pool is never refilled by
+// reusing any — is deduplicated, published and installed at every replica before the DI gets
+// it (install before use, §3.2).
+func (r *Registrar) RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error) {
+	rec, epoch, _, err := r.derive(session, sid, lois.Up)
 	if err != nil {
 		return nil, err
 	}
-	defer clear(data)
-	sub, err := r.JS.Conn().SubscribeSync(contract.SubjectAcks(r.Cloud, rec.Session, p.Epoch))
-	if err != nil {
+	if err := r.publishAndWait(ctx, contract.SubjectEpochGrant(r.Cloud), rec, epoch); err != nil {
 		return nil, err
+	}
+	r.granted(lois.Up)
+	dev := *rec
+	dev.Replicas, dev.Replica = 0, 0
+	return &dev, nil
+}
+
+// GrantDownload answers an SI's low-water event (spec §3.12): the next download epoch of
+// (session, sid) goes to the DI first (EPOCH_GRANT; the link returns on the DI's ack), and
+// only then to the SIs, which activate it when they install it: no SI sends with an epoch
+// the DI has not installed.
+func (r *Registrar) GrantDownload(ctx context.Context, session string, sid uint16) error {
+	rec, epoch, link, err := r.derive(session, sid, lois.Down)
+	if err != nil {
+		return err
+	}
+	if link == nil {
+		return fmt.Errorf("%w: no device link for session", ErrUnknownSession)
+	}
+	dev := *rec
+	dev.Replicas, dev.Replica = 0, 0
+	if err := link.InstallGrant(&dev); err != nil {
+		return fmt.Errorf("device did not install the grant: %w", err)
+	}
+	if err := r.publishAndWait(ctx, contract.SubjectEpochGrant(r.Cloud), rec, epoch); err != nil {
+		return err
+	}
+	r.granted(lois.Down)
+	return nil
+}
+
+// ServeLowWater answers the SIs' low-water events of the cloud until ctx ends.
+func (r *Registrar) ServeLowWater(ctx context.Context, log *slog.Logger) error {
+	sub, err := r.JS.Conn().SubscribeSync(contract.SubjectLowWaters(r.Cloud))
+	if err != nil {
+		return err
 	}
 	defer sub.Unsubscribe()
-	if err := natsx.Publish(ctx, r.JS, contract.SubjectSessionOpen(r.Cloud), fmt.Sprintf("%s.%d", rec.Session, p.Epoch), data, nil); err != nil {
-		return nil, err
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		session, sid, err := contract.ParseLowWater(r.Cloud, m.Subject)
+		if err != nil {
+			log.Warn("low-water event dropped", "err", err)
+			continue
+		}
+		if err := r.GrantDownload(ctx, session, sid); err != nil && ctx.Err() == nil {
+			log.Warn("download epoch not granted", "err", err)
+		}
+	}
+}
+
+func (r *Registrar) granted(d lois.Dir) {
+	if r.Metrics != nil {
+		r.Metrics.EpochsGranted.WithLabelValues("registrar", d.String()).Inc()
+	}
+}
+
+// derive registers the next epoch of (session, sid, dir) on the deduplicating table and
+// returns its record (the session's fields, Grant set, the one stream).
+func (r *Registrar) derive(session string, sid uint16, d lois.Dir) (*contract.Keys, uint32, DeviceLink, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ss := r.sessions[session]
+	if ss == nil || !ss.services[sid] {
+		return nil, 0, nil, ErrUnknownSession
+	}
+	now := time.Now()
+	if !ss.rekey.Allows(now.Unix(), uint64(ss.n), r.Rekey) {
+		if r.Metrics != nil {
+			r.Metrics.RekeysDue.WithLabelValues("registrar").Inc()
+		}
+		return nil, 0, nil, ErrRekeyDue
+	}
+	ss.epoch++
+	st := lois.Stream{Key: lois.StreamKey(ss.seed, d, sid, ss.epoch), Dir: d, SID: sid, Epoch: ss.epoch, N: ss.n,
+		Expiry: now.Add(ss.lifetime).Unix()}
+	defer clear(st.Key[:])
+	r.Table.GC(now.Unix()) // expired sessions' entries leave the dedup set
+	if _, err := r.Table.Register(&st); err != nil {
+		return nil, 0, nil, fmt.Errorf("register %v epoch %d of sid %d: %w", d, st.Epoch, sid, err)
+	}
+	ss.rekey.Used += uint64(ss.n)
+	rec := ss.base
+	rec.Grant = true
+	rec.Created = now.Unix()
+	rec.Streams = []contract.Stream{contract.FromCore(&st)}
+	return &rec, st.Epoch, ss.device, nil
+}
+
+// Close forgets a session (its seed is wiped); its entries expire at the replicas.
+func (r *Registrar) Close(session string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ss := r.sessions[session]; ss != nil {
+		clear(ss.seed[:])
+		delete(r.sessions, session)
+	}
+}
+
+// publishAndWait publishes a record (Nats-Msg-Id session.epoch) and returns once every
+// replica acknowledged installing it.
+func (r *Registrar) publishAndWait(ctx context.Context, subject string, rec *contract.Keys, epoch uint32) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	defer clear(data)
+	sub, err := r.JS.Conn().SubscribeSync(contract.SubjectAcks(r.Cloud, rec.Session, epoch))
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := natsx.Publish(ctx, r.JS, subject, fmt.Sprintf("%s.%d", rec.Session, epoch), data, nil); err != nil {
+		return err
 	}
 	pending := map[string]bool{}
 	for _, n := range r.Replicas {
@@ -78,11 +266,11 @@ func (r *Registrar) Open(ctx context.Context, p Provision) (*contract.Keys, erro
 	for len(pending) > 0 {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %d waiting (%v)", ErrNotInstalled, len(pending), err)
+			return fmt.Errorf("%w: %d waiting (%v)", ErrNotInstalled, len(pending), err)
 		}
 		delete(pending, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
 	}
-	return prov.Device, nil
+	return nil
 }
 
 // Installer is a replica's side of a session record.
@@ -104,7 +292,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, rep
 		_ = js.DeleteConsumer(dctx, contract.StreamSessions, durable)
 	}()
 	return natsx.Consume(ctx, js, natsx.ConsumerSpec{Stream: contract.StreamSessions, Durable: durable,
-		Filters: []string{contract.SubjectSessionOpen(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+		Filters: []string{contract.SubjectSessionOpen(cloud), contract.SubjectEpochGrant(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 		rec, err := contract.ParseKeys(m.Data())
 		if err != nil {
 			log.Warn("session record dropped", "err", err)

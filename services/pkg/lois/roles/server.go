@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,15 +35,39 @@ type ServerConfig struct {
 	Plain bool
 	// STP, if set, pads each session's downloads (spec §4).
 	STP *lois.STPConfig
+	// LowWater, if set, announces that a session's download pool of a service fell below
+	// its low-water mark (spec §3.12; the daemon publishes contract.SubjectLowWater). Once
+	// per pool until an epoch is installed, again after LowWaterRetry.
+	LowWater      func(session string, sid uint16) error
+	LowWaterRetry time.Duration // default 5 s
+	// LowWaterMin is the floor of the low-water mark (default 64, spec §3.12).
+	LowWaterMin int
 }
 
 // serverSession is one device session at this SI: its download pools (this replica's
 // partition) and the DI's wire address.
 type serverSession struct {
-	pools lois.Pools
-	byID  map[uint16]*lois.Pool
-	wire  netip.AddrPort
-	pad   *padder // nil without STP; its mu guards pools against the pad loop
+	session string
+	pools   lois.Pools
+	byID    map[uint16]*lois.Pool
+	wire    netip.AddrPort
+	pad     *padder // nil without STP; its mu then guards the pools (lock)
+	mu      sync.Mutex
+	low     map[uint16]int64 // unix second a low-water event went out, by SID; guarded by lock
+}
+
+// lock is the mutex of the session's pools: the pad's when the pad loop shares them.
+func (ss *serverSession) lock() *sync.Mutex {
+	if ss.pad != nil {
+		return &ss.pad.mu
+	}
+	return &ss.mu
+}
+
+// lowEvent is one low-water announcement for the low-water loop.
+type lowEvent struct {
+	session string
+	sid     uint16
 }
 
 // Server is a running SI.
@@ -52,7 +77,10 @@ type Server struct {
 	up        lockedDVT
 	sessions  atomic.Pointer[map[[4]byte]*serverSession] // by DIP (D-22: one session per device address here)
 	mine      map[uint16]bool
-	installed map[string]bool // sessions, guarded by up.mu
+	installed map[string]bool // session and epoch records (recordKey), guarded by up.mu
+	bySession map[string]*serverSession
+	nSessions int
+	lowc      chan lowEvent
 	upC, dnC  counters
 	seen      recentIDs
 	clk       clock
@@ -74,7 +102,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), mine: mine, installed: map[string]bool{}, ex: exID(cfg.Core)}
+	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), mine: mine, installed: map[string]bool{},
+		bySession: map[string]*serverSession{}, lowc: make(chan lowEvent, 64), ex: exID(cfg.Core)}
+	if s.cfg.LowWaterRetry <= 0 {
+		s.cfg.LowWaterRetry = 5 * time.Second
+	}
+	if s.cfg.LowWaterMin <= 0 {
+		s.cfg.LowWaterMin = lois.LowWaterMark(0)
+	}
 	s.up.t = t
 	s.sessions.Store(&map[[4]byte]*serverSession{})
 	s.stop = make(stopper)
@@ -83,7 +118,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, err
 		}
 	}
-	cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(len(s.installed)))
+	cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
 	s.upC = cfg.Metrics.counters("si", "up")
 	s.dnC = cfg.Metrics.counters("si", "down")
 	s.clk.set(time.Now())
@@ -96,8 +131,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) InstallSession(k *contract.Keys) error {
 	s.up.mu.Lock()
 	defer s.up.mu.Unlock()
-	if s.installed[k.Session] {
+	key := recordKey(k)
+	if s.installed[key] {
 		return nil
+	}
+	if k.Grant {
+		return s.installGrant(k, key)
 	}
 	dip, err := netip.ParseAddr(k.DeviceIP)
 	wire, werr := netip.ParseAddrPort(k.DeviceWire)
@@ -107,12 +146,13 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	if _, err := install(s.up.t, []*contract.Keys{k}, "up", func(sid uint16) bool { return s.mine[sid] }); err != nil {
 		return err
 	}
-	s.installed[k.Session] = true
-	s.cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(len(s.installed)))
+	s.installed[key] = true
+	s.nSessions++
+	s.cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
 	if k.Replica < 0 {
 		return nil
 	}
-	ss := &serverSession{wire: wire, byID: map[uint16]*lois.Pool{}}
+	ss := &serverSession{session: k.Session, wire: wire, byID: map[uint16]*lois.Pool{}, low: map[uint16]int64{}}
 	if s.cfg.STP != nil && !s.cfg.Plain {
 		if ss.pad, err = newPadder(*s.cfg.STP); err != nil {
 			return err
@@ -126,16 +166,10 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 		if err != nil {
 			return err
 		}
-		p := ss.byID[st.SID]
-		if p == nil {
-			p = &lois.Pool{}
-			ss.byID[st.SID] = p
-			ss.pools.Set(st.SID, p)
-		}
-		// Only this replica's indices: two replicas never hold one keystream (§3.11).
-		p.Add(&st, k.Replicas, k.Replica, st.Expiry-int64(s.cfg.Margin/time.Second))
+		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin)
 		clear(st.Key[:])
 	}
+	s.bySession[k.Session] = ss
 	// Copy on write: the download loop reads the map without a lock. A session's pools
 	// belong to the download loop once published.
 	old := *s.sessions.Load()
@@ -152,6 +186,9 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 func (s *Server) Run(ctx context.Context) error {
 	s.cfg.Log.Info("server interface running", "sessions", len(*s.sessions.Load()), "services", len(s.cfg.Ports))
 	loops := []func() error{s.upload, s.download}
+	if s.cfg.LowWater != nil && !s.cfg.Plain {
+		loops = append(loops, s.lowWaterLoop)
+	}
 	if s.cfg.STP != nil && !s.cfg.Plain {
 		loops = append(loops, s.padLoop)
 	}
@@ -192,6 +229,14 @@ func (s *Server) padLoop() error {
 func (s *Server) tick(now time.Time) {
 	s.clk.set(now)
 	s.up.gc(now.Unix(), s.cfg.Metrics, "up")
+	for _, ss := range *s.sessions.Load() { // measured rates set the low-water marks
+		mu := ss.lock()
+		mu.Lock()
+		for _, p := range ss.byID {
+			p.Measure(now.Unix(), s.cfg.LowWaterMin)
+		}
+		mu.Unlock()
+	}
 }
 
 // upload is SI upload (spec §3.9 Step 2b): recover and deliver to the local stack.
@@ -235,15 +280,23 @@ func (s *Server) download() error {
 			} else {
 				plainRewrite(pkt, ihl, 12, 0, s.cfg.Core.CIP, sid)
 			}
-		} else if ss.pad != nil {
-			ss.pad.mu.Lock()
-			if _, ok := s.cfg.Ports[binary.BigEndian.Uint16(pkt[20:])]; ok && n >= 40 {
-				ss.pad.real(pkt, time.Now().UnixNano())
-			}
-			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
-			ss.pad.mu.Unlock()
 		} else {
-			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+			mu := ss.lock()
+			mu.Lock()
+			srvPort := binary.BigEndian.Uint16(pkt[20:])
+			if ss.pad != nil && n >= 40 {
+				if _, ok := s.cfg.Ports[srvPort]; ok {
+					ss.pad.real(pkt, time.Now().UnixNano())
+				}
+			}
+			now := s.clk.now()
+			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, now)
+			if s.cfg.LowWater != nil {
+				if sid, ok := s.cfg.Ports[srvPort]; ok {
+					s.checkLow(ss, sid, now)
+				}
+			}
+			mu.Unlock()
 		}
 		if err != nil {
 			s.dnC.inc(contract.Result(err))
@@ -258,17 +311,92 @@ func (s *Server) download() error {
 			last = now
 			total := 0 // every session and service summed: a service id is never a label
 			for _, ss := range *s.sessions.Load() {
-				if ss.pad != nil {
-					ss.pad.mu.Lock()
-				}
+				mu := ss.lock()
+				mu.Lock()
 				for _, p := range ss.byID {
 					total += p.Len()
 				}
-				if ss.pad != nil {
-					ss.pad.mu.Unlock()
-				}
+				mu.Unlock()
 			}
 			s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 		}
+	}
+}
+
+// add puts this replica's partition of a download stream into the session's pool of its
+// service (the caller holds the pools' lock once the session is published).
+func (ss *serverSession) add(st *lois.Stream, replicas, replica int, margin time.Duration) {
+	p := ss.byID[st.SID]
+	if p == nil {
+		p = &lois.Pool{}
+		ss.byID[st.SID] = p
+		ss.pools.Set(st.SID, p)
+	}
+	// Only this replica's indices: two replicas never hold one keystream (§3.11).
+	p.Add(st, replicas, replica, st.Expiry-int64(margin/time.Second))
+	delete(ss.low, st.SID) // a new epoch: the next low-water event may go out
+}
+
+// installGrant installs an epoch record of an open session (spec §3.12; the caller holds
+// up.mu): upload streams of this SI's services go into its table; a download stream goes into
+// the session's pool — the activation, which the registrar publishes only after the DI
+// acknowledged the grant.
+func (s *Server) installGrant(k *contract.Keys, key string) error {
+	if _, err := install(s.up.t, []*contract.Keys{k}, "up", func(sid uint16) bool { return s.mine[sid] }); err != nil {
+		return err
+	}
+	s.installed[key] = true
+	ss := s.bySession[k.Session]
+	if ss == nil || k.Replica < 0 {
+		return nil // outside the partition, or a session this SI never held
+	}
+	for i := range k.Streams {
+		if k.Streams[i].Dir != "down" || !s.mine[k.Streams[i].SID] {
+			continue
+		}
+		st, err := k.Streams[i].Core()
+		if err != nil {
+			return err
+		}
+		mu := ss.lock()
+		mu.Lock()
+		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin)
+		mu.Unlock()
+		clear(st.Key[:])
+		s.cfg.Metrics.EpochsGranted.WithLabelValues("si", "down").Inc()
+	}
+	return nil
+}
+
+// lowWaterLoop sends the download loop's low-water events (spec §3.12) off the packet path.
+func (s *Server) lowWaterLoop() error {
+	for {
+		select {
+		case <-s.stop:
+			return nil
+		case e := <-s.lowc:
+			if err := s.cfg.LowWater(e.session, e.sid); err != nil {
+				s.cfg.Log.Warn("low-water event not sent", "err", err)
+				continue
+			}
+			s.cfg.Metrics.EpochsRequested.WithLabelValues("si", "down").Inc()
+		}
+	}
+}
+
+// checkLow queues a low-water event for the pool of sid when it fell below its mark and no
+// event is outstanding (the caller holds the session's pools lock).
+func (s *Server) checkLow(ss *serverSession, sid uint16, now int64) {
+	p := ss.byID[sid]
+	if p == nil || !p.NeedsReplenish() {
+		return
+	}
+	if at, ok := ss.low[sid]; ok && now-at < int64(s.cfg.LowWaterRetry/time.Second) {
+		return
+	}
+	select {
+	case s.lowc <- lowEvent{ss.session, sid}:
+		ss.low[sid] = now
+	default:
 	}
 }
