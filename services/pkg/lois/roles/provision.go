@@ -38,7 +38,7 @@ type Provision struct {
 type Provisioned struct {
 	Device *contract.Keys
 	Cloud  *contract.Keys
-	Server []*contract.Keys // one per SI replica
+	Server []*contract.Keys     // one per SI replica
 	Seed   *[lois.SeedSize]byte // only with KeepSeed; the caller wipes it
 }
 
