@@ -97,6 +97,11 @@ func TestStores(t *testing.T) {
 			if u, _ := s.Users(ctx, 7, 39, 1); len(u) != 1 || u[0] != adm[39].User {
 				t.Fatalf("users from 39 = %q", u)
 			}
+			// A round without a real command gets one empty M10 batch; its lookup must succeed
+			// (an empty HMGET is a Redis error, and the round never completed).
+			if u, err := s.Users(ctx, 9, 0, 0); err != nil || len(u) != 0 {
+				t.Fatalf("users of an empty batch = %q, %v; want none, no error", u, err)
+			}
 			s.PutSlots(ctx, 7, 2, []byte("slots"))
 			if b, _ := s.Slots(ctx, 7, 2); !bytes.Equal(b, []byte("slots")) {
 				t.Fatal("slots")
