@@ -21,7 +21,9 @@ import (
 )
 
 const (
-	devicesPerVendor = 48
+	// devicesPerVendor bound the real commands of a round (q = 1 per device), so the largest
+	// load phase needs as many as its users can use.
+	devicesPerVendor = 320
 	// baseUsers drive the upgrade and key-rotation phases.
 	baseUsers = 8
 )

@@ -26,17 +26,19 @@ const (
 	scaleTokens = 8 * scaleBaseUsers
 )
 
-// scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 32
-// commands per round (δ 8, jitter 8, so the largest draw 8 × 32 + 16 = 272 fits K_v = 320), a
+// scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 64
+// commands per round (δ 8, jitter 8, so the largest draw 8 × 64 + 16 = 528 fits K_v = 544), a
 // hold of ten periods, and decryption workers of 50 millicores that scale on one pending
-// message each. ×1 (≈ 30 real commands a round) fits the base class; ×4 and ×8 burst until the
-// class holds them; back at ×1 every round is mostly fakes and the class comes down.
+// message (256 entries) each. Users wait for each answer, so they fall into every other round:
+// ×1 (64 users, ≤ 64 real commands a round) fits the base class; ×4 (≤ 256) and ×8 (≤ 320, one
+// per device) burst until the class holds them; back at ×1 every round is mostly fakes and
+// the class comes down.
 const scaleRound = `{"spec":{"delta":8,
   "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
   "decryptWorkers":{"min":1,"max":3,"targetLag":1,"autoscaler":"Operator",
     "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
 
-const scaleVendor = `{"spec":{"capacity":{"base":32,"jitter":8}}}`
+const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
 
 // ScalePhase is one load level of the scaling run and what the platform did during it.
 type ScalePhase struct {
