@@ -22,13 +22,23 @@ type Lease struct {
 	log *slog.Logger
 }
 
-// NewLease opens (creating if needed) the lease bucket; id names this replica in the key.
+// NewLease opens (creating if needed) the lease bucket; id names this replica in the key. It
+// retries with backoff until ctx ends: on a JetStream cluster a replicated bucket's creation
+// waits for its group to elect a leader, which can outlast one request's timeout while every
+// role of a deployment starts at once or a node is down.
 func NewLease(ctx context.Context, js jetstream.JetStream, bucket, key, id string, ttl time.Duration, log *slog.Logger) (*Lease, error) {
-	kv, err := EnsureKV(ctx, js, bucket, ttl)
-	if err != nil {
-		return nil, err
+	wait := 100 * time.Millisecond
+	for {
+		kv, err := EnsureKV(ctx, js, bucket, ttl)
+		if err == nil {
+			return &Lease{kv: kv, key: key, id: id, ttl: ttl, log: log}, nil
+		}
+		log.Warn("lease bucket not ready, retrying", "bucket", bucket, "err", err)
+		if !clock.Sleep(ctx, wait) {
+			return nil, err
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return &Lease{kv: kv, key: key, id: id, ttl: ttl, log: log}, nil
 }
 
 // Lead campaigns until it holds the lease, then runs f, releases the lease and campaigns again;

@@ -24,6 +24,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Config describes a simulated deployment.
@@ -48,6 +49,10 @@ type Config struct {
 	// Execute is how long a device takes to execute a real command (a slow
 	// actuator); dummy slots cost nothing to execute.
 	Execute time.Duration
+	// Replicas is the replica count of every stream, bucket and object store the roles
+	// create (natsx.WithReplicas): 3 on a three-node JetStream cluster (NATSURL then lists
+	// its nodes, comma-separated); 0 means 1.
+	Replicas int
 }
 
 // Cluster is a running simulated deployment.
@@ -184,16 +189,24 @@ func userName(u int) string { return fmt.Sprintf("user%d", u) }
 func token(u int) string    { return fmt.Sprintf("token-%d-secret", u) }
 
 func (c *Cluster) connect(user string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.cfg.NATSURL, nats.UserInfo(user, c.cfg.Password(user)), nats.Name(user), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(c.cfg.NATSURL, nats.UserInfo(user, c.cfg.Password(user)), nats.Name(user), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", user, err)
 	}
-	js, err := jetstream.New(nc)
+	var opts []jetstream.JetStreamOpt
+	if c.cfg.Replicas > 1 {
+		// A replicated stream's creation waits for its group to elect a leader, and an API
+		// request during a node's loss for the election of a new one: longer than the
+		// default 5 s on a loaded machine.
+		opts = append(opts, jetstream.WithDefaultTimeout(20*time.Second))
+	}
+	js, err := jetstream.New(nc, opts...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
-	return nc, js, nil
+	return nc, natsx.WithReplicas(js, c.cfg.Replicas), nil
 }
 
 // RotateIntegratorKey adds a fresh integrator key under epoch, as a
