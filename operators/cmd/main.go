@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,14 @@ type PDAConfig struct {
 	Image                                string
 	ProxyNATSUser, ProxyNATSPasswordFile string
 	DBNATSUser, DBNATSPasswordFile       string
+	// ProxyPort is the proxy ingress's HTTPS (mTLS) port (--pda-proxy-port).
+	ProxyPort string
+}
+
+// pdaProxyPort is --pda-proxy-port (validated; 0 when empty: the default port).
+func (c Config) pdaProxyPort() int {
+	p, _ := strconv.Atoi(c.PDA.ProxyPort)
+	return p
 }
 
 // keyActivationDelay parses --key-activation-delay ("" or "0": the services' default).
@@ -109,6 +118,9 @@ func (c Config) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
 		}
+	}
+	if p, err := strconv.Atoi(c.PDA.ProxyPort); c.PDA.ProxyPort != "" && (err != nil || p < 1 || p > 65535) {
+		errs = append(errs, fmt.Errorf("--pda-proxy-port %q: want a port in 1..65535", c.PDA.ProxyPort))
 	}
 	if c.VaultAddress != "" {
 		u, err := url.Parse(c.VaultAddress)
@@ -183,6 +195,7 @@ func main() {
 	flag.StringVar(&cfg.LOISImage, "lois-image", envOr("OBSCURA_LOIS_IMAGE", ""), "image running the LOIS cloud interfaces (lois ci); with --nats-url the operator runs HeaderGateways' workloads (env OBSCURA_LOIS_IMAGE)")
 	flag.StringVar(&cfg.SDDRImage, "sddr-image", envOr("OBSCURA_SDDR_IMAGE", ""), "image running sddr (EncounterMailboxes' sddr mailbox) (env OBSCURA_SDDR_IMAGE)")
 	flag.StringVar(&cfg.PPSImage, "pps-image", envOr("OBSCURA_PPS_IMAGE", ""), "image running both PPS parties (pps broker, pps garbler); with --nats-url the operator runs SecurePipelines' workloads (env OBSCURA_PPS_IMAGE)")
+	flag.StringVar(&cfg.PDA.ProxyPort, "pda-proxy-port", envOr("OBSCURA_PDA_PROXY_PORT", "8443"), "HTTPS (mTLS) port of the PDA proxy ingress; on the node's network it must differ from the edge's port (env OBSCURA_PDA_PROXY_PORT)")
 	flag.StringVar(&cfg.PDA.ProxyNATSUser, "pda-proxy-nats-user", envOr("OBSCURA_PDA_PROXY_NATS_USER", ""), "the operator's NATS user in the PDA proxy account")
 	flag.StringVar(&cfg.PDA.ProxyNATSPasswordFile, "pda-proxy-nats-password-file", envOr("OBSCURA_PDA_PROXY_NATS_PASSWORD_FILE", ""), "file holding that user's password")
 	flag.StringVar(&cfg.PDA.DBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
@@ -261,7 +274,7 @@ func run(cfg Config) error {
 	if err := controller.SetupAll(mgr, controller.Options{
 		Runtime: rt,
 		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},
-		PDA:     controller.PDAOptions{Image: cfg.PDA.Image, Services: pdaServices},
+		PDA:     controller.PDAOptions{Image: cfg.PDA.Image, Services: pdaServices, ProxyPort: cfg.pdaProxyPort()},
 		// The broker's figures are scraped from its pods' metrics, which needs no credentials.
 		PPS:  controller.PPSOptions{Image: cfg.PPSImage, Services: ppsstatus.Metrics{}},
 		LOIS: controller.LOISOptions{Image: cfg.LOISImage, Services: loisstatus.Metrics{}},

@@ -81,7 +81,7 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 		job.Status.ShardSelector = sel.String()
 	}
 	objs := []client.Object{
-		proxyCM, pda.ServiceAccount(job, pda.ProxyDomain), proxy, pda.ProxyService(job), mixer, oracle,
+		proxyCM, pda.ServiceAccount(job, pda.ProxyDomain), proxy, pda.ProxyService(job, r.Platform), mixer, oracle,
 		dbCM, pda.ServiceAccount(job, pda.DBDomain), frontend, shardSet, pda.ShardService(job),
 	}
 	for _, o := range objs {

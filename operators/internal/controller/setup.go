@@ -52,6 +52,8 @@ type PDAOptions struct {
 	Image string
 	// Services reads the PDA services' progress and writes the shard ring; nil without NATS.
 	Services *pdastatus.Client
+	// ProxyPort is the proxy ingress's port (0: pda.ProxyPort).
+	ProxyPort int
 }
 
 // PPSOptions configures the SecurePipeline reconciler.
@@ -97,7 +99,7 @@ func (o Options) mohitoPlatform() mohito.Platform {
 
 // pdaPlatform is where the PDA workloads run.
 func (o Options) pdaPlatform() pda.Platform {
-	return pda.Platform{Image: o.PDA.Image, Runtime: o.Runtime}
+	return pda.Platform{Image: o.PDA.Image, ProxyPort: o.PDA.ProxyPort, Runtime: o.Runtime}
 }
 
 // ppsPlatform is where the PPS workloads run.

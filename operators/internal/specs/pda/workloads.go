@@ -63,6 +63,9 @@ const (
 type Platform struct {
 	// Image runs every PDA role (`pda proxy`, `pda db-shard`, …).
 	Image string
+	// ProxyPort is the proxy ingress's HTTPS (mTLS) port; 0 means ProxyPort. On the node's
+	// network it must differ from every other fixed port there (the edge's 8443 among them).
+	ProxyPort int
 	specs.Runtime
 }
 
@@ -306,28 +309,37 @@ func Proxy(job *pdav1.AggregationJob, pl Platform, hash string) *appsv1.Deployme
 		redis = DefaultProxyRedis
 	}
 	tls := SecretsDir + "/tls"
+	port := pl.proxyPort()
 	p := pod(job, ProxyDomain, RoleProxy, hash, specs.Pod{CPU: "500m", Memory: "256Mi", Redis: redis,
 		Dirs: []specs.SecretDir{{Volume: "tls", Dir: tls, Secret: TLSSecretName(job)}},
 		Env: []corev1.EnvVar{
-			{Name: specs.EnvListen, Value: ":" + strconv.Itoa(ProxyPort)},
+			{Name: specs.EnvListen, Value: ":" + strconv.Itoa(port)},
 			{Name: specs.Env("tls-cert"), Value: tls + "/" + corev1.TLSCertKey},
 			{Name: specs.Env("tls-key"), Value: tls + "/" + corev1.TLSPrivateKeyKey},
 			{Name: specs.Env("client-ca"), Value: tls + "/ca.crt"},
 		},
-		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: ProxyPort}},
+		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: int32(port)}},
 	})
 	return deployment(job, ProxyDomain, p, pl, replicas(job.Spec.Proxy), appsv1.RollingUpdateDeploymentStrategyType)
 }
 
-// ProxyService is what participants connect to (exposed further by an Ingress or a
-// LoadBalancer the proxy operator chooses).
-func ProxyService(job *pdav1.AggregationJob) *corev1.Service {
+// proxyPort is the ingress's port on this platform.
+func (p Platform) proxyPort() int {
+	if p.ProxyPort > 0 {
+		return p.ProxyPort
+	}
+	return ProxyPort
+}
+
+// ProxyService is what participants connect to (exposed further by an Ingress, a
+// LoadBalancer the proxy operator chooses, or the chart's edge with TLS passthrough).
+func ProxyService(job *pdav1.AggregationJob, pl Platform) *corev1.Service {
 	l := labels(job, RoleProxy)
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: Name(job, RoleProxy), Namespace: job.Spec.Proxy.Namespace, Labels: l},
 		Spec: corev1.ServiceSpec{
 			Selector: selector(l),
-			Ports:    []corev1.ServicePort{{Name: "https", Port: ProxyPort, TargetPort: intstr.FromString("https")}},
+			Ports:    []corev1.ServicePort{{Name: "https", Port: int32(pl.proxyPort()), TargetPort: intstr.FromInt32(int32(pl.proxyPort()))}},
 		},
 	}
 }

@@ -41,7 +41,7 @@ func TestProxyDomainGolden(t *testing.T) {
 	}
 	h := ParamsHash(proxy)
 	specstest.Golden(t, "proxy_domain.yaml", proxy, ServiceAccount(job, ProxyDomain), NATSSecret(job, ProxyDomain, []byte("not-a-real-password")),
-		Proxy(job, platform, h), ProxyService(job), Mixer(job, platform, h), Oracle(job, platform, h))
+		Proxy(job, platform, h), ProxyService(job, platform), Mixer(job, platform, h), Oracle(job, platform, h))
 }
 
 func TestDatabaseDomainGolden(t *testing.T) {
@@ -272,10 +272,16 @@ func domainOf(role string) Domain {
 
 // TestHostNetworkMode: on the node's network the PDA pods get what the Mohito pods get:
 // metrics and health on 127.0.0.1:0, exec probes of the pda binary, no declared port, the
-// proxy's fixed listener on 127.0.0.1 with SO_REUSEPORT.
+// proxy's fixed listener on 127.0.0.1 with SO_REUSEPORT, on the platform's proxy port (the
+// node's 8443 is the edge's), which its Service targets by number (no declared port to name).
 func TestHostNetworkMode(t *testing.T) {
 	pl := platform
 	pl.HostNetwork = true
+	pl.ProxyPort = 8453
+	job, _, _ := sample(t)
+	if svc := ProxyService(job, pl); svc.Spec.Ports[0].Port != 8453 || svc.Spec.Ports[0].TargetPort.IntValue() != 8453 {
+		t.Errorf("proxy Service ports %+v, want 8453 → 8453", svc.Spec.Ports)
+	}
 	for role, tpl := range pods(t, pl) {
 		c := tpl.Spec.Containers[0]
 		if !tpl.Spec.HostNetwork || len(c.Ports) != 0 {
@@ -294,7 +300,7 @@ func TestHostNetworkMode(t *testing.T) {
 			}
 		}
 		_, reuse := env[specs.EnvReusePort]
-		if role == RoleProxy && (env[specs.EnvListen] != "127.0.0.1:"+strconv.Itoa(ProxyPort) || !reuse) {
+		if role == RoleProxy && (env[specs.EnvListen] != "127.0.0.1:"+strconv.Itoa(pl.ProxyPort) || !reuse) {
 			t.Errorf("proxy listens on %q reuse %v", env[specs.EnvListen], reuse)
 		} else if role != RoleProxy && reuse {
 			t.Errorf("%s sets %s without a fixed listener", role, specs.EnvReusePort)
