@@ -118,6 +118,15 @@ file rendered in the same run agree.
 {{- end -}}
 {{- end -}}
 
+{{/* The PDA proxy ingress the edge passes participants' TLS through to. */}}
+{{- define "obscura.edgePDAProxyHost" -}}
+{{- $p := .Values.edge.pdaProxy -}}
+{{- if $p.host -}}{{ $p.host }}
+{{- else if .Values.platform.hostNetwork -}}127.0.0.1
+{{- else -}}{{ printf "%s-proxy.%s.svc.%s" $p.job ($p.namespace | default .Release.Namespace) .Values.platform.clusterDomain }}
+{{- end -}}
+{{- end -}}
+
 {{- define "obscura.edgeTLSSecret" -}}
 {{- .Values.edge.tls.existingSecret | default (printf "%s-edge-tls" (include "obscura.fullname" .)) -}}
 {{- end -}}
