@@ -104,7 +104,12 @@ var scrapeTargets = map[string]string{
 	// workload (Kind/name) -> the port its prometheus.io/port annotation must name
 	"Deployment/obscura-operator": "8080",
 	"StatefulSet/obscura-nats":    "9090",
+	"Deployment/obscura-edge":     "8444",
 }
+
+// scrapePaths are the metrics paths of scrapeTargets other than /metrics: the edge's Envoy
+// stats, routed from its health listener (finding E-1).
+var scrapePaths = map[string]string{"Deployment/obscura-edge": "/stats/prometheus"}
 
 // With the Prometheus operator's API served: PodMonitors for the operator, NATS and the
 // operator-run workloads, one PrometheusRule per rule file whose spec is that file, and no
@@ -112,7 +117,7 @@ var scrapeTargets = map[string]string{
 func TestChartRendersMonitorsWhenAPIServed(t *testing.T) {
 	objs := render(t, "--api-versions", monitoringAPI, "--set-json", `monitoring.labels={"release":"kube-prometheus-stack"}`)
 	rules := ruleFiles(t)
-	want := []string{"PodMonitor/obscura-nats", "PodMonitor/obscura-operator", "PodMonitor/obscura-workloads"}
+	want := []string{"PodMonitor/obscura-edge", "PodMonitor/obscura-nats", "PodMonitor/obscura-operator", "PodMonitor/obscura-workloads"}
 	for sys := range rules {
 		want = append(want, "PrometheusRule/obscura-"+sys)
 	}
@@ -132,8 +137,8 @@ func TestChartRendersMonitorsWhenAPIServed(t *testing.T) {
 			t.Errorf("PrometheusRule/obscura-%s: spec differs from charts/obscura/rules/%s.yaml", sys, sys)
 		}
 	}
-	// The operator's and the NATS reloader's PodMonitors scrape a port their pods declare.
-	for mon, workload := range map[string]string{"obscura-operator": "Deployment/obscura-operator", "obscura-nats": "StatefulSet/obscura-nats"} {
+	// The operator's, the NATS reloader's and the edge's PodMonitors scrape a port their pods declare.
+	for mon, workload := range map[string]string{"obscura-operator": "Deployment/obscura-operator", "obscura-nats": "StatefulSet/obscura-nats", "obscura-edge": "Deployment/obscura-edge"} {
 		eps, _, _ := unstructured.NestedSlice(find(objs, "PodMonitor", mon).Object, "spec", "podMetricsEndpoints")
 		if len(eps) != 1 {
 			t.Fatalf("PodMonitor/%s: %d endpoints", mon, len(eps))
@@ -198,7 +203,11 @@ func TestChartAnnotatesPodsWithoutAPI(t *testing.T) {
 					t.Fatalf("%s not rendered", w)
 				}
 				a := podAnnotations(t, o)
-				want := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
+				path := scrapePaths[w]
+				if path == "" {
+					path = "/metrics"
+				}
+				want := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": path}
 				for k, v := range want {
 					if a[k] != v {
 						t.Errorf("%s: annotation %s=%q, want %q", w, k, a[k], v)
@@ -222,7 +231,7 @@ func TestChartAnnotatesPodsWithoutAPI(t *testing.T) {
 func TestChartMonitoringValues(t *testing.T) {
 	objs := render(t, "--set", "monitoring.prometheusOperator=enabled", "--set", "monitoring.rules.enabled=false",
 		"--set-json", `monitoring.workloads.namespaces=["integrator","vendor-a"]`)
-	want := []string{"PodMonitor/obscura-nats", "PodMonitor/obscura-operator", "PodMonitor/obscura-workloads"}
+	want := []string{"PodMonitor/obscura-edge", "PodMonitor/obscura-nats", "PodMonitor/obscura-operator", "PodMonitor/obscura-workloads"}
 	if got := ofAPI(objs, monitoringAPI); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
