@@ -67,7 +67,7 @@ type EncounterSimulationSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('8784h')",message="duration must be within [1m, 8784h]"
-	Duration metav1.Duration `json:"duration,omitempty"`
+	Duration *metav1.Duration `json:"duration,omitempty"`
 
 	// DiscoveryInterval is each device's discovery interval (`--interval`), in whole
 	// milliseconds from 23s to 15m (an epoch): an inquiry and its jitter fit twice in a step.
@@ -76,7 +76,7 @@ type EncounterSimulationSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('23s') && duration(self) <= duration('15m')",message="discoveryInterval must be within [23s, 15m]"
-	DiscoveryInterval metav1.Duration `json:"discoveryInterval,omitempty"`
+	DiscoveryInterval *metav1.Duration `json:"discoveryInterval,omitempty"`
 
 	// DetectionProbability is the probability that a device in range answers an inquiry
 	// (`--p-det`), a decimal in (0, 1].
@@ -108,7 +108,7 @@ type EncounterSimulationSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="readyTimeout must be within [10s, 24h]"
-	ReadyTimeout metav1.Duration `json:"readyTimeout,omitempty"`
+	ReadyTimeout *metav1.Duration `json:"readyTimeout,omitempty"`
 
 	// Timeout bounds the whole run (the Job's activeDeadlineSeconds): a shard lost in the
 	// middle of a sharded run leaves the others waiting for its adverts, and the deadline
@@ -118,7 +118,7 @@ type EncounterSimulationSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="timeout must be within [1m, 168h]"
-	Timeout metav1.Duration `json:"timeout,omitempty"`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// Resources replace each shard container's defaults (1 CPU request, 256Mi memory).
 	// +optional

@@ -193,15 +193,31 @@ func (in *EncounterSimulationSpec) DeepCopyInto(out *EncounterSimulationSpec) {
 		*out = new(int32)
 		**out = **in
 	}
-	out.Duration = in.Duration
-	out.DiscoveryInterval = in.DiscoveryInterval
+	if in.Duration != nil {
+		in, out := &in.Duration, &out.Duration
+		*out = new(metav1.Duration)
+		**out = **in
+	}
+	if in.DiscoveryInterval != nil {
+		in, out := &in.DiscoveryInterval, &out.DiscoveryInterval
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Seed != nil {
 		in, out := &in.Seed, &out.Seed
 		*out = new(int64)
 		**out = **in
 	}
-	out.ReadyTimeout = in.ReadyTimeout
-	out.Timeout = in.Timeout
+	if in.ReadyTimeout != nil {
+		in, out := &in.ReadyTimeout, &out.ReadyTimeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
+	if in.Timeout != nil {
+		in, out := &in.Timeout, &out.Timeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Resources != nil {
 		in, out := &in.Resources, &out.Resources
 		*out = new(v1.ResourceRequirements)

@@ -80,8 +80,8 @@ func Shards(s *sddrv1.EncounterSimulation) int32 { return max(s.Spec.Shards, 1) 
 func SimulationSettingsOf(s *sddrv1.EncounterSimulation) SimulationSettings {
 	sp := s.Spec
 	o := SimulationSettings{Scenario: sp.Scenario, Devices: sp.Devices, GroupSize: 5, Friends: 5, Shards: Shards(s),
-		Duration: sp.Duration.Duration, Interval: sp.DiscoveryInterval.Duration, ReadyTimeout: sp.ReadyTimeout.Duration,
-		Timeout: sp.Timeout.Duration, PDet: sp.DetectionProbability, Seed: 1}
+		Duration: dur(sp.Duration), Interval: dur(sp.DiscoveryInterval), ReadyTimeout: dur(sp.ReadyTimeout),
+		Timeout: dur(sp.Timeout), PDet: sp.DetectionProbability, Seed: 1}
 	if o.Scenario == "" {
 		o.Scenario = sddrv1.ScenarioCity
 	}
@@ -110,6 +110,13 @@ func SimulationSettingsOf(s *sddrv1.EncounterSimulation) SimulationSettings {
 		o.PDet = "0.95"
 	}
 	return o
+}
+
+func dur(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
 }
 
 // ValidateSimulation checks what CEL cannot (or what an older API server let through), with
