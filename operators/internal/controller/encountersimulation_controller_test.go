@@ -388,7 +388,9 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 		{"more-shards-than-devices", func(s *sddrv1.EncounterSimulation) { s.Spec.Devices = 3; s.Spec.Shards = 4 }, "shards must not exceed devices"},
 		{"group-size-in-a-city", func(s *sddrv1.EncounterSimulation) { s.Spec.GroupSize = ptr.To[int32](5) }, "groupSize applies to the groups scenario only"},
 		{"short", func(s *sddrv1.EncounterSimulation) { s.Spec.Duration = &metav1.Duration{Duration: 30 * time.Second} }, "duration must be within [1m, 8784h]"},
-		{"fast-discovery", func(s *sddrv1.EncounterSimulation) { s.Spec.DiscoveryInterval = &metav1.Duration{Duration: 10 * time.Second} }, "discoveryInterval must be within [23s, 15m]"},
+		{"fast-discovery", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.DiscoveryInterval = &metav1.Duration{Duration: 10 * time.Second}
+		}, "discoveryInterval must be within [23s, 15m]"},
 		{"too-many-friends", func(s *sddrv1.EncounterSimulation) { s.Spec.Friends = ptr.To[int32](257) }, "friends"},
 		{"never-detected", func(s *sddrv1.EncounterSimulation) { s.Spec.DetectionProbability = "0.0" }, "detectionProbability"},
 		{"over-one", func(s *sddrv1.EncounterSimulation) { s.Spec.DetectionProbability = "1.5" }, "detectionProbability"},
