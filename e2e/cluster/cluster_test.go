@@ -50,6 +50,7 @@ func TestCluster(t *testing.T) {
 	e.phase("helm test (one round through the edge)", func() {
 		e.run("helm", "test", release, "-n", e.ns, "--timeout", "3m")
 	})
+	e.phase("a Prometheus on the node scrapes every pod (file SD) under load; every Mohito panel returns data", e.prometheusScrapesPods)
 	var gw *loisRun
 	e.phase("apply the HeaderGateway sample (its session stream's NATS on the node's loopback; a device and a server namespace)", func() {
 		gw = e.applyGateway()
@@ -62,6 +63,8 @@ func TestCluster(t *testing.T) {
 	e.phase("apply the EncounterMailbox sample (its own Redis on the node's loopback)", e.applyMailbox)
 	e.phase("two devices exchange sealed messages through the edge and the EncounterMailbox", e.mailboxExchange)
 	e.phase("delete the EncounterMailbox", e.deleteMailbox)
+	e.phase("the EncounterSimulation sample completes as an Indexed Job of 2 shards; status sums the shards' results", e.runSimulation)
+	e.phase("delete the EncounterSimulation", e.deleteSimulation)
 	if !smoke {
 		e.scalingPhases()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)

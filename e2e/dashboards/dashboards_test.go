@@ -3,26 +3,22 @@
 package dashboards
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/obscura-iot/obscura/e2e/internal/promrun"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
@@ -43,50 +39,7 @@ var noData = map[string]string{
 	"mohito.json/Dropped messages by reason":         "a clean sim run drops no message: no series exists",
 }
 
-type panel struct {
-	file, title string
-	exprs       []string
-}
-
-func loadPanels(t *testing.T) []panel {
-	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(root, "charts/obscura/dashboards/*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no dashboards in charts/obscura/dashboards (%v)", err)
-	}
-	var out []panel
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d struct {
-			Panels []struct {
-				Title   string
-				Targets []struct{ Expr string }
-			}
-		}
-		if err := json.Unmarshal(b, &d); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, p := range d.Panels {
-			pp := panel{file: filepath.Base(f), title: p.Title}
-			for _, tg := range p.Targets {
-				// Grafana's rate interval: one minute spans many scrapes at this test's interval.
-				pp.exprs = append(pp.exprs, strings.ReplaceAll(tg.Expr, "$__rate_interval", "1m"))
-			}
-			if len(pp.exprs) == 0 {
-				t.Errorf("%s: panel %q has no query", pp.file, p.Title)
-			}
-			out = append(out, pp)
-		}
-	}
-	return out
-}
+type panel = promrun.Panel
 
 // TestDashboardPanelsReturnData (issue 19 item 3): a real Prometheus server (bin/prometheus,
 // built by hack/tools.sh from the same module as promtool) scrapes a running Mohito sim cluster
@@ -97,24 +50,20 @@ func TestDashboardPanelsReturnData(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts nats-server, redis-server, a Mohito cluster and Prometheus")
 	}
-	panels := loadPanels(t)
+	panels := promrun.Panels(t, "1m")
 	for k := range noData {
 		file, title, _ := strings.Cut(k, "/")
-		if !slices.ContainsFunc(panels, func(p panel) bool { return p.file == file && (title == "" || p.title == title) }) {
+		if !slices.ContainsFunc(panels, func(p panel) bool { return p.File == file && (title == "" || p.Title == title) }) {
 			t.Errorf("noData entry %q names no dashboard or panel", k)
 		}
 	}
 	checkDocumented(t, panels)
-	promBin, err := testenv.Bin("prometheus")
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// The metrics source: the Mohito sim cluster, every role registering into one registry.
 	reg := prometheus.NewRegistry()
 	devices := []int{2, 2}
 	pw := func(user string) string { return user + "-dashboards-pw" }
-	nats := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(len(devices), pw)), testenv.WithMQTT())
+	nats := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(sim.DeviceIDs(devices), pw)), testenv.WithMQTT())
 	rdb := testenv.StartRedis(t).Client()
 	c, err := sim.Start(t.Context(), sim.Config{
 		Deployment:       sim.SmallDeployment(devices, 256, 250*time.Millisecond),
@@ -149,91 +98,18 @@ func TestDashboardPanelsReturnData(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	// The Prometheus server, scraping that endpoint.
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`global: {scrape_interval: 200ms, scrape_timeout: 150ms, evaluation_interval: 1s}
+	prom := promrun.Start(t, fmt.Sprintf(`global: {scrape_interval: 200ms, scrape_timeout: 150ms, evaluation_interval: 1s}
 scrape_configs:
   - job_name: mohito-sim
     static_configs: [{targets: [%q]}]
-`, l.Addr().String())
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-waited
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(filepath.Join(dir, "prometheus.log")); err == nil {
-				t.Logf("prometheus log:\n%s", b)
-			}
-		}
-	})
-
-	api := "http://" + addr + "/api/v1/query"
-	query := func(expr string) (int, error) {
-		resp, err := http.PostForm(api, url.Values{"query": {expr}})
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		var r struct {
-			Status, Error string
-			Data          struct {
-				ResultType string
-				Result     json.RawMessage
-			}
-		}
-		if err := json.Unmarshal(b, &r); err != nil {
-			return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-		}
-		if r.Status != "success" {
-			return 0, fmt.Errorf("%s", r.Error)
-		}
-		if r.Data.ResultType == "scalar" {
-			return 1, nil
-		}
-		var res []json.RawMessage
-		if err := json.Unmarshal(r.Data.Result, &res); err != nil {
-			return 0, err
-		}
-		return len(res), nil
-	}
+`, l.Addr().String()))
+	query := prom.Query
 
 	// Every query must parse and evaluate (this also waits for the server to answer).
-	testenv.Eventually(t, 60*time.Second, "prometheus answers queries", func() error {
-		_, err := query("up")
-		return err
-	})
 	for _, p := range panels {
-		for _, e := range p.exprs {
+		for _, e := range p.Exprs {
 			if _, err := query(e); err != nil {
-				t.Errorf("%s / %q: query %q: %v", p.file, p.title, e, err)
+				t.Errorf("%s / %q: query %q: %v", p.File, p.Title, e, err)
 			}
 		}
 	}
@@ -245,29 +121,16 @@ scrape_configs:
 	// returns a series. Bounded wait; on timeout Eventually names the empty panels.
 	var want []panel
 	for _, p := range panels {
-		if noData[p.file] == "" && noData[p.file+"/"+p.title] == "" {
+		if noData[p.File] == "" && noData[p.File+"/"+p.Title] == "" {
 			want = append(want, p)
 		}
 	}
 	testenv.Eventually(t, 3*time.Minute, "every panel returns data", func() error {
-		var empty []string
-		for _, p := range want {
-			got := false
-			for _, e := range p.exprs {
-				n, err := query(e)
-				if err != nil {
-					return err
-				}
-				got = got || n > 0
-			}
-			if !got {
-				empty = append(empty, p.file+"/"+p.title)
-			}
+		empty, err := prom.Empty(want)
+		if err == nil && len(empty) > 0 {
+			err = errors.New("no data: " + strings.Join(empty, "; "))
 		}
-		if len(empty) > 0 {
-			return errors.New("no data: " + strings.Join(empty, "; "))
-		}
-		return nil
+		return err
 	})
 	t.Logf("%d panels evaluated, %d returned data, %d allow-listed without data", len(panels), len(want), len(panels)-len(want))
 }
@@ -290,7 +153,7 @@ func checkDocumented(t *testing.T, panels []panel) {
 	}
 	rows := docRows(string(doc))
 	for _, p := range panels {
-		for _, e := range p.exprs {
+		for _, e := range p.Exprs {
 			for _, m := range metricRe.FindAllString(e, -1) {
 				base := m
 				for _, suf := range []string{"_bucket", "_count", "_sum"} {
@@ -299,7 +162,7 @@ func checkDocumented(t *testing.T, panels []panel) {
 					}
 				}
 				if !strings.Contains(string(doc), "| `"+base+"` |") {
-					t.Errorf("%s / %q queries %s, which docs/metrics.md does not document", p.file, p.title, m)
+					t.Errorf("%s / %q queries %s, which docs/metrics.md does not document", p.File, p.Title, m)
 				}
 			}
 			checkGrouping(t, p, e, rows)
@@ -354,7 +217,7 @@ func checkGrouping(t *testing.T, p panel, expr string, rows map[string]docRow) {
 			continue // reported by checkDocumented
 		}
 		if !strings.HasPrefix(r.privacy, "ok") {
-			t.Errorf("%s / %q queries %s, whose privacy review is %q", p.file, p.title, m, r.privacy)
+			t.Errorf("%s / %q queries %s, whose privacy review is %q", p.File, p.Title, m, r.privacy)
 		}
 		queried = append(queried, r)
 	}
@@ -365,7 +228,7 @@ func checkGrouping(t *testing.T, p panel, expr string, rows map[string]docRow) {
 				continue
 			}
 			if !slices.ContainsFunc(queried, func(r docRow) bool { return slices.Contains(r.labels, l) }) {
-				t.Errorf("%s / %q groups by %q, which no queried metric's row in docs/metrics.md lists", p.file, p.title, l)
+				t.Errorf("%s / %q groups by %q, which no queried metric's row in docs/metrics.md lists", p.File, p.Title, l)
 			}
 		}
 	}
