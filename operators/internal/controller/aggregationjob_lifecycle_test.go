@@ -398,3 +398,47 @@ func TestShardsScaleSubresourceAndBacklog(t *testing.T) {
 		return fmt.Errorf("not among %d events", len(list.Items))
 	})
 }
+
+// TestShardsFollowThePooledSubmissions (issue 14 item 2): in window mode nothing reaches a
+// shard before the seal, so while the window collects the shard autoscaler counts the submit
+// requests pooled for it — 30 requests at a target of 10 per shard: 1 → 3 shards, before the
+// seal, so the window is routed with the grown ring.
+func TestShardsFollowThePooledSubmissions(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now().Truncate(time.Second)
+	job, _, _ := pdaJob(t, pdav1.Window{Start: &metav1.Time{Time: start}, Duration: &metav1.Duration{Duration: time.Hour}}, 1)
+	waitShardReplicas(t, job, 1)
+	_, w := pda.Window(metav1.Time{Time: start}, metav1.Time{Time: start.Add(time.Hour)})
+	j := js(t)
+	if _, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: pdacontract.PoolStream, Subjects: []string{"pda.v1.pool.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), pdacontract.PoolStream) })
+	for i := range 30 {
+		if _, err := j.Publish(ctx, pdacontract.PoolSubject(w), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another window's pool does not count.
+	if _, err := j.Publish(ctx, pdacontract.PoolSubject(w+1), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	job.Spec.ShardAutoscale = &pdav1.ShardAutoscale{Min: 1, Max: 3, TargetLag: 10}
+	update(t, job)
+	waitShardReplicas(t, job, 3)
+	eventually(t, "a ScaleUp event for the shards from the pooled requests", func() error {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(job.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == job.Name && e.Reason == "ScaleUp" && strings.Contains(e.Note, "1→3 database shards: lag 30 ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not among %d events", len(list.Items))
+	})
+}

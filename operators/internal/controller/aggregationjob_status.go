@@ -70,6 +70,10 @@ func (r *AggregationJobReconciler) advance(ctx context.Context, job *pdav1.Aggre
 		phase, why, next = pdav1.PhasePending, "the window opens at "+start.UTC().Format(time.RFC3339), start.Sub(now)
 	case now.Before(end.Time):
 		phase, why, next = later(prev, pdav1.PhaseCollecting), "participants submit until "+end.UTC().Format(time.RFC3339), end.Sub(now)
+		if job.Spec.ShardAutoscale != nil && r.Services != nil {
+			// The shard autoscaler follows what the window pools while it collects.
+			next = min(next, poll)
+		}
 	case r.Services == nil:
 		phase = later(prev, pdav1.PhaseCollecting)
 		o = outcome{ready: true, progressing: true, reason: ReasonServicesNotObserved, message: fmt.Sprintf(

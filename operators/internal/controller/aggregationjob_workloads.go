@@ -69,7 +69,7 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 			return outcome{}, err
 		}
 	}
-	r.scaleShards(ctx, job)
+	r.scaleShards(ctx, job, start, end)
 	shards, err := r.shardReplicas(ctx, job, start, end)
 	if err != nil {
 		return outcome{}, err
@@ -112,8 +112,11 @@ func (r *AggregationJobReconciler) applyWorkloads(ctx context.Context, job *pdav
 
 // scaleShards sets spec.shards from the shards' backlog when spec.shardAutoscale asks for it
 // (issue 14 item 2), with the decrypt workers' policy; syncRing then writes the new ring
-// version, which the shards take up at the next window they route.
-func (r *AggregationJobReconciler) scaleShards(ctx context.Context, job *pdav1.AggregationJob) {
+// version, which the shards take up at the next window they route. The backlog is the
+// sub-batches not yet delivered to the shards plus the submit requests the window has pooled:
+// in window mode nothing reaches a shard before the seal, so a growing submission rate shows
+// in the pool, and a ring bumped before the seal is the one the window is routed with.
+func (r *AggregationJobReconciler) scaleShards(ctx context.Context, job *pdav1.AggregationJob, start, end metav1.Time) {
 	a := job.Spec.ShardAutoscale
 	if a == nil || r.Services == nil || job.Status.Phase == pdav1.PhaseComplete || job.Status.Phase == pdav1.PhaseFailed {
 		return
@@ -125,6 +128,13 @@ func (r *AggregationJobReconciler) scaleShards(ctx context.Context, job *pdav1.A
 		log.Info("shard backlog unavailable; not scaling shards", "err", err.Error())
 		return
 	}
+	_, w := pda.Window(start, end)
+	pooled, err := r.Services.PooledRequests(ctx, w)
+	if err != nil && !errors.Is(err, pdastatus.ErrNotReported) {
+		log.Info("pooled submissions unavailable; not scaling shards", "err", err.Error())
+		return
+	}
+	lag += pooled
 	obs := autoscale.Observation{Current: cur, Min: a.Min, Max: a.Max, TargetLag: a.TargetLag, Lag: lag,
 		Now: time.Now(), Unit: "database shards"}
 	applyScale(ctx, r.Recorder, job, "ScaleShards", obs, &job.Status.LastShardScaleTime, func(n int32) error {

@@ -183,6 +183,26 @@ func (c *Client) ShardLag(ctx context.Context, shardIDs []string) (int64, error)
 	return n, err
 }
 
+// PooledRequests is what window w has pooled for the database so far: the submit requests on
+// pda.v1.pool.<w> (PDA_PROXY_POOL), whose items reach the shards as sub-batches when the mixer
+// seals the window (window mode routes nothing before). 0 once the mixer purged the pool;
+// ErrNotReported before the ingress created the stream.
+func (c *Client) PooledRequests(ctx context.Context, w uint64) (int64, error) {
+	s, err := c.proxy.Stream(ctx, contract.PoolStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, ErrNotReported
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", contract.PoolStream, err)
+	}
+	subj := contract.PoolSubject(w)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, fmt.Errorf("stream %s info: %w", contract.PoolStream, err)
+	}
+	return int64(info.State.Subjects[subj]), nil
+}
+
 // Ring returns the current ring.
 func (c *Client) Ring(ctx context.Context) (contract.RingDocument, error) {
 	var r contract.RingDocument
