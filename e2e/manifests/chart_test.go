@@ -48,6 +48,7 @@ var chartCases = []chartCase{
 			"Service/obscura-redis-integrator", "Deployment/obscura-edge", "ConfigMap/obscura-edge", "Service/obscura-edge",
 			"Secret/obscura-edge-tls", "NetworkPolicy/obscura-operator", "NetworkPolicy/obscura-nats",
 			"NetworkPolicy/obscura-redis-integrator", "NetworkPolicy/obscura-edge", "NetworkPolicy/obscura-integrator",
+			"NetworkPolicy/obscura-sddr-simulate",
 		},
 		absent: []string{"Certificate/obscura-edge", "Pod/obscura-smoke"},
 	},
