@@ -65,6 +65,9 @@ func TestCluster(t *testing.T) {
 	e.phase("delete the EncounterMailbox", e.deleteMailbox)
 	e.phase("the EncounterSimulation sample completes as an Indexed Job of 2 shards; status sums the shards' results", e.runSimulation)
 	e.phase("delete the EncounterSimulation", e.deleteSimulation)
+	if !smoke || os.Getenv("OBSCURA_E2E_CLUSTER_PDA") == "1" {
+		e.phase("an AggregationJob at a growing rate through the edge (mTLS passed through): the shards scale out, the sink holds the exact aggregate", e.pdaScaling)
+	}
 	if !smoke {
 		e.scalingPhases()
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
@@ -267,6 +270,8 @@ func (e *env) helmArgs(extra ...string) []string {
 		"--set", "tests.tokenSecret.name=obscura-smoke-token", "--set", "tests.tokenSecret.key=token",
 		"--set", "vault.address=" + vaultAddr,
 		"--set", "edge.sddrMailbox.enabled=true",
+		// PDA participants through the edge (pda_test.go).
+		"--set", "edge.pdaProxy.enabled=true", "--set", "edge.pdaProxy.job=" + pdaJobName, "--set", "edge.pdaProxy.namespace=" + pdaProxyNS,
 		"--wait", "--timeout", "5m"}
 	args = append(args, e.imageValues()...)
 	return append(args, extra...)
