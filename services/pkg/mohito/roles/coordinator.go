@@ -115,7 +115,7 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if _, err := natsx.EnsureStream(ctx, cfg.JS, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
 		return nil, err
 	}
-	if _, err := natsx.EnsureStream(ctx, cfg.JS, contract.StreamWork, contract.WorkSubjects); err != nil {
+	if _, err := natsx.EnsureMemoryStream(ctx, cfg.JS, contract.StreamWork, contract.WorkSubjects); err != nil {
 		return nil, err
 	}
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {

@@ -46,11 +46,11 @@ type encVendor struct {
 
 // NewEncoder returns encoder partition cfg.Partition.
 func NewEncoder(ctx context.Context, cfg WorkerConfig) (*Encoder, error) {
-	os, err := natsx.EnsureObjectStore(ctx, cfg.JS, contract.BucketOKVS, 10*time.Minute)
+	os, err := natsx.EnsureMemoryObjectStore(ctx, cfg.JS, contract.BucketOKVS, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := natsx.EnsureKV(ctx, cfg.JS, contract.BucketOKVSClaims, claimTTL)
+	claims, err := natsx.EnsureMemoryKV(ctx, cfg.JS, contract.BucketOKVSClaims, claimTTL)
 	if err != nil {
 		return nil, err
 	}

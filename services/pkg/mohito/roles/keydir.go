@@ -193,6 +193,6 @@ func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream) error 
 	if _, err := natsx.EnsureStream(ctx, js, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
 		return err
 	}
-	_, err := natsx.EnsureStream(ctx, js, contract.StreamWork, contract.WorkSubjects)
+	_, err := natsx.EnsureMemoryStream(ctx, js, contract.StreamWork, contract.WorkSubjects)
 	return err
 }

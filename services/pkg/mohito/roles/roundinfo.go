@@ -30,7 +30,7 @@ type roundInfos struct {
 
 // openRoundInfos opens (creating it if need be) the round-info bucket.
 func openRoundInfos(ctx context.Context, js jetstream.JetStream) (*roundInfos, error) {
-	kv, err := natsx.EnsureKV(ctx, js, contract.BucketRoundInfo, 10*time.Minute)
+	kv, err := natsx.EnsureMemoryKV(ctx, js, contract.BucketRoundInfo, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
