@@ -50,7 +50,7 @@ var chartCases = []chartCase{
 			"NetworkPolicy/obscura-redis-integrator", "NetworkPolicy/obscura-edge", "NetworkPolicy/obscura-integrator",
 			"NetworkPolicy/obscura-sddr-simulate",
 		},
-		absent: []string{"Certificate/obscura-edge", "Pod/obscura-smoke"},
+		absent: []string{"Certificate/obscura-edge", "Pod/obscura-smoke", "NetworkPolicy/obscura-sddr-mailbox"},
 	},
 	{
 		name: "values-local", namespace: localNamespace, hostNetwork: true,
@@ -70,6 +70,13 @@ var chartCases = []chartCase{
 			"Pod/obscura-smoke", "NetworkPolicy/obscura-redis-pda-db",
 		},
 		absent: []string{"Secret/obscura-edge-tls"},
+	},
+	{
+		name: "sddr mailbox behind the edge", namespace: chartNamespace,
+		args: []string{"--set", "edge.sddrMailbox.enabled=true",
+			"--set-json", `redis.instances=[{"name":"integrator","port":6379},{"name":"sddr-mailbox","port":6382}]`},
+		want: []string{"NetworkPolicy/obscura-sddr-mailbox", "NetworkPolicy/obscura-redis-sddr-mailbox", "Deployment/obscura-redis-sddr-mailbox",
+			"ConfigMap/obscura-edge"},
 	},
 	{
 		name: "cert-manager with an issuer", namespace: chartNamespace,
