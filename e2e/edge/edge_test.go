@@ -261,30 +261,41 @@ func TestEdgeTLSAndPerClientRateLimit(t *testing.T) {
 // TestEdgeConfigOnPodNetworkValidates checks the default (pod network) rendering, whose
 // upstream is the gateway Service's DNS name, with envoy --mode validate.
 func TestEdgeConfigOnPodNetworkValidates(t *testing.T) {
-	envoyYAML, files := render(t)
-	for _, want := range []string{"type: STRICT_DNS", "address: round-gateway.obscura-system.svc.cluster.local", "address: 0.0.0.0"} {
-		if !strings.Contains(envoyYAML, want) {
-			t.Errorf("rendered envoy.yaml lacks %q", want)
-		}
-	}
-	dir := t.TempDir()
-	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, "envoy.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(envoyYAML, "/etc/envoy/tls", dir)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := testenv.Bin("envoy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--mode", "validate", "--config-path", path, "--disable-hot-restart", "--log-level", "warning").CombinedOutput()
-	if err != nil {
-		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+	for _, c := range []struct {
+		name         string
+		values, want []string
+	}{
+		{"defaults", nil, []string{"type: STRICT_DNS", "address: round-gateway.obscura-system.svc.cluster.local", "address: 0.0.0.0"}},
+		{"sddr mailbox", []string{"--set", "edge.sddrMailbox.enabled=true"},
+			[]string{`prefix: "/v1/mailboxes/"`, "address: mailbox-sddr-mailbox.obscura-system.svc.cluster.local, port_value: 8090"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			envoyYAML, files := render(t, c.values...)
+			for _, want := range c.want {
+				if !strings.Contains(envoyYAML, want) {
+					t.Errorf("rendered envoy.yaml lacks %q", want)
+				}
+			}
+			dir := t.TempDir()
+			for k, v := range files {
+				if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(dir, "envoy.yaml")
+			if err := os.WriteFile(path, []byte(strings.ReplaceAll(envoyYAML, "/etc/envoy/tls", dir)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bin, err := testenv.Bin("envoy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, "--mode", "validate", "--config-path", path, "--disable-hot-restart", "--log-level", "warning").CombinedOutput()
+			if err != nil {
+				t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+			}
+		})
 	}
 }
