@@ -29,9 +29,9 @@ import (
 // a whole dashboard as "<file>", one panel as "<file>/<panel title>". Their queries must
 // still parse and evaluate.
 var noData = map[string]string{
-	"pda.json":  "no PDA role runs in this test (only the Mohito sim cluster)",
-	"pps.json":  "no PPS broker or garbler runs in this test",
-	"lois.json": "no LOIS DI, CI or SI runs in this test",
+	"pda.json":  "no PDA role runs in this test: TestSystemDashboardsReturnData checks it against the PDA demo",
+	"pps.json":  "no PPS broker or garbler runs in this test: TestSystemDashboardsReturnData checks it against the PPS demo",
+	"lois.json": "no LOIS DI, CI or SI runs in this test: TestSystemDashboardsReturnData checks it against the LOIS demo",
 	"sddr.json": "no SDDR mailbox runs in this test",
 	"mohito.json/Rejected users' messages by reason": "the sim's users send only valid messages: no rejection series exists",
 	"mohito.json/Shuffler choices skipped by vendor": "every sim vendor is available: the coordinator never skips one",

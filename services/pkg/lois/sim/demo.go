@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 	"github.com/obscura-iot/obscura/services/pkg/lois/roles"
@@ -30,6 +32,12 @@ import (
 type DemoOptions struct {
 	// Keystreams per service and direction the device registers.
 	Keystreams uint32
+	// Registerer, when set, holds the DI's, CI's and SI's metrics (e2e/dashboards scrapes
+	// them); nil registers none.
+	Registerer prometheus.Registerer
+	// Hold keeps the roles running this long after the exchange, so a scraper sees what
+	// their maintenance tick (every 250 ms) publishes: the Vacuum tables' gauges.
+	Hold time.Duration
 }
 
 // DefaultDemoOptions are the demo's defaults.
@@ -100,7 +108,7 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) (*DemoSummary, e
 		return nil, err
 	}
 	core := lois.Config{CIP: cip}
-	m, log := roles.NewMetrics(nil), telemetry.Discard()
+	m, log := roles.NewMetrics(o.Registerer), telemetry.Discard()
 	d, err := roles.NewDevice(roles.DeviceConfig{Core: core, Keys: prov.Device, TUN: devTUN, Wire: diWire, Cloud: addr(upTap),
 		Margin: time.Minute, Grace: time.Minute, Metrics: m, Log: log})
 	if err != nil {
@@ -243,6 +251,12 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) (*DemoSummary, e
 		"addresses, ports, seq, ack and flags are one-time XOR-masked, each with a keystream used once (id in the LOIS TCP option)\n",
 		cip[0], cip[1], cip[2], cip[3], lois.DefaultUnifiedPort)
 	fmt.Fprintf(out, "device received: %s; wire clean: %v; endpoints saw each other's real header: %v\n", sum.Response, sum.WireClean, sum.ServerSawDevice)
+	if o.Hold > 0 {
+		select {
+		case <-time.After(o.Hold):
+		case <-ctx.Done():
+		}
+	}
 	return sum, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/obscura-iot/obscura/services/pkg/pda"
@@ -34,6 +35,9 @@ type DemoOptions struct {
 	Threshold    int // τ, ≥ 1
 	Benign       int // benign IPs per participant (each seen by that participant only), ≥ 0
 	Shards       int // DB shards, ≥ 1
+	// Registerer, when set, holds every role's metrics (e2e/dashboards scrapes them); nil
+	// registers none.
+	Registerer prometheus.Registerer
 }
 
 // DefaultDemoOptions are the settings of `pda demo` without flags.
@@ -190,7 +194,7 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) (*DemoSummary, e
 	if err := roles.PublishRing(ctx, rkv, rg); err != nil {
 		return nil, err
 	}
-	m := roles.NewMetrics(nil)
+	m := roles.NewMetrics(o.Registerer)
 	local := &Local{Job: job, Proxy: psec, DB: dsec, ProxyJS: proxyJS, DBJS: dbJS, Log: telemetry.Discard(), M: m}
 	defer local.StopAll()
 	pki, err := roles.NewPKI()

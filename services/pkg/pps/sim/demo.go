@@ -55,6 +55,9 @@ type DemoOptions struct {
 	Days int
 	// Seed seeds the dataset: day d is Parking(Seed+d).
 	Seed uint64
+	// Registerer, when set, holds the broker's and the garbler's metrics (e2e/dashboards
+	// scrapes them); nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // DefaultDemoOptions are the settings of the demo without flags: two simulated days of
@@ -207,7 +210,8 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) (*DemoSummary, e
 	if err != nil {
 		return nil, err
 	}
-	w, err := startWorld(ctx, worldOptions{pipelines: []*Pipeline{p}, subscribers: []*client.Device{sub}, workers: 1})
+	w, err := startWorld(ctx, worldOptions{pipelines: []*Pipeline{p}, subscribers: []*client.Device{sub}, workers: 1,
+		garblerReg: o.Registerer, brokerReg: o.Registerer})
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +273,7 @@ type worldOptions struct {
 	subscribers []*client.Device
 	workers     int // the broker's concurrent executions (1 serialises them, as the paper did)
 	garblerReg  prometheus.Registerer
+	brokerReg   prometheus.Registerer
 	check       string // the broker's consistency check (empty: its default, KKRT)
 	// noWindowCheck runs every consistency check at the tick (the broker's --window-check=false).
 	noWindowCheck bool
@@ -522,7 +527,7 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 		ps = append(ps, f.p.Contract)
 	}
 	if w.broker, err = roles.NewBroker(roles.BrokerOptions{NC: w.nc, JS: js, Redis: brdb, Garbler: ppsv1.NewGarblerClient(w.cc),
-		Pipelines: ps, Workers: o.workers, Clock: w.clk, Check: o.check, WindowCheck: !o.noWindowCheck}); err != nil {
+		Pipelines: ps, Workers: o.workers, Clock: w.clk, Check: o.check, WindowCheck: !o.noWindowCheck, Registerer: o.brokerReg}); err != nil {
 		return nil, err
 	}
 	bctx, bstop := context.WithCancel(context.Background())
