@@ -29,7 +29,7 @@ var clusterNoData = map[string]string{
 // publishes, the chart's pods by their prometheus.io annotations), refreshed every 2 s. While
 // mohito drive sends commands through the edge, every query of every Mohito panel must evaluate
 // and every panel outside clusterNoData must return a series; every operator-run pod of the
-// release's namespace must be a target that is up.
+// release's namespace must be a target that is up, and the edge's Envoy stats must be scraped.
 func (e *env) prometheusScrapesPods() {
 	kubeletRoot := filepath.Join(e.root, "hack/cluster/state/kubelet/root")
 	prom := promrun.Start(e.t, `global: {scrape_interval: 2s, scrape_timeout: 1500ms, evaluation_interval: 5s}
@@ -119,6 +119,14 @@ scrape_configs:
 			}
 		}
 		return nil
+	})
+	// The edge's Envoy stats, from its health listener (finding E-1), found by its annotations.
+	testenv.Eventually(e.t, time.Minute, "the edge's Envoy stats scraped", func() error {
+		n, err := prom.Query(`envoy_http_downstream_rq_total{job="obscura-pods",obscura_system="edge",envoy_http_conn_manager_prefix="edge"} > 0`)
+		if err == nil && n == 0 {
+			err = errors.New("no edge request counter yet")
+		}
+		return err
 	})
 	testenv.Eventually(e.t, 3*time.Minute, "every Mohito panel returns data", func() error {
 		empty, err := prom.Empty(want)
