@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +28,17 @@ import (
 type natsFlags struct {
 	url, user, passwordFile, cloud, name string
 	replica                              int
+	// conn holds the connection follow made (the SI publishes its low-water events on it).
+	conn atomic.Pointer[nats.Conn]
+}
+
+// lowWater publishes an SI's low-water event (spec §3.12, §10) on the follower's connection.
+func (n *natsFlags) lowWater(session string, sid uint16) error {
+	nc := n.conn.Load()
+	if nc == nil {
+		return errors.New("NATS not connected")
+	}
+	return nc.Publish(contract.SubjectLowWater(n.cloud, session, sid), nil)
 }
 
 func (n *natsFlags) bind(f *envflag.Set, follower bool) {
@@ -97,6 +110,8 @@ func (n *natsFlags) follow(run func(context.Context) error, inst roles.Installer
 			health.SetReady(false, "NATS not connected")
 		}
 		defer closeNC()
+		n.conn.Store(js.Conn())
+		defer n.conn.Store(nil)
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		errc := make(chan error, 1)

@@ -88,8 +88,12 @@ func runSI(args []string) error {
 			tun.Close()
 			return nil, err
 		}
+		var lowWater func(string, uint16) error
+		if c.url != "" { // download pools announce their low water to the registrar
+			lowWater = c.natsFlags.lowWater
+		}
 		s, err := roles.NewServer(roles.ServerConfig{Core: c.core(), Keys: keys, Ports: ports, TUN: tun, Wire: wire,
-			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()})
+			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig(), LowWater: lowWater})
 		if err != nil {
 			tun.Close()
 			wire.Close()

@@ -232,3 +232,58 @@ func TestPoolExhaustionAndExpiry(t *testing.T) {
 		t.Fatal("rekey schedule")
 	}
 }
+
+// TestPoolLowWaterFollowsRate is spec §3.12's low-water mark max(64, 2 × pps × 5 s): the
+// pool measures the rate it is drained at (over windows of at least a second) and raises or
+// lowers its mark with it, never below the floor.
+func TestPoolLowWaterFollowsRate(t *testing.T) {
+	p := &lois.Pool{}
+	p.Add(&lois.Stream{Key: [32]byte{7}, N: 5000}, 1, 0, 1<<40)
+	if p.LowWater != 64 {
+		t.Fatalf("initial mark %d, want 64", p.LowWater)
+	}
+	p.Measure(100, 64) // starts the window
+	for range 300 {    // 300 pairs in 2 s: 150/s → 2 × 150 × 5 = 1500
+		p.Pop(101)
+	}
+	p.Measure(100, 64) // same second: no change
+	if p.LowWater != 64 {
+		t.Fatalf("mark moved within the window: %d", p.LowWater)
+	}
+	p.Measure(102, 64)
+	if p.LowWater != 1500 {
+		t.Fatalf("mark %d at 150 pkt/s, want 1500", p.LowWater)
+	}
+	p.Measure(112, 64) // idle for 10 s: back to the floor
+	if p.LowWater != 64 {
+		t.Fatalf("idle mark %d, want 64", p.LowWater)
+	}
+	p.Measure(113, 200)
+	if p.LowWater != 200 {
+		t.Fatalf("mark %d under a floor of 200", p.LowWater)
+	}
+	if p.Popped() != 300 || p.Added() < 4900 || p.Added() > 5000 {
+		t.Fatalf("popped %d added %d", p.Popped(), p.Added())
+	}
+}
+
+// TestRekeyLimits is spec §3.12's full rekey trigger: a seed is due after 24 h or 2³²
+// keystreams by default, or after configured (small) limits; Allows refuses a grant that
+// would cross the keystream limit.
+func TestRekeyLimits(t *testing.T) {
+	l := lois.RekeyLimits{Seconds: 60, Streams: 1000}
+	r := lois.Rekey{Start: 100, Used: 900}
+	if r.DueWith(159, l) || !r.DueWith(160, l) {
+		t.Fatal("age limit")
+	}
+	if !r.Allows(120, 100, l) || r.Allows(120, 101, l) || r.Allows(160, 1, l) {
+		t.Fatal("keystream limit")
+	}
+	if (lois.Rekey{Used: 1000}).DueWith(0, l) == false {
+		t.Fatal("used up seed not due")
+	}
+	def := lois.Rekey{Start: 0, Used: lois.RekeyAfterStreams - 10}
+	if !def.Allows(0, 10, lois.RekeyLimits{}) || def.Allows(0, 11, lois.RekeyLimits{}) || def.Allows(24*3600, 1, lois.RekeyLimits{}) {
+		t.Fatal("default limits")
+	}
+}

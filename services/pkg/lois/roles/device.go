@@ -145,6 +145,9 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	if d.cfg.ExhaustQueue <= 0 {
 		d.cfg.ExhaustQueue = DefaultExhaustQueue
 	}
+	for _, p := range d.pool {
+		p.LowWater = max(p.LowWater, d.cfg.LowWaterMin)
+	}
 	if cfg.Control != nil && !cfg.Plain {
 		d.pending = map[uint16]bool{}
 		d.reqc = make(chan uint16, 64)

@@ -166,7 +166,7 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 		if err != nil {
 			return err
 		}
-		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin)
+		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin, s.cfg.LowWaterMin)
 		clear(st.Key[:])
 	}
 	s.bySession[k.Session] = ss
@@ -325,7 +325,7 @@ func (s *Server) download() error {
 
 // add puts this replica's partition of a download stream into the session's pool of its
 // service (the caller holds the pools' lock once the session is published).
-func (ss *serverSession) add(st *lois.Stream, replicas, replica int, margin time.Duration) {
+func (ss *serverSession) add(st *lois.Stream, replicas, replica int, margin time.Duration, lowMin int) {
 	p := ss.byID[st.SID]
 	if p == nil {
 		p = &lois.Pool{}
@@ -334,6 +334,7 @@ func (ss *serverSession) add(st *lois.Stream, replicas, replica int, margin time
 	}
 	// Only this replica's indices: two replicas never hold one keystream (§3.11).
 	p.Add(st, replicas, replica, st.Expiry-int64(margin/time.Second))
+	p.LowWater = max(p.LowWater, lowMin)
 	delete(ss.low, st.SID) // a new epoch: the next low-water event may go out
 }
 
@@ -360,7 +361,7 @@ func (s *Server) installGrant(k *contract.Keys, key string) error {
 		}
 		mu := ss.lock()
 		mu.Lock()
-		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin)
+		ss.add(&st, k.Replicas, k.Replica, s.cfg.Margin, s.cfg.LowWaterMin)
 		mu.Unlock()
 		clear(st.Key[:])
 		s.cfg.Metrics.EpochsGranted.WithLabelValues("si", "down").Inc()

@@ -1,0 +1,420 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+// ledger records, for the test, every stream the DI was handed (initial keys and grants)
+// and who installed which epoch when, and checks install before use (spec §3.2) as the
+// records pass: an upload epoch reaches the DI only after the CI and the SI installed it; a
+// download epoch reaches the SI only after the DI installed it.
+type ledger struct {
+	t         *testing.T
+	mu        sync.Mutex
+	streams   []lois.Stream              // every stream the DI holds, with its key (test only)
+	installed map[string]map[uint32]bool // role → epochs installed
+	violation []string
+}
+
+func newLedger(t *testing.T) *ledger {
+	return &ledger{t: t, installed: map[string]map[uint32]bool{"di": {}, "ci": {}, "si": {}}}
+}
+
+func (l *ledger) record(role string, k *contract.Keys) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range k.Streams {
+		l.installed[role][k.Streams[i].Epoch] = true
+		if role != "di" {
+			continue
+		}
+		s, err := k.Streams[i].Core()
+		if err != nil {
+			l.t.Error(err)
+		}
+		l.streams = append(l.streams, s)
+	}
+}
+
+func (l *ledger) has(role string, epoch uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.installed[role][epoch]
+}
+
+func (l *ledger) violate(f string, a ...any) {
+	l.mu.Lock()
+	l.violation = append(l.violation, fmt.Sprintf(f, a...))
+	l.mu.Unlock()
+}
+
+// index maps every id the DI was handed to its (epoch, index) and direction.
+func (l *ledger) index() map[uint64]usedKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := map[uint64]usedKey{}
+	for i := range l.streams {
+		s := &l.streams[i]
+		s.Each(1, 0, func(idx uint32, p lois.Pair) bool {
+			m[p.ID] = usedKey{s.Dir, s.Epoch, idx}
+			return true
+		})
+	}
+	return m
+}
+
+type usedKey struct {
+	dir   lois.Dir
+	epoch uint32
+	index uint32
+}
+
+// ledgerClient is the DI's EPOCH_REQ channel and the registrar's link to the DI, recording.
+type ledgerClient struct {
+	reg *Registrar
+	dev *Device
+	l   *ledger
+}
+
+func (c *ledgerClient) RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error) {
+	k, err := c.reg.RequestEpoch(ctx, session, sid)
+	if err != nil {
+		return nil, err
+	}
+	e := k.Streams[0].Epoch
+	if !c.l.has("ci", e) || !c.l.has("si", e) {
+		c.l.violate("upload epoch %d handed to the DI before the CI (%v) and the SI (%v) installed it", e, c.l.has("ci", e), c.l.has("si", e))
+	}
+	c.l.record("di", k)
+	return k, nil
+}
+
+func (c *ledgerClient) InstallGrant(k *contract.Keys) error {
+	if err := c.dev.InstallGrant(k); err != nil {
+		return err
+	}
+	c.l.record("di", k)
+	return nil
+}
+
+// ledgerInstaller wraps a replica's installer, recording and checking download grants.
+type ledgerInstaller struct {
+	role  string
+	inner Installer
+	l     *ledger
+}
+
+func (i ledgerInstaller) InstallSession(k *contract.Keys) error {
+	if k.Grant {
+		for _, s := range k.Streams {
+			if s.Dir == "down" && !i.l.has("di", s.Epoch) {
+				i.l.violate("download epoch %d reached the %s before the DI installed it", s.Epoch, i.role)
+			}
+		}
+	}
+	if err := i.inner.InstallSession(k); err != nil {
+		return err
+	}
+	i.l.record(i.role, k)
+	return nil
+}
+
+// relay forwards every datagram arriving at its socket to dst and hands the test a copy.
+func relay(t *testing.T, dst netip.AddrPort, seen chan<- uint64) netip.AddrPort {
+	t.Helper()
+	c := udp(t)
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, contract.MaxDatagram)
+		for {
+			n, _, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			if id, err := lois.ParseID(buf[:n], lois.DefaultExID); err == nil {
+				seen <- id
+			}
+			if _, err := c.WriteToUDPAddrPort(buf[:n], dst); err != nil {
+				return
+			}
+		}
+	}()
+	return addrOf(c)
+}
+
+// live is DI, CI and SI on loopback with the registrar over a real nats-server: the CI and
+// SI start empty and follow the session stream, the DI asks the registrar for upload epochs,
+// the SI publishes low-water events the registrar answers with download grants.
+type live struct {
+	m              *Metrics
+	reg            *Registrar
+	dev            *Device
+	devTUN, srvTUN *memTUN
+	up, down       chan uint64 // ids seen on the wire (uploads DI → CI, downloads SI → DI)
+	l              *ledger
+}
+
+type liveOpts struct {
+	n           uint32
+	lowWaterMin int
+	replicas    []string // the registrar waits for these; default ci-0, si-0
+	rekey       lois.RekeyLimits
+}
+
+func startLive(t *testing.T, o liveOpts) *live {
+	t.Helper()
+	nc := testenv.StartNATS(t)
+	js := nc.JetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	if err := EnsureSessionStream(ctx, js, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	lv := &live{m: NewMetrics(nil), devTUN: newMemTUN(), srvTUN: newMemTUN(), up: make(chan uint64, 1<<16),
+		down: make(chan uint64, 1<<16), l: newLedger(t)}
+	log := telemetry.Discard()
+	core := lois.Config{CIP: cip}
+	diWire, ciWire, siWire := udp(t), udp(t), udp(t)
+	goRun := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	lowPub := js.Conn()
+	s, err := NewServer(ServerConfig{Core: core, Ports: map[uint16]uint16{pSrv: sid}, TUN: lv.srvTUN, Wire: siWire,
+		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, LowWaterMin: o.lowWaterMin,
+		LowWater: func(session string, sid uint16) error {
+			return lowPub.Publish(contract.SubjectLowWater("c1", session, sid), nil)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCloud(CloudConfig{Core: core, Wire: ciWire, Grace: time.Minute, Metrics: lv.m, Log: log,
+		Backends: []ServerBackend{{SID: sid, Backend: lois.Backend{IP: sip, Port: pSrv}, Wire: addrOf(siWire)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(c.Run)
+	goRun(s.Run)
+	goRun(func(ctx context.Context) error {
+		return Follow(ctx, js, "c1", "ci-0", 0, ledgerInstaller{"ci", c, lv.l}, log)
+	})
+	goRun(func(ctx context.Context) error {
+		return Follow(ctx, js, "c1", "si-0", 0, ledgerInstaller{"si", s, lv.l}, log)
+	})
+	table, err := lois.NewDVT(lois.DVTConfig{TableCapacity: 1 << 14, Dedup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv.reg = &Registrar{JS: js, Cloud: "c1", Table: table, Replicas: []string{"ci-0", "si-0"}, Rekey: o.rekey, Metrics: lv.m}
+	// The SIs send downloads to a relay that records their ids and passes them to the DI.
+	toDI := relay(t, addrOf(diWire), lv.down)
+	keys, err := lv.reg.Open(ctx, Provision{Services: []uint16{sid}, N: o.n, Lifetime: time.Hour, Epoch: 1,
+		DeviceIP: netip.AddrFrom4(dip), DeviceWire: toDI, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.replicas != nil {
+		lv.reg.Replicas = o.replicas // the grants wait for these (nothing runs the registrar yet)
+	}
+	lv.l.record("di", keys)
+	cl := &ledgerClient{reg: lv.reg, l: lv.l}
+	d, err := NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: lv.devTUN, Wire: diWire, Cloud: relay(t, addrOf(ciWire), lv.up),
+		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, Control: cl, LowWaterMin: o.lowWaterMin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.dev, lv.dev = d, d
+	lv.reg.Attach(keys.Session, cl)
+	goRun(d.Run)
+	goRun(func(ctx context.Context) error { return lv.reg.ServeLowWater(ctx, log) })
+	return lv
+}
+
+func (lv *live) count(role, dir, result string) int {
+	return int(testutil.ToFloat64(lv.m.Packets.WithLabelValues(role, dir, result)))
+}
+
+// TestReplenishmentLongExchange (spec §3.12, T7, T14, T15) on a real nats-server: 1280
+// packets each way over epochs of 256 keystreams — five epochs' worth in both directions —
+// exchanged at a steady pace (each packet waits for the previous reply). The DI's upload
+// pool and the SI's download pool are replenished by EPOCH_REQ and low-water events before
+// they run empty: no packet is ever held or dropped as exhausted. No keystream is used twice:
+// every id on the wire is one the DI was handed, at a distinct (epoch, index), and the
+// receivers (CI, SI uploads; DI downloads) count no replay and no unknown id — no packet
+// reached a receiver for an epoch it had not installed. The ledger checks install before
+// use as the records pass: upload epochs reach the DI only after the CI and the SI
+// installed them, download epochs reach the SI only after the DI did.
+func TestReplenishmentLongExchange(t *testing.T) {
+	const n, rounds = 256, 5 * 256
+	lv := startLive(t, liveOpts{n: n, lowWaterMin: 128})
+	for i := range rounds {
+		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("ping"))
+		if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip || !lois.ChecksumsValid(got) {
+			t.Fatalf("packet %d at the server: %x", i, got[:40])
+		}
+		lv.srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, uint32(i), 0x18, []byte("pong"))
+		if got := lv.devTUN.next(t); [4]byte(got[12:16]) != cip || !lois.ChecksumsValid(got) {
+			t.Fatalf("reply %d at the device: %x", i, got[:40])
+		}
+	}
+	idx := lv.l.index()
+	used := map[usedKey]bool{}
+	epochs := map[lois.Dir]map[uint32]bool{lois.Up: {}, lois.Down: {}}
+	for dir, ch := range map[lois.Dir]chan uint64{lois.Up: lv.up, lois.Down: lv.down} {
+		if len(ch) != rounds {
+			t.Fatalf("%v: %d packets on the wire, want %d", dir, len(ch), rounds)
+		}
+		for range rounds {
+			id := <-ch
+			k, ok := idx[id]
+			if !ok || k.dir != dir {
+				t.Fatalf("%v: id %x on the wire is no %v keystream the DI was handed", dir, id, dir)
+			}
+			if used[k] {
+				t.Fatalf("keystream (%v, epoch %d, index %d) used twice", k.dir, k.epoch, k.index)
+			}
+			used[k] = true
+			epochs[dir][k.epoch] = true
+		}
+	}
+	if len(epochs[lois.Up]) < 5 || len(epochs[lois.Down]) < 5 {
+		t.Fatalf("epochs used: %d up, %d down; want ≥ 5 each", len(epochs[lois.Up]), len(epochs[lois.Down]))
+	}
+	for _, c := range []struct{ role, dir string }{{"ci", "up"}, {"si", "up"}, {"di", "down"}} {
+		for _, r := range []string{contract.ResultReplay, contract.ResultUnknownID} {
+			if v := lv.count(c.role, c.dir, r); v != 0 {
+				t.Errorf("%s %s counted %d %s", c.role, c.dir, v, r)
+			}
+		}
+	}
+	for _, c := range []struct{ role, dir string }{{"di", "up"}, {"si", "down"}} {
+		if v := lv.count(c.role, c.dir, contract.ResultExhausted); v != 0 {
+			t.Errorf("%s counted %d exhausted: the pool ran empty before its replenishment", c.role, v)
+		}
+	}
+	if q := testutil.ToFloat64(lv.m.ExhaustQueued.WithLabelValues("di")); q != 0 {
+		t.Errorf("%v packets held for an empty pool under steady traffic", q)
+	}
+	for _, dir := range []string{"up", "down"} {
+		g := testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("registrar", dir))
+		r := testutil.ToFloat64(lv.m.EpochsRequested.WithLabelValues(map[string]string{"up": "di", "down": "si"}[dir], dir))
+		if g < 4 || r < g {
+			t.Errorf("%s: %v epochs granted, %v requested; want ≥ 4 granted, each requested", dir, g, r)
+		}
+	}
+	t.Logf("%d keystreams used once each over %d upload and %d download epochs; granted up %v, down %v",
+		len(used), len(epochs[lois.Up]), len(epochs[lois.Down]),
+		testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("registrar", "up")),
+		testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("registrar", "down")))
+	lv.l.mu.Lock()
+	defer lv.l.mu.Unlock()
+	for _, v := range lv.l.violation {
+		t.Error(v)
+	}
+}
+
+// TestReplenishmentWithheld (spec §3.10, D-20, T14, T15): the registrar waits for a replica
+// that never acknowledges, so no upload grant is ever completed. The DI sends the epoch's
+// keystreams, then holds every further packet up to exhaust_queue_ms and drops it, counted
+// exhausted; the CI installed the withheld epoch's record but never receives a packet for it
+// (no unknown id, nothing past the first epoch on the wire), and no keystream is reused.
+func TestReplenishmentWithheld(t *testing.T) {
+	const n, extra = 64, 10
+	lv := startLive(t, liveOpts{n: n, replicas: []string{"ci-0", "si-0", "si-never"}})
+	lv.dev.mu.Lock()
+	usable := lv.dev.pool[sid].Len()
+	lv.dev.mu.Unlock()
+	for i := range usable + extra {
+		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("x"))
+	}
+	for range usable {
+		lv.srvTUN.next(t)
+	}
+	testenv.Eventually(t, 15*time.Second, "surplus dropped as exhausted", func() error {
+		if e := lv.count("di", "up", contract.ResultExhausted); e != extra {
+			return fmt.Errorf("%d exhausted, want %d", e, extra)
+		}
+		return nil
+	})
+	if q := testutil.ToFloat64(lv.m.ExhaustQueued.WithLabelValues("di")); q != extra {
+		t.Errorf("%v packets held, want %d (each held before it was dropped)", q, extra)
+	}
+	if ok := lv.count("di", "up", "ok"); ok != usable {
+		t.Errorf("%d sent, want the %d usable keystreams", ok, usable)
+	}
+	if g := testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("di", "up")); g != 0 {
+		t.Errorf("the DI activated %v withheld epochs", g)
+	}
+	if r := testutil.ToFloat64(lv.m.EpochsRequested.WithLabelValues("di", "up")); r < 1 {
+		t.Error("no EPOCH_REQ was sent")
+	}
+	if len(lv.up) != usable {
+		t.Errorf("%d uploads on the wire, want %d", len(lv.up), usable)
+	}
+	idx, seen := lv.l.index(), map[uint64]bool{}
+	for range len(lv.up) {
+		id := <-lv.up
+		if k, ok := idx[id]; !ok || k.epoch != 1 || seen[id] {
+			t.Fatalf("upload id %x: %+v, known %v, seen before %v", id, k, ok, seen[id])
+		}
+		seen[id] = true
+	}
+	lv.srvTUN.none(t, 100*time.Millisecond)
+	if u := lv.count("ci", "up", contract.ResultUnknownID) + lv.count("ci", "up", contract.ResultReplay); u != 0 {
+		t.Errorf("CI rejected %d uploads", u)
+	}
+}
+
+// TestRekeyLimit (spec §3.12 full rekey): with a seed limit of four epochs' keystreams, the
+// session (two epochs: up and down) gets two more grants; the next is refused with
+// ErrRekeyDue and counted, at the registrar and at the DI that asked.
+func TestRekeyLimit(t *testing.T) {
+	const n = 64
+	lv := startLive(t, liveOpts{n: n, rekey: lois.RekeyLimits{Streams: 4 * n}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess := lv.dev.Session()
+	for i := range 2 {
+		if _, err := lv.reg.RequestEpoch(ctx, sess, sid); err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+	}
+	if _, err := lv.reg.RequestEpoch(ctx, sess, sid); !errors.Is(err, ErrRekeyDue) {
+		t.Fatalf("grant past the seed's limit: %v, want ErrRekeyDue", err)
+	}
+	if v := testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("registrar")); v != 1 {
+		t.Fatalf("registrar counted %v due rekeys", v)
+	}
+	// The DI's own EPOCH_REQ, once its pool runs low, meets the same refusal.
+	for i := range n - 8 {
+		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, nil)
+	}
+	testenv.Eventually(t, 10*time.Second, "the DI counts the due rekey", func() error {
+		if v := testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("di")); v < 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if _, err := lv.reg.RequestEpoch(ctx, "00000000000000000000000000000000", sid); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("unknown session: %v", err)
+	}
+}
