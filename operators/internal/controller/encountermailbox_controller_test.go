@@ -52,7 +52,7 @@ func TestEncounterMailboxRunsTheMailbox(t *testing.T) {
 	e := env(c)
 	for k, want := range map[string]string{
 		specs.Env(sddr.FlagListenAddr):      ":8090",
-		specs.Env(sddr.FlagRedisAddr):       "mailbox-redis:6382",
+		specs.Env(sddr.FlagRedisAddr):       "obscura-redis-sddr-mailbox:6382",
 		specs.Env(sddr.FlagTTL):             "1h30m0s",
 		specs.Env(sddr.FlagMaxMessages):     "64",
 		specs.Env(sddr.FlagMaxMessageBytes): "1065",
@@ -133,7 +133,7 @@ func TestEncounterMailboxRefusals(t *testing.T) {
 		{"long-ttl", func(m *sddrv1.EncounterMailbox) { m.Spec.MessageTTL = metav1.Duration{Duration: 721 * 3600 * 1e9} }, "messageTTL must be within [1s, 720h]"},
 		{"tiny-messages", func(m *sddrv1.EncounterMailbox) { m.Spec.MaxMessageBytes = 100 }, "maxMessageBytes"},
 		{"huge-messages", func(m *sddrv1.EncounterMailbox) { m.Spec.MaxMessageBytes = 5000 }, "maxMessageBytes"},
-		{"no-redis-port", func(m *sddrv1.EncounterMailbox) { m.Spec.Redis.Address = "mailbox-redis" }, "redis.address"},
+		{"no-redis-port", func(m *sddrv1.EncounterMailbox) { m.Spec.Redis.Address = "obscura-redis-sddr-mailbox" }, "redis.address"},
 		{"too-many-replicas", func(m *sddrv1.EncounterMailbox) { m.Spec.Replicas = 33 }, "replicas"},
 		{"a.dotted.name", func(m *sddrv1.EncounterMailbox) {}, "without dots"},
 	} {
