@@ -32,7 +32,7 @@ var noData = map[string]string{
 	"pda.json":  "no PDA role runs in this test: TestSystemDashboardsReturnData checks it against the PDA demo",
 	"pps.json":  "no PPS broker or garbler runs in this test: TestSystemDashboardsReturnData checks it against the PPS demo",
 	"lois.json": "no LOIS DI, CI or SI runs in this test: TestSystemDashboardsReturnData checks it against the LOIS demo",
-	"sddr.json": "no SDDR mailbox runs in this test",
+	"sddr.json": "no SDDR mailbox runs in this test: TestSystemDashboardsReturnData checks it against a real mailbox",
 	"mohito.json/Rejected users' messages by reason": "the sim's users send only valid messages: no rejection series exists",
 	"mohito.json/Shuffler choices skipped by vendor": "every sim vendor is available: the coordinator never skips one",
 	"mohito.json/Key reloads by result":              "the sim hands its roles their keys in process: no key reloader runs",
