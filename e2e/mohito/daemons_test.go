@@ -183,7 +183,13 @@ func TestDaemons(t *testing.T) {
 	devices := []int{4, 3, 3}
 	const vendors, users, perUser = 3, 6, 5
 	c := &cluster{t: t, dir: t.TempDir()}
-	c.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(vendors, pw)), testenv.WithMQTT())
+	ids := make([][]string, vendors) // every device has its own NATS user
+	for v := range vendors {
+		for i := range devices[v] {
+			ids[v] = append(ids[v], fmt.Sprintf("v%dd%d", v, i))
+		}
+	}
+	c.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(ids, pw)), testenv.WithMQTT())
 	c.redis = testenv.StartRedis(t)
 	c.write("deployment.json", []byte(deploymentJSON))
 	d, err := roles.LoadDeployment(filepath.Join(c.dir, "deployment.json"))
@@ -278,8 +284,8 @@ func TestDaemons(t *testing.T) {
 		return nil
 	})
 
-	// Devices: vendor 0's first device over MQTT, the others over NATS, all
-	// as their vendor's restricted device user.
+	// Devices: vendor 0's first device over MQTT, the others over NATS, each
+	// as its own restricted device user.
 	var mu sync.Mutex
 	delivered := map[string]int{}
 	handler := func(cmd *mohito.Command) []byte {
@@ -289,17 +295,18 @@ func TestDaemons(t *testing.T) {
 		return append([]byte("ack:"), cmd.Payload...)
 	}
 	for v := range vendors {
-		nc := c.nats.Connect(t, nats.UserInfo(contract.DeviceUser(v), pw(contract.DeviceUser(v))))
-		for i := range devices[v] {
-			id := fmt.Sprintf("v%dd%d", v, i)
-			var tr client.Transport = client.NATSTransport{NC: nc}
-			if v == 0 && i == 0 {
-				m, err := client.DialMQTT(c.nats.MQTTAddr(), contract.DeviceUser(v), pw(contract.DeviceUser(v)))
+		for _, id := range ids[v] {
+			user := contract.DeviceUser(v, id)
+			var tr client.Transport
+			if v == 0 && id == ids[0][0] {
+				m, err := client.DialMQTT(c.nats.MQTTAddr(), user, pw(user))
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(m.Close)
 				tr = m
+			} else {
+				tr = client.NATSTransport{NC: c.nats.Connect(t, nats.UserInfo(user, pw(user)))}
 			}
 			if err := client.NewDevice(id, secrets[id], p, tr, handler).Start(); err != nil {
 				t.Fatal(err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/obscura-iot/obscura/operators/api/common"
+	mohitov1 "github.com/obscura-iot/obscura/operators/api/mohito/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/operators/internal/specs/mohito"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 )
 
 // renderedHashes reads the accounts Secret: user → bcrypt hash, checking the hash annotation.
@@ -57,7 +61,13 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 	ns := nsObj.Name
 	keySecret(t, ns, "integrator-key", X25519KeySize)
 	keySecret(t, ns, "acme-key", X25519KeySize)
-	create(t, vendor(ns, "acme", 0, 100))
+	// The agent's device registry: each device is issued its own NATS login.
+	registry := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme-devices"},
+		Data: map[string][]byte{mohito.DevicesFile: []byte(`[{"id": "lamp"}, {"id": "lock"}]`)}}
+	create(t, registry)
+	v := vendor(ns, "acme", 0, 100)
+	v.Spec.Agent = &mohitov1.VendorAgent{Replicas: 1, Devices: &common.SecretFileReference{Name: "acme-devices"}}
+	create(t, v)
 	create(t, shuffler(ns, "acme-shuffler", "acme"))
 	rd := round(ns, "home")
 	create(t, rd)
@@ -69,9 +79,20 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 	if string(rs.Data[specs.NATSUserKey]) != mohito.RoundNATSUser(rd) {
 		t.Errorf("Round user %q, want %q", rs.Data[specs.NATSUserKey], mohito.RoundNATSUser(rd))
 	}
-	if string(vs.Data[specs.NATSDeviceUserKey]) != "device0" || len(vs.Data[specs.NATSDevicePasswordKey]) != 64 {
-		t.Errorf("vendor Secret has no device user: keys %v", keysOf(vs.Data))
-	}
+	eventually(t, "the vendor Secret holds a login per registered device", func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(vs), vs); err != nil {
+			return err
+		}
+		for _, id := range []string{"lamp", "lock"} {
+			if string(vs.Data[id+specs.DeviceUserSuffix]) != contract.DeviceUser(0, id) || len(vs.Data[id+specs.DevicePasswordSuffix]) != 64 {
+				return fmt.Errorf("no login for device %s: keys %v", id, keysOf(vs.Data))
+			}
+		}
+		if bytes.Equal(vs.Data["lamp"+specs.DevicePasswordSuffix], vs.Data["lock"+specs.DevicePasswordSuffix]) {
+			return errors.New("two devices share a password")
+		}
+		return nil
+	})
 	var before map[string]string
 	eventually(t, "accounts hold the operator, the Round and the vendor", func() error {
 		users, err := renderedHashes()
@@ -83,7 +104,8 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 			hasUser(users, "operator", []byte("operator-password")),
 			hasUser(users, mohito.RoundNATSUser(rd), rs.Data[specs.NATSPasswordKey]),
 			hasUser(users, "vendor0", vs.Data[specs.NATSPasswordKey]),
-			hasUser(users, "device0", vs.Data[specs.NATSDevicePasswordKey]))
+			hasUser(users, "device0.lamp", vs.Data["lamp"+specs.DevicePasswordSuffix]),
+			hasUser(users, "device0.lock", vs.Data["lock"+specs.DevicePasswordSuffix]))
 	})
 	accounts := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testAccountsSecret.Namespace, Name: testAccountsSecret.Name}}
 	waitEvent(t, accounts, corev1.EventTypeNormal, ReasonAccountsRendered)
@@ -108,10 +130,41 @@ func TestNATSAccountsRenderVendorsAndRounds(t *testing.T) {
 		if err := hasUser(users, mohito.RoundNATSUser(rd), fresh.Data[specs.NATSPasswordKey]); err != nil {
 			return err
 		}
-		for _, u := range []string{"operator", "vendor0", "device0"} {
+		for _, u := range []string{"operator", "vendor0", "device0.lamp", "device0.lock"} {
 			if users[u] != before[u] {
 				return fmt.Errorf("%s's hash changed on a re-render", u)
 			}
+		}
+		return nil
+	})
+
+	// Revoking a device: it leaves the registry, so its entries leave the vendor's Secret and
+	// its user the rendered accounts (the reloader then reloads the server); its sibling keeps
+	// its password and hash.
+	registry.Data[mohito.DevicesFile] = []byte(`[{"id": "lamp"}]`)
+	if err := k8s.Update(context.Background(), registry); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the revoked device's user leaves the accounts", func() error {
+		users, err := renderedHashes()
+		if err != nil {
+			return err
+		}
+		if _, ok := users["device0.lock"]; ok {
+			return errors.New("device0.lock still rendered")
+		}
+		if users["device0.lamp"] != before["device0.lamp"] {
+			return errors.New("the sibling's hash changed")
+		}
+		fresh := &corev1.Secret{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(vs), fresh); err != nil {
+			return err
+		}
+		if _, ok := fresh.Data["lock"+specs.DevicePasswordSuffix]; ok {
+			return errors.New("the vendor Secret still holds the revoked device's password")
+		}
+		if !bytes.Equal(fresh.Data["lamp"+specs.DevicePasswordSuffix], vs.Data["lamp"+specs.DevicePasswordSuffix]) {
+			return errors.New("the sibling's password changed")
 		}
 		return nil
 	})

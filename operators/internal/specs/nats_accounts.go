@@ -22,8 +22,9 @@ import (
 
 // The NATS credentials contract. Every credentials Secret the operator generates carries the
 // label LabelNATSCredentials and names its account in AnnotationNATSAccount; its keys user and
-// password are what the pods connect with, and a vendor's also holds device-user and
-// device-password, the restricted user its devices connect as over MQTT. The accounts
+// password are what the pods connect with, and a vendor's also holds one user per device of its
+// registry, entries <id>DeviceUserSuffix and <id>DevicePasswordSuffix: each device's own
+// restricted login over MQTT (no login is shared between devices). The accounts
 // reconciler renders every such Secret into the server's accounts block (NATSAccounts) and
 // writes it, with bcrypt hashes in place of the passwords, to NATSAccountsKey of one Secret
 // the nats-server mounts and reloads.
@@ -32,11 +33,15 @@ const (
 	AnnotationNATSAccount      = "obscura.dev/nats-account"
 	AnnotationNATSAccountsHash = "obscura.dev/nats-accounts-hash"
 
-	NATSUserKey           = "user"
-	NATSPasswordKey       = "password"
-	NATSDeviceUserKey     = "device-user"
-	NATSDevicePasswordKey = "device-password"
-	NATSAccountsKey       = "accounts.conf"
+	NATSUserKey     = "user"
+	NATSPasswordKey = "password"
+	NATSAccountsKey = "accounts.conf"
+
+	// DeviceUserSuffix and DevicePasswordSuffix name one device's entries, <id>.user and
+	// <id>.password, in a vendor's (contract.DeviceUser, contract.DevicePermissions) or a
+	// pipeline's credentials Secret. Removing them revokes the device alone.
+	DeviceUserSuffix     = ".user"
+	DevicePasswordSuffix = ".password"
 
 	// NATSSystemAccount is the server's system account; no party has a user in it.
 	NATSSystemAccount = "SYS"
@@ -48,8 +53,8 @@ const (
 	// may read the function's output, and AnnotationPPSFn names the function once the broker
 	// has compiled it: until then a subscriber may not subscribe to any output.
 	PPSAccountPrefix         = "PPS_"
-	PPSDeviceUserSuffix      = ".user"
-	PPSDevicePasswordSuffix  = ".password"
+	PPSDeviceUserSuffix      = DeviceUserSuffix
+	PPSDevicePasswordSuffix  = DevicePasswordSuffix
 	AnnotationPPSSubscribers = "pps.obscura.dev/subscribers"
 	AnnotationPPSFn          = "pps.obscura.dev/fn"
 
@@ -75,7 +80,7 @@ func NATSSecret(namespace, name, account, user string, password []byte, labels m
 // hash is rendered.
 type NATSUser struct {
 	Account, Name, Password string
-	// Device users get contract.DevicePermissions.
+	// Device users get the contract.DevicePermissions of the device their name names.
 	Device bool
 	// Permissions, when set, are the user's own (a PPS device's, by its device id).
 	Permissions *natsx.Permissions
@@ -133,13 +138,37 @@ func NATSSecretUsers(s *corev1.Secret) ([]NATSUser, error) {
 		devices, err := ppsDeviceUsers(s, account, src)
 		return append(users, devices...), err
 	}
-	if d, ok := s.Data[NATSDeviceUserKey]; ok {
-		if !strings.HasPrefix(account, "VENDOR") {
-			return nil, fmt.Errorf("credentials Secret %s: only a vendor's credentials hold a device user", src)
+	ids := deviceIDs(s, contract.ValidDeviceID)
+	if len(ids) == 0 {
+		return users, nil
+	}
+	v, _ := natsAccountRank(account)
+	if !strings.HasPrefix(account, "VENDOR") {
+		return nil, fmt.Errorf("credentials Secret %s: only a vendor's or a pipeline's credentials hold device users", src)
+	}
+	for _, id := range ids {
+		// The name is the device's: a Secret cannot hand one device's subjects to another.
+		name := contract.DeviceUser(v, id)
+		if u := string(s.Data[id+DeviceUserSuffix]); u != name {
+			return nil, fmt.Errorf("credentials Secret %s: a device's user is not device<index>.<its id> (%s)", src, "contract.DeviceUser")
 		}
-		users = append(users, NATSUser{Account: account, Name: string(d), Password: string(s.Data[NATSDevicePasswordKey]), Device: true, Source: src})
+		users = append(users, NATSUser{Account: account, Name: name, Password: string(s.Data[id+DevicePasswordSuffix]),
+			Device: true, Permissions: contract.DevicePermissions(id), Source: src})
 	}
 	return users, nil
+}
+
+// deviceIDs are the device ids of a credentials Secret's <id>DevicePasswordSuffix entries that
+// valid accepts, sorted.
+func deviceIDs(s *corev1.Secret, valid func(string) error) []string {
+	ids := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		if id, ok := strings.CutSuffix(k, DevicePasswordSuffix); ok && valid(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // ppsDeviceUsers are a pipeline's device users: each may publish only to its own setup inbox
@@ -158,13 +187,7 @@ func ppsDeviceUsers(s *corev1.Secret, account, src string) ([]NATSUser, error) {
 		}
 		fns = []string{fn}
 	}
-	ids := make([]string, 0, len(s.Data))
-	for k := range s.Data {
-		if id, ok := strings.CutSuffix(k, PPSDevicePasswordSuffix); ok && ppscontract.ValidDeviceID(id) == nil {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
+	ids := deviceIDs(s, ppscontract.ValidDeviceID)
 	users := make([]NATSUser, 0, len(ids))
 	for _, id := range ids {
 		var pub, sub []string

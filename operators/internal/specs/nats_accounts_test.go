@@ -32,9 +32,9 @@ func credentialSecrets() []corev1.Secret {
 	v0 := &mohitov1.Vendor{ObjectMeta: metav1.ObjectMeta{Name: "acme", Namespace: "iot"}, Spec: mohitov1.VendorSpec{Index: 0}}
 	v1 := &mohitov1.Vendor{ObjectMeta: metav1.ObjectMeta{Name: "bolt", Namespace: "iot"}, Spec: mohitov1.VendorSpec{Index: 1}}
 	return []corev1.Secret{
-		*mohito.VendorNATSSecret(v1, []byte("pw-v1"), []byte("pw-d1")),
+		*mohito.VendorNATSSecret(v1, []byte("pw-v1"), map[string][]byte{"d1": []byte("pw-d1")}),
 		*mohito.RoundNATSSecret(rd, []byte("pw-round")),
-		*mohito.VendorNATSSecret(v0, []byte("pw-v0"), []byte("pw-d0")),
+		*mohito.VendorNATSSecret(v0, []byte("pw-v0"), map[string][]byte{"d0": []byte("pw-d0"), "e0": []byte("pw-e0")}),
 	}
 }
 
@@ -48,7 +48,7 @@ func TestNATSAccountsGolden(t *testing.T) {
 	if len(res.Problems) > 0 {
 		t.Fatalf("problems: %q", res.Problems)
 	}
-	want := map[string]int{"INTEGRATOR": 2, "VENDOR0": 2, "VENDOR1": 2, "PDA_PROXY": 1, "PDA_DB": 1, "SYS": 0}
+	want := map[string]int{"INTEGRATOR": 2, "VENDOR0": 3, "VENDOR1": 2, "PDA_PROXY": 1, "PDA_DB": 1, "SYS": 0}
 	if fmt.Sprint(res.Users) != fmt.Sprint(want) {
 		t.Errorf("users per account %v, want %v", res.Users, want)
 	}
@@ -86,8 +86,11 @@ func TestNATSAccountsLayout(t *testing.T) {
 		`{service: {account: "INTEGRATOR", subject: "mohito.i.in.v1.>"}}`,
 		`{service: "mohito.i.in.v0.>", accounts: ["VENDOR0"]}`,
 		`{service: "mohito.i.in.v1.>", accounts: ["VENDOR1"]}`,
-		// devices may only publish responses and receive commands
-		`{user: "device0", password: "$2a$11$fake.device0.5", permissions: {publish: {allow: ["mohito.dev.*.resp"]}, subscribe: {allow: ["mohito.dev.*.cmd"]}}}`,
+		// every device has its own login, which may only publish its own responses and
+		// receive its own commands (issue 15 #2)
+		`{user: "device0.d0", password: "$2a$11$fake.device0.d0.5", permissions: {publish: {allow: ["mohito.dev.d0.resp"]}, subscribe: {allow: ["mohito.dev.d0.cmd"]}}}`,
+		`{user: "device0.e0", password: "$2a$11$fake.device0.e0.5", permissions: {publish: {allow: ["mohito.dev.e0.resp"]}, subscribe: {allow: ["mohito.dev.e0.cmd"]}}}`,
+		`{user: "device1.d1", password: "$2a$11$fake.device1.d1.5", permissions: {publish: {allow: ["mohito.dev.d1.resp"]}, subscribe: {allow: ["mohito.dev.d1.cmd"]}}}`,
 		`{user: "vendor1", password: "$2a$11$fake.vendor1.5"}`,
 		`{user: "round-iot.home", password: `,
 		`system_account: "SYS"`,
@@ -100,8 +103,11 @@ func TestNATSAccountsLayout(t *testing.T) {
 		t.Error("PDA accounts rendered without a PDA user")
 	}
 	// A vendor's service user is never restricted, and no other user is.
-	if n := strings.Count(cfg, "permissions:"); n != 2 {
-		t.Errorf("%d restricted users, want the 2 device users", n)
+	if n := strings.Count(cfg, "permissions:"); n != 3 {
+		t.Errorf("%d restricted users, want the 3 device users", n)
+	}
+	if strings.Contains(cfg, "mohito.dev.*") {
+		t.Error("a device user holds a wildcard over its siblings' subjects")
 	}
 }
 
@@ -115,7 +121,11 @@ func TestNATSAccountsRejects(t *testing.T) {
 	unknown := secrets[1].DeepCopy()
 	unknown.Name, unknown.Annotations[specs.AnnotationNATSAccount] = "unknown-nats", "$SYS"
 	device := secrets[1].DeepCopy()
-	device.Name, device.Data[specs.NATSDeviceUserKey] = "device-nats", []byte("sneaky")
+	device.Name, device.Data["x"+specs.DeviceUserSuffix], device.Data["x"+specs.DevicePasswordSuffix] = "device-nats", []byte("sneaky"), []byte("pw")
+	// A vendor Secret whose device entry names another device's user: it would get that
+	// device's subjects.
+	swapped := secrets[0].DeepCopy()
+	swapped.Name, swapped.Data["d1"+specs.DeviceUserSuffix] = "swapped-nats", []byte(contract.DeviceUser(1, "sneaky"))
 	empty := secrets[1].DeepCopy()
 	empty.Name, empty.Data[specs.NATSUserKey], empty.Data[specs.NATSPasswordKey] = "empty-nats", []byte("someone"), nil
 	failing := func(user, password string) (string, error) {
@@ -126,9 +136,9 @@ func TestNATSAccountsRejects(t *testing.T) {
 	}
 	operator := []specs.NATSUser{{Account: contract.IntegratorAccount, Name: "operator", Password: "pw", Source: "flag --nats-user"},
 		{Account: contract.IntegratorAccount, Name: "vendor0", Password: "pw", Source: "flag --nats-user"}}
-	res := specs.NATSAccounts(operator, append(secrets, *dup, *bad, *unknown, *device, *empty), failing)
+	res := specs.NATSAccounts(operator, append(secrets, *dup, *bad, *unknown, *device, *swapped, *empty), failing)
 	for _, want := range []string{"password too long", "other/acme-nats: user vendor0 is already defined by flag --nats-user",
-		"iot/acme-nats: user vendor0 is already defined", "other/acme-nats: user device0 is already defined by iot/acme-nats",
+		"iot/acme-nats: user vendor0 is already defined", "other/acme-nats: user device0.d0 is already defined by iot/acme-nats", "iot/swapped-nats: a device's user is not",
 		"iot/bad-nats: user name", "iot/unknown-nats: annotation", "iot/device-nats: only a vendor", "iot/empty-nats: user someone has an empty password"} {
 		if !slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, want) }) {
 			t.Errorf("problems %q lack %q", res.Problems, want)
@@ -151,7 +161,7 @@ func TestNATSAccountsBcrypt(t *testing.T) {
 	}
 	secrets := credentialSecrets()[:1] // vendor 1: service and device user
 	res := specs.NATSAccounts(nil, secrets, hash)
-	for user, pw := range map[string]string{"vendor1": "pw-v1", "device1": "pw-d1"} {
+	for user, pw := range map[string]string{"vendor1": "pw-v1", "device1.d1": "pw-d1"} {
 		i := strings.Index(res.Config, fmt.Sprintf(`{user: %q, password: "`, user))
 		if i < 0 {
 			t.Fatalf("%s not rendered", user)
@@ -171,7 +181,7 @@ func TestNATSCredentialSecretsContract(t *testing.T) {
 		}
 	}
 	v := credentialSecrets()[0]
-	if string(v.Data[specs.NATSDeviceUserKey]) != "device1" || string(v.Data[specs.NATSDevicePasswordKey]) != "pw-d1" || v.Annotations[specs.AnnotationNATSAccount] != "VENDOR1" {
+	if string(v.Data["d1"+specs.DeviceUserSuffix]) != "device1.d1" || string(v.Data["d1"+specs.DevicePasswordSuffix]) != "pw-d1" || v.Annotations[specs.AnnotationNATSAccount] != "VENDOR1" {
 		t.Errorf("vendor Secret %v", v)
 	}
 	s := specs.NATSAccountsSecret("obscura-system", "nats-accounts", "accounts {}\n")

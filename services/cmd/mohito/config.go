@@ -212,6 +212,8 @@ type VendorAgentConfig struct {
 	Key         RoleKey
 	Vendor      int
 	DevicesFile string
+	DeviceRate  float64 // answers a second each device may publish (0: roles.DeviceRate of the round)
+	DeviceBurst int
 
 	devices []roles.RegisteredDevice
 }
@@ -377,10 +379,12 @@ type deviceEntry struct {
 	PRF []byte `json:"prf"` // base64 in JSON, 32 bytes
 }
 
-var deviceID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 func (c *VendorAgentConfig) validate() []error {
-	return append(append(c.Common.validate(), checkVendor(c.Vendor)...), c.Key.validate()...)
+	errs := append(append(c.Common.validate(), checkVendor(c.Vendor)...), c.Key.validate()...)
+	if c.DeviceRate < 0 || c.DeviceBurst < 1 {
+		errs = append(errs, errors.New("--device-rate must be ≥ 0 (0: 4 answers a round period) and --device-burst ≥ 1"))
+	}
+	return errs
 }
 
 // load reads the deployment, the NATS password, the device registry and sk_V.
@@ -393,7 +397,7 @@ func (c *VendorAgentConfig) load() []error {
 		}
 		seen := map[string]bool{}
 		for i, d := range list {
-			if !deviceID.MatchString(d.ID) || seen[d.ID] || len(d.PRF) != mohito.KeySize {
+			if contract.ValidDeviceID(d.ID) != nil || seen[d.ID] || len(d.PRF) != mohito.KeySize {
 				errs = append(errs, fmt.Errorf("--devices-file entry %d: id must be unique [A-Za-z0-9_-]{1,128} and prf %d bytes", i, mohito.KeySize))
 				continue
 			}
@@ -487,6 +491,8 @@ func bindRole(role string) (*envflag.Set, roleConfig, error) {
 		key(&va.Key, "sk_V (the agent announces pk_V)")
 		vendor(&va.Vendor)
 		f.String(&va.DevicesFile, "devices-file", DefaultDevicesPath, "JSON list of the vendor's devices {\"id\", \"prf\": base64 k_D^prf}")
+		f.Float64(&va.DeviceRate, "device-rate", 0, "answers a second each device may publish, beyond its burst (0: 4 per round period, at least 1); the excess is dropped and counted")
+		f.Int(&va.DeviceBurst, "device-burst", roles.DefaultDeviceBurst, "answers each device may publish at once")
 		cfg = &va
 	default:
 		return nil, nil, fmt.Errorf("%w: unknown role %q", errConfig, role)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -85,7 +84,7 @@ func parseDrive(args []string) (*DriveConfig, error) {
 	f.String(&c.TokensFile, "tokens-file", "", `JSON object {"<token>": "<user>"} (the gateway's tokens file; required)`)
 	f.String(&c.DevicesFile, "devices-file", "", `JSON list [{"id", "vendor", "secret"}] written by mohito provision (required)`)
 	f.String(&c.MQTTAddr, "mqtt", "", "NATS's MQTT listener host:port (required)")
-	f.String(&c.DeviceCredentialsFile, "device-credentials-file", "", `JSON object {"<vendor index>": {"user", "password"}} (required)`)
+	f.String(&c.DeviceCredentialsFile, "device-credentials-file", "", `JSON object {"<device id>": {"user", "password"}}: each device's own MQTT login (required)`)
 	f.Int(&o.Users, "users", 0, "concurrent users, each with its own token (0: one per token)")
 	f.Duration(&o.Duration, "duration", 0, "stop issuing commands after this long (0: no limit; set this or --commands)")
 	f.Int(&o.Commands, "commands", 0, "stop after this many commands (0: no limit)")
@@ -120,22 +119,16 @@ func parseDrive(args []string) (*DriveConfig, error) {
 	if err := readJSON("--devices-file", c.DevicesFile, `[{"id", "vendor", "secret"}]`, &o.Devices); err != nil {
 		errs = append(errs, err)
 	}
-	var logins map[string]loadgen.DeviceLogin
-	if err := readJSON("--device-credentials-file", c.DeviceCredentialsFile, `{"<vendor index>": {"user", "password"}}`, &logins); err != nil {
+	if err := readJSON("--device-credentials-file", c.DeviceCredentialsFile, `{"<device id>": {"user", "password"}}`, &o.DeviceLogins); err != nil {
 		errs = append(errs, err)
-	}
-	o.DeviceLogins = map[int]loadgen.DeviceLogin{}
-	for k, l := range logins {
-		v, err := strconv.Atoi(k)
-		if err != nil || v < 0 {
-			errs = append(errs, fmt.Errorf("--device-credentials-file: key %q is not a vendor index", k))
-			continue
-		}
-		o.DeviceLogins[v] = l
 	}
 	for _, d := range o.Devices {
 		if _, err := d.Credentials(); err != nil {
 			errs = append(errs, fmt.Errorf("--devices-file: %w", err))
+			break
+		}
+		if _, ok := o.DeviceLogins[d.ID]; !ok && o.DeviceLogins != nil {
+			errs = append(errs, fmt.Errorf("--device-credentials-file: no login for device %s of --devices-file", d.ID))
 			break
 		}
 	}

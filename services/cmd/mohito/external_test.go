@@ -179,8 +179,17 @@ func TestExternalDriveSmokeProbe(t *testing.T) {
 		b, _ := json.Marshal(d.Secret)
 		secrets = append(secrets, strings.Trim(string(b), `"`))
 	}
-	if len(passwords) != 5 || len(tokens) != 4 || len(devices) != 6 {
+	// One password for the integrator, one per vendor and one per device: no login is shared
+	// between devices (issue 15 #2).
+	if len(passwords) != 1+2+6 || len(tokens) != 4 || len(devices) != 6 {
 		t.Fatalf("provisioned %d passwords, %d tokens, %d devices", len(passwords), len(tokens), len(devices))
+	}
+	var logins map[string]loadgen.DeviceLogin
+	json.Unmarshal(read(ProvisionDeviceLogins), &logins)
+	for _, d := range devices {
+		if l := logins[d.ID]; l.User != contract.DeviceUser(d.Vendor, d.ID) || l.Password == "" || passwords[l.User] != l.Password {
+			t.Fatalf("device %s: login %q, want its own user %s", d.ID, l.User, contract.DeviceUser(d.Vendor, d.ID))
+		}
 	}
 	for _, s := range secrets {
 		if strings.Contains(stdout, s) {

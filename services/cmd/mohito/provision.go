@@ -23,7 +23,7 @@ const (
 	ProvisionIntegratorKey = "integrator.key"          // sk_I, base64
 	ProvisionDevices       = "devices.json"            // the driver's full device secrets
 	ProvisionTokens        = "tokens.json"             // the gateway's tokens file
-	ProvisionDeviceLogins  = "device-credentials.json" // the driver's MQTT logins per vendor
+	ProvisionDeviceLogins  = "device-credentials.json" // each device's own MQTT login (the driver's)
 	ProvisionNATSPasswords = "nats-passwords.json"     // every NATS user's password
 	ProvisionNATSAccounts  = "nats-accounts.conf"      // nats-server accounts block with those passwords
 	ProvisionPublicKeys    = "public-keys.json"        // pk_I and pk_V (public)
@@ -143,22 +143,26 @@ func provision(c *ProvisionConfig) (map[string][]byte, *provisionSummary, error)
 		return nil, nil, err
 	}
 	var all []loadgen.ProvisionedDevice
+	var devices [][]string // by vendor: the ids of its registry, each issued its own NATS login
 	for v := range c.Vendors {
 		if s.VendorKeys[strconv.Itoa(v)], err = key(ProvisionVendorKey(v)); err != nil {
 			return nil, nil, err
 		}
 		var reg []deviceEntry
+		ids := make([]string, c.DevicesPerVendor)
 		for i := range c.DevicesPerVendor {
 			sec, err := mohito.NewDeviceSecret(rand.Reader)
 			if err != nil {
 				return nil, nil, err
 			}
 			id := fmt.Sprintf("v%dd%d", v, i)
+			ids[i] = id
 			k := sec.Keys()
 			reg = append(reg, deviceEntry{ID: id, PRF: k.PRF[:]})
 			all = append(all, loadgen.ProvisionedDevice{ID: id, Vendor: v, Secret: sec[:]})
 		}
 		files[ProvisionRegistry(v)], _ = json.MarshalIndent(reg, "", "  ")
+		devices = append(devices, ids)
 	}
 	files[ProvisionDevices], _ = json.MarshalIndent(all, "", "  ")
 
@@ -172,12 +176,15 @@ func provision(c *ProvisionConfig) (map[string][]byte, *provisionSummary, error)
 	logins := map[string]loadgen.DeviceLogin{}
 	for v := range c.Vendors {
 		passwords[contract.VendorUser(v)] = randomText(24)
-		passwords[contract.DeviceUser(v)] = randomText(24)
-		logins[strconv.Itoa(v)] = loadgen.DeviceLogin{User: contract.DeviceUser(v), Password: passwords[contract.DeviceUser(v)]}
+		for _, id := range devices[v] {
+			u := contract.DeviceUser(v, id)
+			passwords[u] = randomText(24)
+			logins[id] = loadgen.DeviceLogin{User: u, Password: passwords[u]}
+		}
 	}
 	files[ProvisionNATSPasswords], _ = json.MarshalIndent(passwords, "", "  ")
 	files[ProvisionDeviceLogins], _ = json.MarshalIndent(logins, "", "  ")
-	files[ProvisionNATSAccounts] = []byte(contract.AccountsConfig(c.Vendors, func(u string) string { return passwords[u] }))
+	files[ProvisionNATSAccounts] = []byte(contract.AccountsConfig(devices, func(u string) string { return passwords[u] }))
 	files[ProvisionPublicKeys], _ = json.MarshalIndent(map[string]any{"integrator": s.IntegratorKey, "vendors": s.VendorKeys}, "", "  ")
 	for name := range files {
 		s.Files = append(s.Files, name)

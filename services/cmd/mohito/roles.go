@@ -229,7 +229,8 @@ func (c *VendorAgentConfig) setup(ctx context.Context, d *roleEnv) (func(context
 	if err := announce(ctx); err != nil {
 		return nil, nil, fmt.Errorf("announce pk_V to the integrator: %w", err)
 	}
-	a, err := roles.NewVendorAgent(ctx, roles.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.NC, JS: js, Devices: c.devices, ID: podName(), Log: d.Log, Metrics: d.metrics})
+	a, err := roles.NewVendorAgent(ctx, roles.VendorConfig{Deployment: dep, Vendor: c.Vendor, NC: d.NC, JS: js, Devices: c.devices,
+		DeviceRate: c.DeviceRate, DeviceBurst: c.DeviceBurst, ID: podName(), Log: d.Log, Metrics: d.metrics})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -97,7 +97,7 @@ func accounts(t *testing.T, pw func(string) string, vendors ...int) string {
 	}
 	l := natsx.Layout{System: "SYS", Accounts: []natsx.Account{contract.IntegratorAccountFor(vendors, []natsx.User{hash(contract.IntegratorUser)})}}
 	for _, v := range vendors {
-		l.Accounts = append(l.Accounts, contract.VendorAccountFor(v, []natsx.User{hash(contract.VendorUser(v))}, []natsx.User{hash(contract.DeviceUser(v))}))
+		l.Accounts = append(l.Accounts, contract.VendorAccountFor(v, []natsx.User{hash(contract.VendorUser(v))}, []natsx.User{hash(contract.DeviceUser(v, "d0"))}))
 	}
 	l.Accounts = append(l.Accounts, natsx.Account{Name: "SYS"})
 	return l.Render()
@@ -244,9 +244,9 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 	}
 	start()
 	testenv.Eventually(t, 20*time.Second, "vendor1 and device1 accepted after the restart", func() error {
-		return errors.Join(connect(contract.VendorUser(1)), connect(contract.DeviceUser(1)))
+		return errors.Join(connect(contract.VendorUser(1)), connect(contract.DeviceUser(1, "d0")))
 	})
-	for _, u := range []string{contract.VendorUser(0), contract.DeviceUser(0)} {
+	for _, u := range []string{contract.VendorUser(0), contract.DeviceUser(0, "d0")} {
 		if err := connectAs(u, pw2(u)); err == nil {
 			t.Errorf("%s, removed, still connects", u)
 		}

@@ -1,6 +1,7 @@
 package mohito
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -90,13 +91,43 @@ func RoundNATSSecret(rd *mohitov1.Round, password []byte) *corev1.Secret {
 }
 
 // VendorNATSSecret is a vendor's NATS credentials: its service user (shuffler and agent) and
-// the restricted user its devices connect as (specs.NATSDeviceUserKey, NATSDevicePasswordKey).
-func VendorNATSSecret(v *mohitov1.Vendor, password, devicePassword []byte) *corev1.Secret {
+// one login per device of its registry, devices (id → password): entries
+// <id>specs.DeviceUserSuffix = contract.DeviceUser and <id>specs.DevicePasswordSuffix. Each
+// device reaches only its own two subjects (contract.DevicePermissions); a device left out of
+// devices is revoked, and no login is shared between devices.
+func VendorNATSSecret(v *mohitov1.Vendor, password []byte, devices map[string][]byte) *corev1.Secret {
 	idx := int(v.Spec.Index)
 	s := specs.NATSSecret(v.Namespace, NATSSecretName(v.Name), contract.VendorAccount(idx), contract.VendorUser(idx), password, vendorLabels(v.Name, "vendor"))
-	s.Data[specs.NATSDeviceUserKey] = []byte(contract.DeviceUser(idx))
-	s.Data[specs.NATSDevicePasswordKey] = devicePassword
+	for id, pw := range devices {
+		s.Data[id+specs.DeviceUserSuffix] = []byte(contract.DeviceUser(idx, id))
+		s.Data[id+specs.DevicePasswordSuffix] = pw
+	}
 	return s
+}
+
+// RegistryDeviceIDs are the device ids of a vendor's device registry (the agent's devices
+// file, a JSON list of {"id", "prf"}), in registry order: the devices the operator issues NATS
+// logins to. Only ids are read; a duplicate or invalid id is an error.
+func RegistryDeviceIDs(registry []byte) ([]string, error) {
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(registry, &list); err != nil {
+		return nil, fmt.Errorf(`want a JSON list of {"id", "prf"}: %w`, err)
+	}
+	ids := make([]string, 0, len(list))
+	seen := map[string]bool{}
+	for i, d := range list {
+		if err := contract.ValidDeviceID(d.ID); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+		if seen[d.ID] {
+			return nil, fmt.Errorf("entry %d: device id repeated", i)
+		}
+		seen[d.ID] = true
+		ids = append(ids, d.ID)
+	}
+	return ids, nil
 }
 
 // pod is the shared pod builder's description of one Mohito role, before the Round or Vendor

@@ -58,7 +58,7 @@ func TestRoundObjectsGolden(t *testing.T) {
 
 func TestVendorObjectsGolden(t *testing.T) {
 	rd, v, s := samples(t)
-	specstest.Golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password"), []byte("not-a-real-device-password")),
+	specstest.Golden(t, "vendor.yaml", VendorServiceAccount(v), VendorNATSSecret(v, []byte("not-a-real-password"), map[string][]byte{"lamp-1": []byte("not-a-real-device-password")}),
 		VendorAgent(v, rd, platform, "0123456789abcdef"), Shuffler(s, v, rd, platform, "0123456789abcdef"))
 }
 

@@ -26,7 +26,7 @@ import (
 func TestCommandsCostABoundedNumberOfCalls(t *testing.T) {
 	pw := func(u string) string { return u + "-pw" }
 	devices := []int{3, 4}
-	n := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(len(devices), pw)))
+	n := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(sim.DeviceIDs(devices), pw)))
 	rdb := testenv.StartRedis(t).Client()
 	var planned, aborted atomic.Int64
 	reg := prometheus.NewRegistry()

@@ -1,14 +1,17 @@
 package contract
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // Account names and users of the trust domains. The integrator and every vendor are
-// separate accounts; devices of vendor v connect (over MQTT) as a restricted user of vendor
-// v's account.
+// separate accounts; every device of vendor v connects (over MQTT) as its own restricted user
+// of vendor v's account (DeviceUser).
 const (
 	IntegratorAccount = "INTEGRATOR"
 	IntegratorUser    = "integrator"
@@ -20,8 +23,29 @@ func VendorAccount(v int) string { return fmt.Sprintf("VENDOR%d", v) }
 // VendorUser is the service user of vendor v (shuffler, vendor agent).
 func VendorUser(v int) string { return fmt.Sprintf("vendor%d", v) }
 
-// DeviceUser is the user devices of vendor v authenticate as.
-func DeviceUser(v int) string { return fmt.Sprintf("device%d", v) }
+// DeviceUser is device id's own user on vendor v's account. Every device has its own
+// credential, issued with the vendor's device registry: a device holding it reaches only its
+// own two subjects (DevicePermissions), and revoking the device removes its user and nothing
+// else. No login is shared between devices.
+func DeviceUser(v int, id string) string { return fmt.Sprintf("device%d.%s", v, id) }
+
+// DeviceOfUser is the device id of vendor v's DeviceUser name, ok false for any other name.
+func DeviceOfUser(v int, user string) (id string, ok bool) {
+	id, ok = strings.CutPrefix(user, fmt.Sprintf("device%d.", v))
+	return id, ok && ValidDeviceID(id) == nil
+}
+
+var deviceID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidDeviceID checks a device id of a vendor's registry: 1 to 128 of [A-Za-z0-9_-], so it
+// is one subject token and one MQTT topic level (no '.', '/', wildcard or space). The error
+// does not repeat the id: device ids stay out of logs and conditions.
+func ValidDeviceID(id string) error {
+	if !deviceID.MatchString(id) {
+		return errors.New("a device id is 1 to 128 of [A-Za-z0-9_-]")
+	}
+	return nil
+}
 
 // Subjects crossing the boundaries. Every cross-account subject names the vendor, so the
 // receiving party knows who sent it and a vendor can reach only its own slice.
@@ -50,10 +74,13 @@ func DeviceOfResponse(subject string) string {
 	return subject[len(pre) : len(subject)-len(suf)]
 }
 
-// DevicePermissions restrict a vendor's device user to its own two MQTT topic families:
-// devices receive commands and publish responses, nothing else (no JetStream API, no
-// inbox, no other account's subjects).
-var DevicePermissions = &natsx.Permissions{PublishAllow: []string{"mohito.dev.*.resp"}, SubscribeAllow: []string{"mohito.dev.*.cmd"}}
+// DevicePermissions restrict device id's user to its own two subjects: it receives its
+// commands and publishes its responses, nothing else — not a sibling's command subject (it
+// would see when a sibling is addressed), not a sibling's response subject (it could flood
+// or forge in a sibling's name), no JetStream API, no inbox, no other account's subjects.
+func DevicePermissions(id string) *natsx.Permissions {
+	return &natsx.Permissions{PublishAllow: []string{DeviceResponseSubject(id)}, SubscribeAllow: []string{DeviceCommandSubject(id)}}
+}
 
 // IntegratorAccountFor is the integrator's account serving the vendors with the given
 // indices: it exports to vendor v only v's slice of its inbox and imports v's inbox.
@@ -68,24 +95,31 @@ func IntegratorAccountFor(vendors []int, users []natsx.User) natsx.Account {
 	return a
 }
 
-// VendorAccountFor is vendor v's account: its service users and its devices' users, which
-// get [DevicePermissions] whatever they carried.
+// VendorAccountFor is vendor v's account: its service users and its devices' users. A device
+// user gets the [DevicePermissions] of the device its name ([DeviceUser]) names, whatever it
+// carried; one whose name names no device of v is left out.
 func VendorAccountFor(v int, users, devices []natsx.User) natsx.Account {
 	a := natsx.Account{Name: VendorAccount(v), JetStream: true,
 		Exports: []natsx.Export{{Subject: VendorInbox(v) + ".>", Accounts: []string{IntegratorAccount}}},
 		Imports: []natsx.Import{{Account: IntegratorAccount, Subject: IntegratorInbox(v) + ".>"}}}
 	a.Users = append(a.Users, users...)
 	for _, d := range devices {
-		d.Permissions = DevicePermissions
+		id, ok := DeviceOfUser(v, d.Name)
+		if !ok {
+			continue
+		}
+		d.Permissions = DevicePermissions(id)
 		a.Users = append(a.Users, d)
 	}
 	return a
 }
 
-// AccountsConfig renders the nats-server accounts block for one integrator and n vendors.
+// AccountsConfig renders the nats-server accounts block for one integrator and
+// len(devices) vendors, vendor v with one user per device id in devices[v] (DeviceUser).
 // password(user) gives each user's password. Only the two inbox families cross an account
 // boundary; everything else stays inside its account.
-func AccountsConfig(vendors int, password func(user string) string) string {
+func AccountsConfig(devices [][]string, password func(user string) string) string {
+	vendors := len(devices)
 	users := func(names ...string) []natsx.User {
 		us := make([]natsx.User, len(names))
 		for i, n := range names {
@@ -100,7 +134,11 @@ func AccountsConfig(vendors int, password func(user string) string) string {
 	}
 	accounts = append(accounts, IntegratorAccountFor(idx, users(IntegratorUser)))
 	for v := range vendors {
-		accounts = append(accounts, VendorAccountFor(v, users(VendorUser(v)), users(DeviceUser(v))))
+		ds := make([]string, len(devices[v]))
+		for i, id := range devices[v] {
+			ds[i] = DeviceUser(v, id)
+		}
+		accounts = append(accounts, VendorAccountFor(v, users(VendorUser(v)), users(ds...)))
 	}
 	return natsx.Layout{Accounts: accounts}.Render()
 }

@@ -20,7 +20,7 @@ func pw(u string) string { return u + "-pw" }
 // exported inboxes carry JetStream publishes (with their acks) across exactly
 // one account boundary.
 func TestTrustDomainIsolation(t *testing.T) {
-	n := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(2, pw)))
+	n := testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig([][]string{{"d0"}, {"d1"}}, pw)))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	integ := n.Connect(t, nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
@@ -125,7 +125,7 @@ func TestTrustDomainIsolation(t *testing.T) {
 		t.Fatalf("integrator inbox holds %d messages, want 1", info.State.Msgs)
 	}
 	// Device users are confined to device subjects.
-	dev := n.Connect(t, nats.UserInfo(contract.DeviceUser(0), pw(contract.DeviceUser(0))))
+	dev := n.Connect(t, nats.UserInfo(contract.DeviceUser(0, "d0"), pw(contract.DeviceUser(0, "d0"))))
 	errs := make(chan error, 4)
 	dev.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
 	if _, err := dev.SubscribeSync(contract.VendorInbox(0) + ".>"); err != nil {

@@ -317,6 +317,8 @@ func (e *benchEnv) write(name string, b []byte) string {
 
 func benchPassword(u string) string { return u + "-bench" }
 
+func benchDeviceID(v, u int) string { return fmt.Sprintf("v%dd%d", v, u) }
+
 // passwordFile writes user's password file once: rewriting it while a role reads it would
 // hand that role an empty password.
 func (e *benchEnv) passwordFile(user string) string {
@@ -442,9 +444,13 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	e.write("deployment.json", db)
 	p := mohito.Params{Vendors: o.Vendors, Q: 1, CommandSize: o.CommandSize, ResponseSize: 128, Suite: mohito.SuiteX25519, ResponseMode: mohito.ResponseHardened}
 
-	// NATS and Redis.
+	// NATS and Redis. Device u of vendor u mod Vendors is v<v>d<u>, with its own NATS user.
+	ids := make([][]string, o.Vendors)
+	for u := range nDev {
+		ids[u%o.Vendors] = append(ids[u%o.Vendors], benchDeviceID(u%o.Vendors, u))
+	}
 	e.nats, e.redis, e.grpc = e.port(), e.port(), e.port()
-	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: bench\njetstream { store_dir: %q }\n%s", e.nats, filepath.Join(dir, "js"), contract.AccountsConfig(o.Vendors, benchPassword))
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: bench\njetstream { store_dir: %q }\n%s", e.nats, filepath.Join(dir, "js"), contract.AccountsConfig(ids, benchPassword))
 	if o.CPUProfileDir != "" {
 		// nats-server profiles over HTTP (prof_port): the window's profile is read from there.
 		e.natsProf = e.port()
@@ -494,7 +500,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 			if err != nil {
 				return nil, err
 			}
-			id := fmt.Sprintf("v%dd%d", v, u)
+			id := benchDeviceID(v, u)
 			cr := mohito.DeviceCredentials{Vendor: uint32(v), Keys: s.Keys()}
 			devs[u] = dev{id: id, sec: &s, creds: cr}
 			reg = append(reg, entry{ID: id, PRF: cr.Keys.PRF[:]})
@@ -543,7 +549,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		return nil, err
 	}
 
-	// Devices in this process, over NATS as their vendor's device user.
+	// Devices in this process, over NATS, each as its own device user.
 	var dmu sync.Mutex
 	delivered := map[string]int{}
 	handler := func(cmd *mohito.Command) []byte {
@@ -552,16 +558,15 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		dmu.Unlock()
 		return append([]byte("ack:"), cmd.Payload...)
 	}
-	for v := range o.Vendors {
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", e.nats), nats.UserInfo(contract.DeviceUser(v), benchPassword(contract.DeviceUser(v))))
+	for u := range nDev {
+		user := contract.DeviceUser(u%o.Vendors, devs[u].id)
+		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", e.nats), nats.UserInfo(user, benchPassword(user)))
 		if err != nil {
 			return nil, err
 		}
 		defer nc.Close()
-		for u := v; u < nDev; u += o.Vendors {
-			if err := client.NewDevice(devs[u].id, devs[u].sec, p, client.NATSTransport{NC: nc}, handler).Start(); err != nil {
-				return nil, err
-			}
+		if err := client.NewDevice(devs[u].id, devs[u].sec, p, client.NATSTransport{NC: nc}, handler).Start(); err != nil {
+			return nil, err
 		}
 	}
 

@@ -49,7 +49,8 @@ func (d *ProvisionedDevice) secret() (*mohito.DeviceSecret, error) {
 	return &s, nil
 }
 
-// DeviceLogin is a vendor's device user on its NATS account (MQTT listener).
+// DeviceLogin is one device's own user on its vendor's NATS account (MQTT listener),
+// contract.DeviceUser: no two devices share one.
 type DeviceLogin struct {
 	User     string `json:"user"`
 	Password string `json:"password"`
@@ -60,13 +61,13 @@ type DriveOptions struct {
 	Conn         grpc.ClientConnInterface // to the gateway (through the TLS edge)
 	Tokens       map[string]string        // access token → user
 	Devices      []ProvisionedDevice
-	MQTTAddr     string              // NATS's MQTT listener (host:port)
-	DeviceLogins map[int]DeviceLogin // per vendor index
-	Users        int                 // concurrent users (≤ len(Tokens)); 0: one per token
-	Duration     time.Duration       // stop issuing after this long (0: no limit)
-	Commands     int                 // stop after this many commands (0: no limit)
-	Think        time.Duration       // per-user pause between commands
-	Poll         time.Duration       // fallback polling interval per user when the gateway pushes nothing (client.User.Poll)
+	MQTTAddr     string                 // NATS's MQTT listener (host:port)
+	DeviceLogins map[string]DeviceLogin // per device id
+	Users        int                    // concurrent users (≤ len(Tokens)); 0: one per token
+	Duration     time.Duration          // stop issuing after this long (0: no limit)
+	Commands     int                    // stop after this many commands (0: no limit)
+	Think        time.Duration          // per-user pause between commands
+	Poll         time.Duration          // fallback polling interval per user when the gateway pushes nothing (client.User.Poll)
 	PayloadSize  int
 	Timeout      time.Duration // per command (default 60 s)
 	Progress     time.Duration // progress line interval (default 5 s)
@@ -469,8 +470,8 @@ func summarize(recs []driveRecord, w *roundWatch, start time.Time, elapsed time.
 	return s
 }
 
-// startDevices connects every device to the MQTT listener as its vendor's
-// device user (a few at a time) and subscribes it to its command topic.
+// startDevices connects every device to the MQTT listener as its own device
+// user (a few at a time) and subscribes it to its command topic.
 func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run string, h client.Handler) ([]client.Transport, error) {
 	var mu sync.Mutex
 	var conns []client.Transport
@@ -478,9 +479,9 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for _, d := range o.Devices {
-		login, ok := o.DeviceLogins[d.Vendor]
+		login, ok := o.DeviceLogins[d.ID]
 		if !ok {
-			return conns, fmt.Errorf("device %s: no device credentials for vendor %d", d.ID, d.Vendor)
+			return conns, fmt.Errorf("device %s: no device credentials", d.ID)
 		}
 		s, err := d.secret()
 		if err != nil {

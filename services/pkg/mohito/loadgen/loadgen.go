@@ -157,7 +157,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}
 		defer os.RemoveAll(dir)
 		password = func(u string) string { return u + "-demo" }
-		s, err := sim.EmbeddedNATS(filepath.Join(dir, "js"), o.Vendors, password)
+		s, err := sim.EmbeddedNATS(filepath.Join(dir, "js"), sim.DeviceIDs(devices), password)
 		if err != nil {
 			return nil, err
 		}

@@ -28,6 +28,7 @@ type VendorAgent struct {
 	order  sync.Mutex // serialises deliveries in round order
 	rounds map[uint64]*agentRound
 	blobs  *natsx.BlobAssembler
+	limit  *deviceLimiter // per-device publish limit
 	// inflight counts the rounds sent to devices whose response table is not out yet.
 	inflight sync.WaitGroup
 }
@@ -81,7 +82,15 @@ func NewVendorAgent(ctx context.Context, cfg VendorConfig) (*VendorAgent, error)
 	if err != nil {
 		return nil, err
 	}
-	return &VendorAgent{cfg: cfg, vendor: v, index: idx, active: active, rounds: map[uint64]*agentRound{}, blobs: natsx.NewBlobAssembler()}, nil
+	rate, burst := cfg.DeviceRate, cfg.DeviceBurst
+	if rate <= 0 {
+		rate = DeviceRate(cfg.Deployment.Round)
+	}
+	if burst <= 0 {
+		burst = DefaultDeviceBurst
+	}
+	return &VendorAgent{cfg: cfg, vendor: v, index: idx, active: active, rounds: map[uint64]*agentRound{}, blobs: natsx.NewBlobAssembler(),
+		limit: newDeviceLimiter(rate, burst, nil)}, nil
 }
 
 // Run serves rounds while this replica holds the vendor's agent lease, until ctx ends. One
@@ -349,6 +358,12 @@ func (a *VendorAgent) collect(ctx context.Context, t uint64, r *agentRound, msgs
 func (a *VendorAgent) onResponse(m *nats.Msg) {
 	id := contract.DeviceOfResponse(m.Subject)
 	di, ok := a.index[id]
+	// A device publishes only on its own subject (contract.DevicePermissions), so the
+	// subject names the sender and its bucket; a flood costs a map lookup, nothing more.
+	if ok && !a.limit.allow(di) {
+		a.cfg.Metrics.Dropped.WithLabelValues("device_rate").Inc()
+		return
+	}
 	t, hasHeader := mohito.EnvelopeRound(m.Data)
 	if !ok || !hasHeader {
 		a.cfg.Metrics.Dropped.WithLabelValues("device_response").Inc()

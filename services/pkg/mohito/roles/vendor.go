@@ -23,8 +23,12 @@ type VendorConfig struct {
 	Devices    []RegisteredDevice // the vendor's devices (agent)
 	FakePool   int                // fakes kept per vendor in the pool
 	ID         string             // replica id for the agent's leader lease (agent)
-	Log        *slog.Logger
-	Metrics    *Metrics
+	// DeviceRate and DeviceBurst limit what each device may publish to the agent (answers
+	// per second, and at once); 0 means DeviceRate(Deployment.Round) and DefaultDeviceBurst.
+	DeviceRate  float64
+	DeviceBurst int
+	Log         *slog.Logger
+	Metrics     *Metrics
 }
 
 // RegisteredDevice is what a vendor knows about one device: its id on the

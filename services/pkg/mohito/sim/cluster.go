@@ -85,6 +85,18 @@ type proc struct {
 // DeviceID names device d of vendor v on the vendor's channel.
 func DeviceID(v, d int) string { return fmt.Sprintf("v%dd%d", v, d) }
 
+// DeviceIDs are the ids of every vendor's devices (by vendor): each needs its own NATS user
+// (contract.AccountsConfig).
+func DeviceIDs(devicesPerVendor []int) [][]string {
+	ids := make([][]string, len(devicesPerVendor))
+	for v, n := range devicesPerVendor {
+		for d := range n {
+			ids[v] = append(ids[v], DeviceID(v, d))
+		}
+	}
+	return ids
+}
+
 // Start builds keys, devices and users and starts every role.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := cfg.Deployment.Validate(); err != nil {
@@ -412,21 +424,25 @@ func (c *Cluster) stop(name string, graceful bool) {
 func (c *Cluster) startDevices(ctx context.Context, v int) error {
 	p := c.cfg.Deployment.Params
 	devs := make([]*client.Device, len(c.Creds[v]))
-	nc, _, err := c.connect(contract.DeviceUser(v))
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.procs[fmt.Sprintf("devices-%d", v)] = &proc{cancel: func() {}, done: closedChan(), nc: nc}
-	c.mu.Unlock()
 	for d := range devs {
-		var tr client.Transport = client.NATSTransport{NC: nc}
+		// Every device logs in as its own user: it reaches only its own subjects.
+		user := contract.DeviceUser(v, DeviceID(v, d))
+		var tr client.Transport
 		if v == 0 && d < c.cfg.MQTTDevices && c.cfg.MQTTAddr != "" {
-			m, err := client.DialMQTT(c.cfg.MQTTAddr, contract.DeviceUser(v), c.cfg.Password(contract.DeviceUser(v)))
+			m, err := client.DialMQTT(c.cfg.MQTTAddr, user, c.cfg.Password(user))
 			if err != nil {
 				return err
 			}
 			tr = m
+		} else {
+			nc, _, err := c.connect(user)
+			if err != nil {
+				return err
+			}
+			c.mu.Lock()
+			c.procs[fmt.Sprintf("device-%d-%d", v, d)] = &proc{cancel: func() {}, done: closedChan(), nc: nc}
+			c.mu.Unlock()
+			tr = client.NATSTransport{NC: nc}
 		}
 		devs[d] = client.NewDevice(DeviceID(v, d), &c.secrets[v][d], p, tr, func(cmd *mohito.Command) []byte {
 			time.Sleep(c.cfg.Execute)

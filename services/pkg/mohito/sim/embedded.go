@@ -10,11 +10,11 @@ import (
 )
 
 // EmbeddedNATS starts an in-process nats-server with JetStream under dir, the
-// trust-domain accounts for vendors vendors and an MQTT listener, on
-// 127.0.0.1 and random ports only.
-func EmbeddedNATS(dir string, vendors int, password func(string) string) (*server.Server, error) {
+// trust-domain accounts for len(devices) vendors with a user per device id of
+// devices[v] (DeviceIDs) and an MQTT listener, on 127.0.0.1 and random ports only.
+func EmbeddedNATS(dir string, devices [][]string, password func(string) string) (*server.Server, error) {
 	o := &server.Options{}
-	if err := o.ProcessConfigString(contract.AccountsConfig(vendors, password)); err != nil {
+	if err := o.ProcessConfigString(contract.AccountsConfig(devices, password)); err != nil {
 		return nil, fmt.Errorf("nats accounts: %w", err)
 	}
 	o.ServerName = "obscura-demo"

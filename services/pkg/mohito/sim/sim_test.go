@@ -47,7 +47,7 @@ func (h *harness) Reports() []roles.RoundReport {
 func start(t *testing.T, devices []int, users, workers int, mutate func(*sim.Config)) *harness {
 	t.Helper()
 	h := &harness{}
-	h.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(len(devices), pw)), testenv.WithMQTT())
+	h.nats = testenv.StartNATS(t, testenv.WithNATSConfig(contract.AccountsConfig(sim.DeviceIDs(devices), pw)), testenv.WithMQTT())
 	rdb := testenv.StartRedis(t).Client()
 	cfg := sim.Config{
 		Deployment:       sim.SmallDeployment(devices, 256, 250*time.Millisecond),
