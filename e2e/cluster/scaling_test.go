@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +41,35 @@ const scaleRound = `{"spec":{"delta":8,
     "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
 
 const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
+
+// deploymentFinal checks the series' deployment document for the load phases' vendor capacity
+// and a shuffler weight equal to the vendor's devices.
+func (e *env) deploymentFinal() error {
+	cm := &corev1.ConfigMap{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-deployment"}, cm); err != nil {
+		return err
+	}
+	var doc struct {
+		Delta   int `json:"delta"`
+		Vendors []struct {
+			Devices        int  `json:"devices"`
+			Base           int  `json:"base"`
+			PaddedEntries  int  `json:"paddedEntries"`
+			ShufflerWeight *int `json:"shufflerWeight"`
+		} `json:"vendors"`
+	}
+	if err := json.Unmarshal([]byte(cm.Data["deployment.json"]), &doc); err != nil {
+		return err
+	}
+	if doc.Delta != 8 || len(doc.Vendors) != 1 {
+		return fmt.Errorf("delta %d, %d vendors", doc.Delta, len(doc.Vendors))
+	}
+	v := doc.Vendors[0]
+	if v.Devices != devicesPerVendor || v.Base != 64 || v.PaddedEntries != 544 || v.ShufflerWeight == nil || *v.ShufflerWeight != devicesPerVendor {
+		return fmt.Errorf("vendor in the document: %+v (shuffler weight %v)", v, v.ShufflerWeight)
+	}
+	return nil
+}
 
 // ScalePhase is one load level of the scaling run and what the platform did during it.
 type ScalePhase struct {
@@ -78,6 +109,10 @@ func (e *env) scalingPhases() {
 	e.phase("capacity classes and 50m decryption workers for the load phases", func() {
 		e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge", "-p", scaleVendor)
 		e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge", "-p", strings.Join(strings.Fields(scaleRound), ""))
+		// The Vendor's change reaches the series' deployment document through its Shuffler's
+		// status (the shuffler weight is its devices); each step rolls every role, so the load
+		// starts only once the document is final and everything has rolled.
+		testenv.Eventually(e.t, 4*time.Minute, "deployment document with the new capacity and shuffler weight", e.deploymentFinal)
 		testenv.Eventually(e.t, 4*time.Minute, "round workloads rolled and available", e.allAvailable)
 		e.waitSettled()
 	})
