@@ -126,13 +126,40 @@ func (e *env) applySamples() {
 		"-p", `{"spec":{"decryptWorkers":{"min":1,"max":3,"targetLag":100}}}`)
 }
 
-// deviceCredentials writes the driver's MQTT logins from the Vendor's NATS Secret, which the
-// operator generated (its device user is what the vendor hands to its devices).
+// deviceCredentials writes the driver's MQTT logins from the Vendor's NATS Secret, where the
+// operator issued each device of the registry its own login (<id>.user, <id>.password: what the
+// vendor hands to that device; no login is shared between devices, issue 15 #2).
 func (e *env) deviceCredentials() string {
-	user := e.secretData(e.ns, vendorName+"-nats", "device-user")
-	pw := e.secretData(e.ns, vendorName+"-nats", "device-password")
-	b, _ := json.Marshal(map[string]map[string]string{"0": {"user": string(user), "password": string(pw)}})
-	e.secrets["device NATS password"] = string(pw)
+	var devs []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(e.readProvision("devices.json"), &devs); err != nil {
+		e.t.Fatal(err)
+	}
+	logins := map[string]map[string]string{}
+	testenv.Eventually(e.t, 2*time.Minute, "the operator issued every registered device its own NATS login", func() error {
+		s := &corev1.Secret{}
+		if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: vendorName + "-nats"}, s); err != nil {
+			return err
+		}
+		missing := 0
+		for _, d := range devs {
+			user, pw := s.Data[d.ID+".user"], s.Data[d.ID+".password"]
+			if len(user) == 0 || len(pw) == 0 {
+				missing++
+				continue
+			}
+			logins[d.ID] = map[string]string{"user": string(user), "password": string(pw)}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d devices have no login yet", missing, len(devs))
+		}
+		return nil
+	})
+	for id, l := range logins {
+		e.secrets["NATS password of device "+id] = l["password"]
+	}
+	b, _ := json.Marshal(logins)
 	return e.writeFile("device-credentials.json", b)
 }
 
