@@ -43,5 +43,5 @@ hack/images/images.sh import >&2
 log "e2e/cluster ($mode)"
 export KUBECONFIG="$ROOT/hack/cluster/state/kubeconfig/admin.conf"
 (cd e2e && OBSCURA_E2E_CLUSTER=1 OBSCURA_E2E_CLUSTER_MODE="$mode" OBSCURA_E2E_REPORT="$report" \
-  OBSCURA_BIN="$ROOT/bin" go test ./cluster -count=1 -v -timeout 40m -run TestCluster)
+  OBSCURA_BIN="$ROOT/bin" go test ./cluster -count=1 -v -timeout 60m -run TestCluster)
 log "report: $report"
