@@ -3,11 +3,14 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +27,10 @@ type Redis struct {
 
 	client *redis.Client
 	proc   *process
+	bin    string
+	args   []string // the full command line, for Restart
+	dir    string
+	starts int
 }
 
 // Addr returns "127.0.0.1:<port>".
@@ -75,7 +82,7 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 			}
 			t.Fatal(p.failure(fmt.Sprintf("redis-server %s on %s did not answer PING", bin, addr), err))
 		}
-		r := &Redis{Port: port, LogPath: logPath, proc: p}
+		r := &Redis{Port: port, LogPath: logPath, proc: p, bin: bin, args: full, dir: dir, starts: attempt}
 		r.client = redis.NewClient(&redis.Options{
 			Addr: addr,
 			// Redis 7.0 knows neither CLIENT SETINFO nor maintenance notifications; asking would
@@ -85,7 +92,7 @@ func StartRedis(t testing.TB, args ...string) *Redis {
 		})
 		t.Cleanup(func() {
 			r.client.Close()
-			if err := p.stop(5 * time.Second); err != nil {
+			if err := r.proc.stop(5 * time.Second); err != nil {
 				t.Errorf("testenv: %v", err)
 			}
 		})
@@ -123,4 +130,36 @@ func redisPing(ctx context.Context, addr string) error {
 		return fmt.Errorf("%w: PING answered %q", errNotYet, line)
 	}
 	return nil
+}
+
+// Kill sends SIGKILL to the server's pid and waits for it to exit: a crash, with no shutdown
+// save — what the server had written to its append-only file is all that survives.
+func (r *Redis) Kill(t testing.TB) {
+	t.Helper()
+	if err := r.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("testenv: kill redis-server (pid %d): %v", r.proc.cmd.Process.Pid, err)
+	}
+	<-r.proc.done
+}
+
+// Restart starts the server again (after Kill or Stop) on the same port, directory and
+// arguments, so that it loads what it persisted there, and returns once it answers PING (after
+// loading). The client reconnects by itself.
+func (r *Redis) Restart(t testing.TB) {
+	t.Helper()
+	if r.proc.exitError() == nil {
+		t.Fatalf("testenv: restart redis-server (pid %d): still running (Kill or Stop it first)", r.proc.cmd.Process.Pid)
+	}
+	r.starts++
+	r.LogPath = filepath.Join(r.dir, fmt.Sprintf("redis-%d.log", r.starts))
+	p, err := startProcess("redis-server", r.bin, r.args, r.dir, r.LogPath)
+	if err != nil {
+		t.Fatalf("testenv: restart redis: %v", err)
+	}
+	r.proc = p
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := p.waitReady(ctx, func(ctx context.Context) error { return redisPing(ctx, r.Addr()) }); err != nil {
+		t.Fatal(p.failure(fmt.Sprintf("restarted redis-server on %s did not answer PING", r.Addr()), err))
+	}
 }
