@@ -179,7 +179,11 @@ func (c *Coordinator) allocate(ctx context.Context) (uint64, error) {
 }
 
 // abortStale marks rounds a previous leader left open or closing as aborted,
-// so their users re-send (those rounds never reached a vendor).
+// so their users re-send (those rounds never reached a vendor). Rounds it left
+// delivering (planned, in their response phase) are adopted: watched until
+// done, and aborted if the response phase passes first — a leader that lost
+// its lease (its lease bucket's NATS node died) stops watching them, and
+// without an abort their users would wait for an answer that never comes.
 func (c *Coordinator) abortStale(ctx context.Context) {
 	e, err := c.ids.Get(ctx, "last")
 	if err != nil {
@@ -188,6 +192,10 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 	last, _ := strconv.ParseUint(string(e.Value()), 10, 64)
 	for t := last; t > 0 && t+32 > last; t-- {
 		st, err := c.cfg.Store.Status(ctx, t)
+		if err == nil && st == statusDelivering {
+			go c.adopt(ctx, t)
+			continue
+		}
 		if err == nil && (st == roundstate.StatusOpen || st == roundstate.StatusClosed) {
 			_, _ = c.cfg.Store.Close(ctx, t)
 			_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusAborted)
@@ -198,6 +206,28 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 			c.cfg.Log.Warn("round aborted", "t", t, "reason", "coordinator restarted")
 		}
 	}
+}
+
+// statusDelivering is a planned round's status while its responses are routed.
+const statusDelivering = "delivering"
+
+// adopt watches a round a previous leader left delivering until it is done, or aborts it once
+// a response phase has passed (as finish does for its own rounds).
+func (c *Coordinator) adopt(ctx context.Context, t uint64) {
+	deadline := time.Now().Add(c.cfg.Deployment.ResponsePhase())
+	for time.Now().Before(deadline) {
+		if st, _ := c.cfg.Store.Status(ctx, t); st != statusDelivering {
+			return // done, or aborted by another leader
+		}
+		if !clock.Sleep(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	_ = c.cfg.Store.SetStatus(ctx, t, roundstate.StatusAborted)
+	c.cfg.Metrics.Rounds.WithLabelValues("aborted").Inc()
+	c.status.aborted(ctx, t, -1)
+	c.report(RoundReport{T: t, Aborted: true, Reason: "response phase timed out under a previous leader"})
+	c.cfg.Log.Warn("round aborted", "t", t, "reason", "response phase timed out under a previous leader")
 }
 
 // lead runs the round clock while this replica holds the lease. When it is told to stop
@@ -539,7 +569,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		abort("plan not durable", err)
 		return
 	}
-	_ = c.cfg.Store.SetStatus(ctx, t, "delivering")
+	_ = c.cfg.Store.SetStatus(ctx, t, statusDelivering)
 	rep.K, rep.Valid, rep.N, rep.S, rep.Planned = k, valid, sum.N, sum.S, time.Now()
 	c.cfg.Metrics.StageSeconds.WithLabelValues("close_to_plan").Observe(rep.Planned.Sub(rep.Closed).Seconds())
 	if sum.S > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
@@ -206,14 +207,7 @@ func (c *Cluster) connect(user string) (*nats.Conn, jetstream.JetStream, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", user, err)
 	}
-	var opts []jetstream.JetStreamOpt
-	if c.cfg.Replicas > 1 {
-		// A replicated stream's creation waits for its group to elect a leader, and an API
-		// request during a node's loss for the election of a new one: longer than the
-		// default 5 s on a loaded machine.
-		opts = append(opts, jetstream.WithDefaultTimeout(20*time.Second))
-	}
-	js, err := jetstream.New(nc, opts...)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -295,7 +289,29 @@ func (c *Cluster) startRole(ctx context.Context, role string, i int, d roles.Dep
 	return c.startNamed(ctx, fmt.Sprintf("%s-%d", role, i), role, i, d)
 }
 
+// startNamed starts a role replica. On a replicated JetStream (Replicas > 1) a role's first
+// requests can meet a stream or bucket whose group is still electing its leader ("no
+// responders"), as the daemons' setup does; it is retried for up to replicatedStartRetry.
 func (c *Cluster) startNamed(ctx context.Context, name, role string, i int, d roles.Deployment) error {
+	err := c.startOnce(ctx, name, role, i, d)
+	if c.cfg.Replicas <= 1 {
+		return err
+	}
+	deadline := time.Now().Add(replicatedStartRetry)
+	for wait := 100 * time.Millisecond; err != nil && time.Now().Before(deadline); wait = min(2*wait, 2*time.Second) {
+		c.cfg.Log.Warn("role not started, retrying", "role", name, "err", err)
+		if !clock.Sleep(ctx, wait) {
+			return err
+		}
+		err = c.startOnce(ctx, name, role, i, d)
+	}
+	return err
+}
+
+// replicatedStartRetry bounds startNamed's retries on a replicated JetStream.
+const replicatedStartRetry = 60 * time.Second
+
+func (c *Cluster) startOnce(ctx context.Context, name, role string, i int, d roles.Deployment) error {
 	user := contract.IntegratorUser
 	if role == "shuffler" || role == "agent" {
 		user = contract.VendorUser(i)
