@@ -213,7 +213,7 @@ func (d *Device) InstallGrant(k *contract.Keys) error {
 // checkLow queues an EPOCH_REQ for the pool of sid when it fell below its low-water mark
 // and none is outstanding (the caller holds lock).
 func (d *Device) checkLow(sid uint16) {
-	p := d.pool[sid]
+	p := d.core.Up.Get(sid) // two array indexings, not the map: this runs per packet
 	if p == nil || !p.NeedsReplenish() || d.pending[sid] {
 		return
 	}
@@ -301,7 +301,12 @@ func (d *Device) parkLoop() error {
 		case <-d.stop:
 			return nil
 		case pk := <-d.parkc:
-			q = append(q, pk)
+			// A grant may have come between the refusal and the parking: try at once.
+			if d.sendParked(pk) {
+				d.free <- pk
+			} else {
+				q = append(q, pk)
+			}
 		case <-d.grantc:
 			retry = true
 		case <-tc:
@@ -310,7 +315,7 @@ func (d *Device) parkLoop() error {
 		now := time.Now()
 		for _, pk := range q {
 			sent := false
-			if retry {
+			if retry || !now.Before(pk.deadline) { // a last try before the drop
 				sent = d.sendParked(pk)
 			}
 			switch {

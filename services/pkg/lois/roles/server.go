@@ -54,6 +54,12 @@ type serverSession struct {
 	pad     *padder // nil without STP; its mu then guards the pools (lock)
 	mu      sync.Mutex
 	low     map[uint16]int64 // unix second a low-water event went out, by SID; guarded by lock
+	list    []sidPool        // the pools again, for the per-packet low-water check (no map)
+}
+
+type sidPool struct {
+	sid uint16
+	p   *lois.Pool
 }
 
 // lock is the mutex of the session's pools: the pad's when the pad loop shares them.
@@ -292,9 +298,7 @@ func (s *Server) download() error {
 			now := s.clk.now()
 			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, now)
 			if s.cfg.LowWater != nil {
-				if sid, ok := s.cfg.Ports[srvPort]; ok {
-					s.checkLow(ss, sid, now)
-				}
+				s.checkLow(ss, now)
 			}
 			mu.Unlock()
 		}
@@ -331,6 +335,7 @@ func (ss *serverSession) add(st *lois.Stream, replicas, replica int, margin time
 		p = &lois.Pool{}
 		ss.byID[st.SID] = p
 		ss.pools.Set(st.SID, p)
+		ss.list = append(ss.list, sidPool{st.SID, p})
 	}
 	// Only this replica's indices: two replicas never hold one keystream (§3.11).
 	p.Add(st, replicas, replica, st.Expiry-int64(margin/time.Second))
@@ -385,19 +390,21 @@ func (s *Server) lowWaterLoop() error {
 	}
 }
 
-// checkLow queues a low-water event for the pool of sid when it fell below its mark and no
-// event is outstanding (the caller holds the session's pools lock).
-func (s *Server) checkLow(ss *serverSession, sid uint16, now int64) {
-	p := ss.byID[sid]
-	if p == nil || !p.NeedsReplenish() {
-		return
-	}
-	if at, ok := ss.low[sid]; ok && now-at < int64(s.cfg.LowWaterRetry/time.Second) {
-		return
-	}
-	select {
-	case s.lowc <- lowEvent{ss.session, sid}:
-		ss.low[sid] = now
-	default:
+// checkLow queues a low-water event for each of the session's pools that fell below its
+// mark with no event outstanding (the caller holds the session's pools lock). A session has
+// a few services: the walk is a few comparisons, no map unless a pool is low.
+func (s *Server) checkLow(ss *serverSession, now int64) {
+	for _, sp := range ss.list {
+		if !sp.p.NeedsReplenish() {
+			continue
+		}
+		if at, ok := ss.low[sp.sid]; ok && now-at < int64(s.cfg.LowWaterRetry/time.Second) {
+			continue
+		}
+		select {
+		case s.lowc <- lowEvent{ss.session, sp.sid}:
+			ss.low[sp.sid] = now
+		default:
+		}
 	}
 }
