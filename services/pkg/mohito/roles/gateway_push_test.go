@@ -3,8 +3,10 @@ package roles
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,12 @@ type pushEnv struct {
 
 func startPushGateway(t *testing.T) *pushEnv {
 	t.Helper()
+	return startPushGatewayOn(t, nil)
+}
+
+// startPushGatewayOn starts the gateway on wrap(store) (the store itself when wrap is nil).
+func startPushGatewayOn(t *testing.T, wrap func(roundstate.Store) roundstate.Store) *pushEnv {
+	t.Helper()
 	n := testenv.StartNATS(t)
 	nc, err := nats.Connect(n.URL())
 	if err != nil {
@@ -48,7 +56,11 @@ func startPushGateway(t *testing.T) *pushEnv {
 	store := roundstate.NewMemory(64)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	g, err := NewGateway(ctx, GatewayConfig{Deployment: d, JS: js, Store: store, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)})
+	var gs roundstate.Store = store
+	if wrap != nil {
+		gs = wrap(store)
+	}
+	g, err := NewGateway(ctx, GatewayConfig{Deployment: d, JS: js, Store: gs, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,4 +292,73 @@ func FuzzReleaseNotice(f *testing.F) {
 			t.Fatalf("notice %x: %d rounds released", data, len(r.done))
 		}
 	})
+}
+
+// TestFetchParksWithoutStatusRead: a long-poll Fetch of a round the gateway has seen open parks
+// without reading the round's status from the store (a store read per command was a Redis round
+// trip per command); it is still answered by the release notice, an abort written only to the
+// store still reaches it through the backstop, and a round the store does not know still ends
+// ABORTED (re-send) rather than hanging until the wait expires.
+func TestFetchParksWithoutStatusRead(t *testing.T) {
+	var failStatus atomic.Bool
+	e := startPushGatewayOn(t, func(s roundstate.Store) roundstate.Store { return statusReads{s, &failStatus} })
+	ctx := context.Background()
+	p := e.g.cfg.Deployment.Params
+	e.g.cur.set(wellFormedM0(t, p, 20)) // this gateway follows rounds from 20 on
+	if e.g.cur.since() != 20 {
+		t.Fatalf("since = %d", e.g.cur.since())
+	}
+	// Released by the notice, with a store that fails every status read: the call parks (a
+	// status read would have answered it at once, from the mailbox) and the notice answers it.
+	idx := e.admit(t, 21)
+	failStatus.Store(true)
+	got := e.parked(t, 21, idx, 15*time.Second)
+	m11 := bytes.Repeat([]byte{0x5a}, p.UserResponseSize())
+	if err := e.store.PutResponses(ctx, 21, []roundstate.Mail{{User: "alice", Index: idx, M11: m11}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.store.SetStatus(ctx, 21, roundstate.StatusDone)
+	AnnounceRelease(e.nc, 21, roundstate.StatusDone)
+	if f := <-got; f.err != nil || !bytes.Equal(f.m11, m11) {
+		t.Fatalf("released round: %x, %v", f.m11, f.err)
+	}
+	failStatus.Store(false)
+	// Aborted in the store only.
+	idx = e.admit(t, 22)
+	got = e.parked(t, 22, idx, 15*time.Second)
+	_ = e.store.SetStatus(ctx, 22, roundstate.StatusAborted)
+	if f := <-got; status.Code(f.err) != codes.Aborted {
+		t.Fatalf("aborted round: %v", f.err)
+	}
+	// A round the store does not know (no status at all).
+	got = e.parked(t, 40, 0, 15*time.Second)
+	if f := <-got; status.Code(f.err) != codes.Aborted {
+		t.Fatalf("unknown round: %v", f.err)
+	}
+}
+
+// statusReads is a store whose status reads fail while fail is set.
+type statusReads struct {
+	roundstate.Store
+	fail *atomic.Bool
+}
+
+func (s statusReads) Status(ctx context.Context, t uint64) (string, error) {
+	if s.fail.Load() {
+		return "", errors.New("no status read expected")
+	}
+	return s.Store.Status(ctx, t)
+}
+
+func wellFormedM0(t *testing.T, p mohito.Params, round uint64) []byte {
+	t.Helper()
+	ik, err := mohito.GenerateKey(p.Suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := (&mohito.RoundInfo{T: round, Params: p, IntegratorKey: ik.PublicKey(), ShufflerKey: ik.PublicKey()}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
