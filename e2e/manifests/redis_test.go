@@ -1,0 +1,43 @@
+package manifests
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestChartRedisAppendOnly: an instance with appendfsync runs redis-server with the append-only
+// file on its data volume and that fsync policy (the integrator's durability decision,
+// docs/services.md); an instance without it stays in memory only; the schema refuses any other
+// policy.
+func TestChartRedisAppendOnly(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("redis:\n  instances:\n    - {name: integrator, port: 6379, appendfsync: always}\n    - {name: pda-db, port: 6381}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, "template", "x", "charts/obscura", "-f", values, "--show-only", "templates/redis.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	docs := strings.Split(out, "\n---\n")
+	args := func(instance string) string {
+		for _, d := range docs {
+			if strings.Contains(d, "kind: Deployment") && strings.Contains(d, "name: x-obscura-redis-"+instance+"\n") {
+				return strings.Join(strings.Fields(d[strings.Index(d, "args:"):strings.Index(d, "ports:")]), " ")
+			}
+		}
+		t.Fatalf("no Deployment of the %s Redis in\n%s", instance, out)
+		return ""
+	}
+	if a := args("integrator"); !strings.Contains(a, `- --appendonly - "yes" - --appendfsync - "always" - --dir - /data`) {
+		t.Errorf("integrator Redis args %s: want the append-only file, fsync always, in /data", a)
+	}
+	if a := args("pda-db"); !strings.Contains(a, `- --appendonly - "no"`) || strings.Contains(a, "appendfsync") {
+		t.Errorf("pda-db Redis args %s: want in memory only", a)
+	}
+	if out, err := helm(t, "template", "x", "charts/obscura", "--set", "redis.instances[0].name=integrator",
+		"--set", "redis.instances[0].port=6379", "--set", "redis.instances[0].appendfsync=no"); err == nil || !strings.Contains(out, "schema") {
+		t.Errorf("appendfsync=no rendered or failed for another reason: %v\n%s", err, out)
+	}
+}
