@@ -78,6 +78,13 @@ scrape_configs:
 	}()
 	defer func() { cancel(); <-writerDone }()
 
+	// The driver's edge CA and device logins (the load phases set them too; smoke runs none).
+	if e.ca == "" {
+		e.ca = e.edgeCA()
+	}
+	if e.creds == "" {
+		e.creds = e.deviceCredentials()
+	}
 	wait := e.driveInBackground("prometheus", 4, 100*time.Second)
 	defer wait()
 
