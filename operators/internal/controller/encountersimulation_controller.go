@@ -331,10 +331,17 @@ func (r *EncounterSimulationReconciler) resultsConfigMap(ctx context.Context, s 
 		if err := controllerutil.SetControllerReference(s, want, r.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := r.Create(ctx, want); err != nil {
+		switch err := r.Create(ctx, want); {
+		case apierrors.IsAlreadyExists(err):
+			// Created by an earlier reconcile the cache has not seen yet.
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), &cm); err != nil {
+				return nil, fmt.Errorf("get the results ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
+			}
+		case err != nil:
 			return nil, fmt.Errorf("create the results ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
+		default:
+			cm = *want
 		}
-		cm = *want
 	} else if err != nil {
 		return nil, fmt.Errorf("get the results ConfigMap %s/%s: %w", want.Namespace, want.Name, err)
 	}
@@ -355,10 +362,17 @@ func (r *EncounterSimulationReconciler) job(ctx context.Context, s *sddrv1.Encou
 		if err := controllerutil.SetControllerReference(s, want, r.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := r.Create(ctx, want); err != nil {
+		switch err := r.Create(ctx, want); {
+		case apierrors.IsAlreadyExists(err):
+			// Created by an earlier reconcile the cache has not seen yet.
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), &job); err != nil {
+				return nil, fmt.Errorf("get Job %s/%s: %w", want.Namespace, want.Name, err)
+			}
+		case err != nil:
 			return nil, fmt.Errorf("create Job %s/%s: %w", want.Namespace, want.Name, err)
+		default:
+			job = *want
 		}
-		job = *want
 	} else if err != nil {
 		return nil, fmt.Errorf("get Job %s/%s: %w", want.Namespace, want.Name, err)
 	}
