@@ -29,6 +29,7 @@ import (
 	"github.com/obscura-iot/obscura/operators/internal/scheme"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
+	"github.com/obscura-iot/obscura/services/pkg/natsx"
 	pdacontract "github.com/obscura-iot/obscura/services/pkg/pda/contract"
 )
 
@@ -51,6 +52,8 @@ type Config struct {
 	LOISImage string
 	// SDDRImage runs `sddr` (EncounterMailboxes' `sddr mailbox`).
 	SDDRImage string
+	// NATSReplicas is every workload's --nats-replicas ("" or 1: the services' default).
+	NATSReplicas string
 	// The operator's own NATS user (integrator account), to read figures and register vendors.
 	NATSUser         string
 	NATSPasswordFile string
@@ -97,6 +100,21 @@ func (c Config) pdaProxyPort() int {
 	return p
 }
 
+// natsReplicas parses --nats-replicas: 1, 3 or 5 (natsx.ValidateReplicas).
+func (c Config) natsReplicas() (int, error) {
+	if c.NATSReplicas == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(c.NATSReplicas)
+	if err == nil {
+		err = natsx.ValidateReplicas(n)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("--nats-replicas %q: %w", c.NATSReplicas, err)
+	}
+	return n, nil
+}
+
 // keyActivationDelay parses --key-activation-delay ("" or "0": the services' default).
 func (c Config) keyActivationDelay() (time.Duration, error) {
 	if c.KeyActivationDelay == "" {
@@ -118,6 +136,9 @@ func (c Config) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
 		}
+	}
+	if _, err := c.natsReplicas(); err != nil {
+		errs = append(errs, err)
 	}
 	if p, err := strconv.Atoi(c.PDA.ProxyPort); c.PDA.ProxyPort != "" && (err != nil || p < 1 || p > 65535) {
 		errs = append(errs, fmt.Errorf("--pda-proxy-port %q: want a port in 1..65535", c.PDA.ProxyPort))
@@ -201,6 +222,7 @@ func main() {
 	flag.StringVar(&cfg.PDA.DBNATSUser, "pda-db-nats-user", envOr("OBSCURA_PDA_DB_NATS_USER", ""), "the operator's NATS user in the PDA database account")
 	flag.StringVar(&cfg.PDA.DBNATSPasswordFile, "pda-db-nats-password-file", envOr("OBSCURA_PDA_DB_NATS_PASSWORD_FILE", ""), "file holding that user's password")
 	flag.StringVar(&cfg.NATSURL, "nats-url", envOr("OBSCURA_NATS_URL", ""), "NATS URL the workloads connect to (env OBSCURA_NATS_URL)")
+	flag.StringVar(&cfg.NATSReplicas, "nats-replicas", envOr("OBSCURA_NATS_REPLICAS", "1"), "replicas of the JetStream streams, buckets and object stores the workloads create: 1, or 3 (5) on a JetStream cluster of as many nodes (env OBSCURA_NATS_REPLICAS)")
 	flag.StringVar(&cfg.Mohito.IntegratorRedis, "integrator-redis", envOr("OBSCURA_INTEGRATOR_REDIS", ""), "host:port of the integrator's Redis (env OBSCURA_INTEGRATOR_REDIS)")
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
@@ -268,7 +290,8 @@ func run(cfg Config) error {
 		defer pdaServices.Close()
 	}
 	activation, _ := cfg.keyActivationDelay() // validated at start
-	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL,
+	replicas, _ := cfg.natsReplicas()         // validated at start
+	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL, NATSReplicas: replicas,
 		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation,
 		ScrapeAnnotations: cfg.ScrapeAnnotations}
 	if err := controller.SetupAll(mgr, controller.Options{

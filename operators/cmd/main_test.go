@@ -31,3 +31,26 @@ func TestKeyActivationDelayFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSReplicasFlag: --nats-replicas is empty or 1 (the services' default), 3 or 5; anything
+// else stops the operator at start with the flag named.
+func TestNATSReplicasFlag(t *testing.T) {
+	base := Config{MetricsAddr: ":8080", ProbeAddr: ":8081", ImagePullPolicy: "IfNotPresent"}
+	for in, want := range map[string]int{"": 1, "1": 1, "3": 3, "5": 5} {
+		c := base
+		c.NATSReplicas = in
+		if err := c.validate(); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+		if n, _ := c.natsReplicas(); n != want {
+			t.Errorf("%q parsed as %d, want %d", in, n, want)
+		}
+	}
+	for _, in := range []string{"0", "2", "7", "three"} {
+		c := base
+		c.NATSReplicas = in
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--nats-replicas") {
+			t.Errorf("%q: %v, want an error naming --nats-replicas", in, err)
+		}
+	}
+}

@@ -38,6 +38,7 @@ const (
 	EnvNATSURL            = "OBSCURA_NATS_URL"
 	EnvNATSUser           = "OBSCURA_NATS_USER"
 	EnvNATSPasswordFile   = "OBSCURA_NATS_PASSWORD_FILE"
+	EnvNATSReplicas       = "OBSCURA_NATS_REPLICAS"
 	EnvMetricsAddr        = "OBSCURA_METRICS_ADDR"
 	EnvHealthAddr         = "OBSCURA_HEALTH_ADDR"
 	EnvRedisAddr          = "OBSCURA_REDIS_ADDR"

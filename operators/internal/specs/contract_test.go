@@ -10,7 +10,7 @@ import (
 // flag's OBSCURA_<FLAG> (services/pkg/daemon), so no system keeps a prefix of its own.
 func TestEnvNamesFollowTheRule(t *testing.T) {
 	for flag, env := range map[string]string{
-		"nats-url": specs.EnvNATSURL, "nats-user": specs.EnvNATSUser, "nats-password-file": specs.EnvNATSPasswordFile,
+		"nats-url": specs.EnvNATSURL, "nats-user": specs.EnvNATSUser, "nats-password-file": specs.EnvNATSPasswordFile, "nats-replicas": specs.EnvNATSReplicas,
 		"metrics-addr": specs.EnvMetricsAddr, "health-addr": specs.EnvHealthAddr, "redis-addr": specs.EnvRedisAddr,
 		"listen": specs.EnvListen, "key-activation-delay": specs.EnvKeyActivationDelay, "addr-file": specs.EnvAddrFile,
 		"reuse-port": specs.EnvReusePort, "vault-addr": specs.EnvVaultAddr, "vault-role": specs.EnvVaultRole,

@@ -18,6 +18,10 @@ type Runtime struct {
 	ImagePullPolicy corev1.PullPolicy
 	// NATSURL reaches the NATS server; each party authenticates as its own user.
 	NATSURL string
+	// NATSReplicas, above 1, is every role's --nats-replicas: the replicas of the streams,
+	// buckets and object stores it creates (3 on a three-node JetStream cluster). 0 or 1 keeps
+	// the services' default (1) and sets nothing.
+	NATSReplicas int
 	// VaultAddress is the default Vault address for key references without their own.
 	VaultAddress string
 	// HostNetwork runs every pod on the node's network on 127.0.0.1 (hostnetwork.go).
@@ -121,6 +125,9 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 			{Name: EnvNATSUser, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: p.NATSSecret}, Key: NATSUserKey}}},
 			{Name: EnvNATSPasswordFile, Value: NATSDir + "/" + NATSPasswordKey},
+		}
+		if rt.NATSReplicas > 1 {
+			env = append(env, corev1.EnvVar{Name: EnvNATSReplicas, Value: strconv.Itoa(rt.NATSReplicas)})
 		}
 		mounts = []corev1.VolumeMount{{Name: "nats", MountPath: NATSDir, ReadOnly: true}}
 		volumes = []corev1.Volume{{Name: "nats", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
