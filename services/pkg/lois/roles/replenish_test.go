@@ -22,11 +22,11 @@ import (
 // records pass: an upload epoch reaches the DI only after the CI and the SI installed it; a
 // download epoch reaches the SI only after the DI installed it.
 type ledger struct {
-	t         *testing.T
-	mu        sync.Mutex
-	streams   []lois.Stream              // every stream the DI holds, with its key (test only)
-	installed map[string]map[uint32]bool // role → epochs installed
-	violation []string
+	t          *testing.T
+	mu         sync.Mutex
+	streams    []lois.Stream              // every stream the DI holds, with its key (test only)
+	installed  map[string]map[uint32]bool // role → epochs installed
+	violation  []string
 	grantTimes []time.Duration
 }
 
