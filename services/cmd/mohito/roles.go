@@ -100,6 +100,10 @@ func (c *GatewayConfig) setup(ctx context.Context, d *roleEnv) (func(context.Con
 			gw.Close() // publishes the M2 batches still waiting
 		}()
 		err := srv.Serve(l)
+		if ctx.Err() == nil { // served no more on its own: nothing will stop the goroutine's wait
+			gw.Close()
+			return err
+		}
 		<-stopped
 		return err
 	}
