@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"testing"
@@ -115,14 +116,20 @@ func (c *ledgerClient) InstallGrant(k *contract.Keys) error {
 	return nil
 }
 
-// ledgerInstaller wraps a replica's installer, recording and checking download grants.
+// ledgerInstaller wraps a replica's installer, recording and checking download grants. With
+// jitter each epoch record is installed after a random delay of up to 20 ms (a slow replica:
+// install before use must hold whatever the order in which replicas answer).
 type ledgerInstaller struct {
-	role  string
-	inner Installer
-	l     *ledger
+	role   string
+	inner  Installer
+	l      *ledger
+	jitter bool
 }
 
 func (i ledgerInstaller) InstallSession(k *contract.Keys) error {
+	if k.Grant && i.jitter {
+		time.Sleep(rand.N(20 * time.Millisecond)) // injected delay, not a wait
+	}
 	if k.Grant {
 		for _, s := range k.Streams {
 			if s.Dir == "down" && !i.l.has("di", s.Epoch) {
@@ -176,6 +183,7 @@ type liveOpts struct {
 	n           uint32
 	lowWaterMin int
 	replicas    []string // the registrar waits for these; default ci-0, si-0
+	jitter      bool     // replicas install epoch records after random delays
 	rekey       lois.RekeyLimits
 }
 
@@ -220,10 +228,10 @@ func startLive(t *testing.T, o liveOpts) *live {
 	goRun(c.Run)
 	goRun(s.Run)
 	goRun(func(ctx context.Context) error {
-		return Follow(ctx, js, "c1", "ci-0", 0, ledgerInstaller{"ci", c, lv.l}, log)
+		return Follow(ctx, js, "c1", "ci-0", 0, ledgerInstaller{"ci", c, lv.l, o.jitter}, log)
 	})
 	goRun(func(ctx context.Context) error {
-		return Follow(ctx, js, "c1", "si-0", 0, ledgerInstaller{"si", s, lv.l}, log)
+		return Follow(ctx, js, "c1", "si-0", 0, ledgerInstaller{"si", s, lv.l, o.jitter}, log)
 	})
 	table, err := lois.NewDVT(lois.DVTConfig{TableCapacity: 1 << 14, Dedup: true})
 	if err != nil {
@@ -265,12 +273,13 @@ func (lv *live) count(role, dir, result string) int {
 // they run empty: no packet is ever held or dropped as exhausted. No keystream is used twice:
 // every id on the wire is one the DI was handed, at a distinct (epoch, index), and the
 // receivers (CI, SI uploads; DI downloads) count no replay and no unknown id — no packet
-// reached a receiver for an epoch it had not installed. The ledger checks install before
-// use as the records pass: upload epochs reach the DI only after the CI and the SI
+// reached a receiver for an epoch it had not installed. The CI and the SI install each epoch
+// record after a random delay (0–20 ms). The ledger checks install before use as the records
+// pass: upload epochs reach the DI only after the CI and the SI
 // installed them, download epochs reach the SI only after the DI did.
 func TestReplenishmentLongExchange(t *testing.T) {
 	const n, rounds = 512, 5 * 512
-	lv := startLive(t, liveOpts{n: n, lowWaterMin: 448})
+	lv := startLive(t, liveOpts{n: n, lowWaterMin: 448, jitter: true})
 	// Steady traffic: at most one exchange per millisecond (slower when the machine is
 	// busy), so the floor is ≥ 448 ms of traffic, the time each grant has (a grant took
 	// 1–20 ms here); the spec's own mark, 10 s of traffic, needs longer pools than a test.
