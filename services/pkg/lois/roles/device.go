@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
@@ -83,6 +84,7 @@ type Device struct {
 	// mu guards the pools (with STP the pad's mutex does: lock); pending are the SIDs with
 	// an EPOCH_REQ outstanding, guarded by the same lock.
 	mu      sync.Mutex
+	session atomic.Pointer[string] // the current session (a full rekey replaces it)
 	pending map[uint16]bool
 	reqc    chan uint16
 	grantc  chan struct{}
@@ -139,6 +141,7 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	}
 	d.stop = make(stopper)
 	d.clk.set(time.Now())
+	d.session.Store(&cfg.Keys.Session)
 	if d.cfg.LowWaterMin <= 0 {
 		d.cfg.LowWaterMin = lois.LowWaterMark(0)
 	}
@@ -162,15 +165,28 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 }
 
 // Session is the DI's session id (hex).
-func (d *Device) Session() string { return d.cfg.Keys.Session }
+func (d *Device) Session() string { return *d.session.Load() }
 
 // InstallGrant installs an epoch of the DI's session (DeviceLink): a download stream into
 // the download table — the DI's ack, after which the registrar activates it at the SIs — and
 // an upload stream into its pool (EPOCH_GRANT, spec §3.12).
 func (d *Device) InstallGrant(k *contract.Keys) error {
-	if k.Session != d.cfg.Keys.Session {
+	if !k.Grant && len(k.Streams) > 0 { // a new session (full rekey): its streams, then switch
+		if err := d.installStreams(k); err != nil {
+			return err
+		}
+		d.session.Store(&k.Session)
+		return nil
+	}
+	if k.Session != d.Session() {
 		return errors.New("lois device: grant for another session")
 	}
+	return d.installStreams(k)
+}
+
+// installStreams adds a record's download streams to the table and its upload streams to the
+// pools.
+func (d *Device) installStreams(k *contract.Keys) error {
 	d.down.mu.Lock()
 	_, err := install(d.down.t, []*contract.Keys{k}, "down", nil)
 	d.down.mu.Unlock()
@@ -237,8 +253,17 @@ func (d *Device) replenishLoop() error {
 		case sid := <-d.reqc:
 			d.cfg.Metrics.EpochsRequested.WithLabelValues("di", "up").Inc()
 			rctx, rcancel := context.WithTimeout(ctx, epochRequestTimeout)
-			k, err := d.cfg.Control.RequestEpoch(rctx, d.cfg.Keys.Session, sid)
+			k, err := d.cfg.Control.RequestEpoch(rctx, d.Session(), sid)
 			rcancel()
+			if errors.Is(err, ErrRekeyDue) { // the seed is due: a new HELLO, a new session
+				d.cfg.Metrics.RekeysDue.WithLabelValues("di").Inc()
+				rctx, rcancel := context.WithTimeout(ctx, epochRequestTimeout)
+				k, err = d.cfg.Control.Rehello(rctx, d.Session())
+				rcancel()
+				if err == nil {
+					d.cfg.Log.Info("re-handshake done: new session")
+				}
+			}
 			if err == nil {
 				err = d.InstallGrant(k)
 			}
@@ -247,9 +272,6 @@ func (d *Device) replenishLoop() error {
 			}
 			if ctx.Err() != nil {
 				return nil
-			}
-			if errors.Is(err, ErrRekeyDue) {
-				d.cfg.Metrics.RekeysDue.WithLabelValues("di").Inc()
 			}
 			d.cfg.Log.Warn("upload epoch not granted", "err", err)
 			go func() { // let the pool ask again later

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +76,8 @@ type DeviceLink interface {
 // epoch of (session, sid) once every replica installed it. *Registrar implements it.
 type EpochClient interface {
 	RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error)
+	// Rehello replaces a session whose seed is due (ErrRekeyDue) by a new one.
+	Rehello(ctx context.Context, session string) (*contract.Keys, error)
 }
 
 // Replenishment errors.
@@ -116,6 +120,35 @@ func (r *Registrar) Open(ctx context.Context, p Provision) (*contract.Keys, erro
 		return nil, err
 	}
 	return prov.Device, nil
+}
+
+// Rehello is the full rekey (spec §3.12): a new session with fresh r_d, r_c and k_c — a new
+// seed — for the device and services of session old, installed at every replica before the
+// DI gets its keys (as Open); the old session is forgotten (its seed wiped) and its epochs
+// expire at the replicas. The DI link carries over.
+func (r *Registrar) Rehello(ctx context.Context, old string) (*contract.Keys, error) {
+	r.mu.Lock()
+	ss := r.sessions[old]
+	if ss == nil {
+		r.mu.Unlock()
+		return nil, ErrUnknownSession
+	}
+	p := Provision{N: ss.n, Lifetime: ss.lifetime, Epoch: 1, Replicas: ss.base.Replicas}
+	for sid := range ss.services {
+		p.Services = append(p.Services, sid)
+	}
+	slices.Sort(p.Services)
+	p.DeviceIP, _ = netip.ParseAddr(ss.base.DeviceIP)
+	p.DeviceWire, _ = netip.ParseAddrPort(ss.base.DeviceWire)
+	link := ss.device
+	r.mu.Unlock()
+	k, err := r.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	r.Attach(k.Session, link)
+	r.Close(old)
+	return k, nil
 }
 
 // Attach names the DI link of a session for its download grants.

@@ -25,7 +25,7 @@ import (
 type ledger struct {
 	t          *testing.T
 	mu         sync.Mutex
-	streams    []lois.Stream              // every stream the DI holds, with its key (test only)
+	streams    []sessionStream            // every stream the DI holds, with its key (test only)
 	installed  map[string]map[uint32]bool // role → epochs installed
 	violation  []string
 	grantTimes []time.Duration
@@ -47,7 +47,7 @@ func (l *ledger) record(role string, k *contract.Keys) {
 		if err != nil {
 			l.t.Error(err)
 		}
-		l.streams = append(l.streams, s)
+		l.streams = append(l.streams, sessionStream{k.Session, s})
 	}
 }
 
@@ -69,19 +69,25 @@ func (l *ledger) index() map[uint64]usedKey {
 	defer l.mu.Unlock()
 	m := map[uint64]usedKey{}
 	for i := range l.streams {
-		s := &l.streams[i]
+		s := &l.streams[i].s
 		s.Each(1, 0, func(idx uint32, p lois.Pair) bool {
-			m[p.ID] = usedKey{s.Dir, s.Epoch, idx}
+			m[p.ID] = usedKey{l.streams[i].session, s.Dir, s.Epoch, idx}
 			return true
 		})
 	}
 	return m
 }
 
+type sessionStream struct {
+	session string
+	s       lois.Stream
+}
+
 type usedKey struct {
-	dir   lois.Dir
-	epoch uint32
-	index uint32
+	session string
+	dir     lois.Dir
+	epoch   uint32
+	index   uint32
 }
 
 // ledgerClient is the DI's EPOCH_REQ channel and the registrar's link to the DI, recording.
@@ -103,6 +109,15 @@ func (c *ledgerClient) RequestEpoch(ctx context.Context, session string, sid uin
 	e := k.Streams[0].Epoch
 	if !c.l.has("ci", e) || !c.l.has("si", e) {
 		c.l.violate("upload epoch %d handed to the DI before the CI (%v) and the SI (%v) installed it", e, c.l.has("ci", e), c.l.has("si", e))
+	}
+	c.l.record("di", k)
+	return k, nil
+}
+
+func (c *ledgerClient) Rehello(ctx context.Context, session string) (*contract.Keys, error) {
+	k, err := c.reg.Rehello(ctx, session)
+	if err != nil {
+		return nil, err
 	}
 	c.l.record("di", k)
 	return k, nil
@@ -405,37 +420,54 @@ func TestReplenishmentWithheld(t *testing.T) {
 	}
 }
 
-// TestRekeyLimit (spec §3.12 full rekey): with a seed limit of four epochs' keystreams, the
-// session (two epochs: up and down) gets two more grants; the next is refused with
-// ErrRekeyDue and counted, at the registrar and at the DI that asked.
+// TestRekeyLimit (spec §3.12 full rekey): with a seed limit of four epochs' keystreams (the
+// session's first up and down epochs, then two grants), the registrar refuses the third
+// grant with ErrRekeyDue; the DI runs a new HELLO (Rehello: a new session, new seed,
+// installed at the CI and the SI before the DI gets it) and carries on. 1280 uploads at a
+// steady pace cross several such rekeys: every one reaches the server, each on a keystream
+// used once (distinct (session, epoch, index)), the receivers count no unknown id or replay,
+// and nothing was dropped.
 func TestRekeyLimit(t *testing.T) {
-	const n = 64
-	lv := startLive(t, liveOpts{n: n, rekey: lois.RekeyLimits{Streams: 4 * n}})
+	const n, rounds = 256, 5 * 256
+	lv := startLive(t, liveOpts{n: n, lowWaterMin: 192, rekey: lois.RekeyLimits{Streams: 4 * n}})
+	first := lv.dev.Session()
+	pace := time.NewTicker(time.Millisecond)
+	defer pace.Stop()
+	for i := range rounds {
+		<-pace.C
+		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("u"))
+		if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip {
+			t.Fatalf("packet %d at the server: %x", i, got[:40])
+		}
+	}
+	due := testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("registrar"))
+	if due < 1 || testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("di")) != due || lv.dev.Session() == first {
+		t.Fatalf("rekeys due: registrar %v, DI %v; session changed %v", due,
+			testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("di")), lv.dev.Session() != first)
+	}
+	idx, used, sessions := lv.l.index(), map[usedKey]bool{}, map[string]bool{}
+	for range rounds {
+		k, ok := idx[<-lv.up]
+		if !ok || used[k] {
+			t.Fatalf("upload keystream %+v: known %v, used before %v", k, ok, used[k])
+		}
+		used[k], sessions[k.session] = true, true
+	}
+	if len(sessions) < 2 {
+		t.Fatalf("uploads used %d sessions' seeds, want ≥ 2", len(sessions))
+	}
+	for _, r := range []string{contract.ResultReplay, contract.ResultUnknownID} {
+		if v := lv.count("ci", "up", r) + lv.count("si", "up", r); v != 0 {
+			t.Errorf("receivers counted %d %s", v, r)
+		}
+	}
+	if v := lv.count("di", "up", contract.ResultExhausted); v != 0 {
+		t.Errorf("%d uploads dropped as exhausted", v)
+	}
+	t.Logf("%d uploads over %d seeds (%v rekeys)", rounds, len(sessions), due)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess := lv.dev.Session()
-	for i := range 2 {
-		if _, err := lv.reg.RequestEpoch(ctx, sess, sid); err != nil {
-			t.Fatalf("grant %d: %v", i, err)
-		}
-	}
-	if _, err := lv.reg.RequestEpoch(ctx, sess, sid); !errors.Is(err, ErrRekeyDue) {
-		t.Fatalf("grant past the seed's limit: %v, want ErrRekeyDue", err)
-	}
-	if v := testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("registrar")); v != 1 {
-		t.Fatalf("registrar counted %v due rekeys", v)
-	}
-	// The DI's own EPOCH_REQ, once its pool runs low, meets the same refusal.
-	for i := range n - 8 {
-		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, nil)
-	}
-	testenv.Eventually(t, 10*time.Second, "the DI counts the due rekey", func() error {
-		if v := testutil.ToFloat64(lv.m.RekeysDue.WithLabelValues("di")); v < 1 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	if _, err := lv.reg.RequestEpoch(ctx, "00000000000000000000000000000000", sid); !errors.Is(err, ErrUnknownSession) {
-		t.Fatalf("unknown session: %v", err)
+	if _, err := lv.reg.RequestEpoch(ctx, first, sid); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("the replaced session still gets grants: %v", err)
 	}
 }
