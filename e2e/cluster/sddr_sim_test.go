@@ -75,17 +75,27 @@ func (e *env) runSimulation() {
 		e.t.Errorf("status.shardsDone = %d, want 2", done)
 	}
 
-	// The Job: Indexed, 2 completions run 2 at a time, both indexes succeeded.
+	// The Job: Indexed, 2 completions run 2 at a time, both indexes succeeded. The simulation
+	// completes as soon as both termination messages are read; the Job controller may count
+	// the last pod a moment later.
 	jobName, _, _ := unstructured.NestedString(sim.Object, "status", "job")
 	var job batchv1.Job
-	if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: jobName}, &job); err != nil {
-		e.t.Fatal(err)
-	}
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion || *job.Spec.Completions != 2 ||
-		*job.Spec.Parallelism != 2 || job.Status.Succeeded != 2 || job.Status.CompletedIndexes != "0,1" {
-		e.t.Errorf("Job %s: mode %v completions %d parallelism %d succeeded %d completed indexes %q", jobName, job.Spec.CompletionMode,
-			*job.Spec.Completions, *job.Spec.Parallelism, job.Status.Succeeded, job.Status.CompletedIndexes)
-	}
+	testenv.Eventually(e.t, time.Minute, "Job "+jobName+" complete with indexes 0,1", func() error {
+		if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: jobName}, &job); err != nil {
+			return err
+		}
+		if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion || *job.Spec.Completions != 2 || *job.Spec.Parallelism != 2 {
+			e.t.Fatalf("Job %s: mode %v completions %d parallelism %d", jobName, ptrString(job.Spec.CompletionMode), *job.Spec.Completions, *job.Spec.Parallelism)
+		}
+		complete := false
+		for _, c := range job.Status.Conditions {
+			complete = complete || c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+		}
+		if !complete || job.Status.Succeeded != 2 || job.Status.CompletedIndexes != "0,1" {
+			return fmt.Errorf("complete %v, succeeded %d, completed indexes %q", complete, job.Status.Succeeded, job.Status.CompletedIndexes)
+		}
+		return nil
+	})
 	var pods corev1.PodList
 	if err := e.k.List(ctx, &pods, client.InNamespace(e.ns), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}); err != nil {
 		e.t.Fatal(err)
@@ -183,6 +193,13 @@ func (e *env) runSimulation() {
 	} else if pw := string(sec.Data["password"]); pw != "" {
 		e.secrets["sddr-sim NATS password"] = pw
 	}
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprint(*p)
 }
 
 // deleteSimulation removes the sample; its Job, pods, ConfigMap and Secret go with it.
