@@ -54,20 +54,6 @@ const epochRequestTimeout = 5 * time.Second
 // DefaultExhaustQueue is the spec's exhaust_queue_ms (§3.10).
 const DefaultExhaustQueue = 50 * time.Millisecond
 
-// parkSlots bounds the packets a DI holds while pools are empty; parkSlotSize is one
-// slot's buffer (a larger packet is dropped as exhausted at once).
-const (
-	parkSlots    = 32
-	parkSlotSize = lois.Headroom + 2048
-)
-
-// parked is a packet held for a grant.
-type parked struct {
-	buf      []byte
-	n        int
-	deadline time.Time
-}
-
 // Device is a running DI.
 type Device struct {
 	cfg  DeviceConfig
@@ -87,9 +73,7 @@ type Device struct {
 	session atomic.Pointer[string] // the current session (a full rekey replaces it)
 	pending map[uint16]bool
 	reqc    chan uint16
-	grantc  chan struct{}
-	free    chan *parked
-	parkc   chan *parked
+	park    *parker
 }
 
 // lock is the pools' mutex: the pad's when the pad loop shares them.
@@ -154,12 +138,8 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Control != nil && !cfg.Plain {
 		d.pending = map[uint16]bool{}
 		d.reqc = make(chan uint16, 64)
-		d.grantc = make(chan struct{}, 1)
-		d.free = make(chan *parked, parkSlots)
-		d.parkc = make(chan *parked, parkSlots)
-		for range parkSlots {
-			d.free <- &parked{buf: make([]byte, parkSlotSize)}
-		}
+		d.park = newParker(d.cfg.ExhaustQueue, cfg.Metrics.ExhaustQueued.WithLabelValues("di"), d.sendParked,
+			func(*parked) { d.up.inc(contract.ResultExhausted) })
 	}
 	return d, nil
 }
@@ -216,11 +196,8 @@ func (d *Device) installStreams(k *contract.Keys) error {
 		mu.Unlock()
 		clear(s.Key[:])
 		d.cfg.Metrics.EpochsGranted.WithLabelValues("di", "up").Inc()
-		if d.grantc != nil {
-			select {
-			case d.grantc <- struct{}{}:
-			default:
-			}
+		if d.park != nil {
+			d.park.granted()
 		}
 	}
 	return nil
@@ -288,73 +265,6 @@ func (d *Device) replenishLoop() error {
 	}
 }
 
-// park holds a packet whose pool is empty for the grant (spec §3.10: ≤ exhaust_queue_ms);
-// false when every slot is taken or the packet does not fit.
-func (d *Device) park(pkt []byte) bool {
-	if len(pkt) > parkSlotSize-lois.Headroom {
-		return false
-	}
-	select {
-	case pk := <-d.free:
-		pk.n = copy(pk.buf[lois.Headroom:], pkt)
-		pk.deadline = time.Now().Add(d.cfg.ExhaustQueue)
-		d.parkc <- pk
-		d.cfg.Metrics.ExhaustQueued.WithLabelValues("di").Inc()
-		return true
-	default:
-		return false
-	}
-}
-
-// parkLoop sends held packets when a grant fills their pool and drops those whose wait
-// reached exhaust_queue_ms (counted exhausted; a keystream is never reused, D-20).
-func (d *Device) parkLoop() error {
-	var q []*parked
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		var tc <-chan time.Time
-		if len(q) > 0 {
-			timer.Reset(time.Until(q[0].deadline))
-			tc = timer.C
-		}
-		retry := false
-		select {
-		case <-d.stop:
-			return nil
-		case pk := <-d.parkc:
-			// A grant may have come between the refusal and the parking: try at once.
-			if d.sendParked(pk) {
-				d.free <- pk
-			} else {
-				q = append(q, pk)
-			}
-		case <-d.grantc:
-			retry = true
-		case <-tc:
-		}
-		kept := q[:0]
-		now := time.Now()
-		for _, pk := range q {
-			sent := false
-			if retry || !now.Before(pk.deadline) { // a last try before the drop
-				sent = d.sendParked(pk)
-			}
-			switch {
-			case sent:
-			case !now.Before(pk.deadline):
-				d.up.inc(contract.ResultExhausted)
-			default:
-				kept = append(kept, pk)
-				continue
-			}
-			d.free <- pk
-		}
-		clear(q[len(kept):])
-		q = kept
-	}
-}
-
 // sendParked hides and sends a held packet; false if its pool is still empty.
 func (d *Device) sendParked(pk *parked) bool {
 	mu := d.lock()
@@ -381,7 +291,7 @@ func (d *Device) Run(ctx context.Context) error {
 	d.cfg.Log.Info("device interface running", "cloud", d.cfg.Cloud.String(), "services", len(d.pool))
 	loops := []func() error{d.upload, d.download}
 	if d.reqc != nil {
-		loops = append(loops, d.replenishLoop, d.parkLoop)
+		loops = append(loops, d.replenishLoop, func() error { return d.park.loop(d.stop) })
 	}
 	if d.pad != nil {
 		loops = append(loops, d.padLoop)
@@ -477,7 +387,7 @@ func (d *Device) upload() error {
 				d.checkLow(sid)
 			}
 			mu.Unlock()
-			if errors.Is(err, lois.ErrExhausted) && d.reqc != nil && d.park(buf[lois.Headroom:lois.Headroom+n]) {
+			if errors.Is(err, lois.ErrExhausted) && d.reqc != nil && d.park.park(buf[lois.Headroom:lois.Headroom+n], nil) {
 				continue
 			}
 		}

@@ -189,6 +189,7 @@ type live struct {
 	m              *Metrics
 	reg            *Registrar
 	dev            *Device
+	srv            *Server
 	devTUN, srvTUN *memTUN
 	up, down       chan uint64 // ids seen on the wire (uploads DI → CI, downloads SI → DI)
 	l              *ledger
@@ -199,6 +200,7 @@ type liveOpts struct {
 	lowWaterMin int
 	replicas    []string // the registrar waits for these; default ci-0, si-0
 	jitter      bool     // replicas install epoch records after random delays
+	noLink      bool     // the registrar has no link to the DI: no download grant completes
 	rekey       lois.RekeyLimits
 }
 
@@ -271,7 +273,10 @@ func startLive(t *testing.T, o liveOpts) *live {
 		t.Fatal(err)
 	}
 	cl.dev, lv.dev = d, d
-	lv.reg.Attach(keys.Session, cl)
+	if !o.noLink {
+		lv.reg.Attach(keys.Session, cl)
+	}
+	lv.srv = s
 	goRun(d.Run)
 	goRun(func(ctx context.Context) error { return lv.reg.ServeLowWater(ctx, log) })
 	return lv
@@ -375,7 +380,7 @@ func TestReplenishmentLongExchange(t *testing.T) {
 // (no unknown id, nothing past the first epoch on the wire), and no keystream is reused.
 func TestReplenishmentWithheld(t *testing.T) {
 	const n, extra = 64, 10
-	lv := startLive(t, liveOpts{n: n, replicas: []string{"ci-0", "si-0", "si-never"}})
+	lv := startLive(t, liveOpts{n: n, replicas: []string{"ci-0", "si-0", "si-never"}, noLink: true})
 	lv.dev.mu.Lock()
 	usable := lv.dev.pool[sid].Len()
 	lv.dev.mu.Unlock()
@@ -417,6 +422,47 @@ func TestReplenishmentWithheld(t *testing.T) {
 	lv.srvTUN.none(t, 100*time.Millisecond)
 	if u := lv.count("ci", "up", contract.ResultUnknownID) + lv.count("ci", "up", contract.ResultReplay); u != 0 {
 		t.Errorf("CI rejected %d uploads", u)
+	}
+}
+
+// TestReplenishmentWithheldDownload (spec §3.10 at the SI): the registrar cannot reach the
+// DI, so no download grant is ever activated. The SI sends its partition's keystreams, then
+// holds each further reply up to exhaust_queue_ms and drops it, counted exhausted; the DI
+// receives exactly the usable replies and counts no unknown id.
+func TestReplenishmentWithheldDownload(t *testing.T) {
+	const n, extra = 64, 10
+	lv := startLive(t, liveOpts{n: n, noLink: true})
+	lv.devTUN.in <- tcp(dip, cip, dport, sid, 1, 1, 0x18, []byte("x")) // the SI learns the flow
+	lv.srvTUN.next(t)
+	var ss *serverSession
+	for _, v := range *lv.srv.sessions.Load() {
+		ss = v
+	}
+	mu := ss.lock()
+	mu.Lock()
+	usable := ss.byID[sid].Len()
+	mu.Unlock()
+	for i := range usable + extra {
+		lv.srvTUN.in <- tcp(sip, dip, pSrv, dport, uint32(i), 2, 0x18, []byte("y"))
+	}
+	for range usable {
+		lv.devTUN.next(t)
+	}
+	testenv.Eventually(t, 15*time.Second, "surplus replies dropped as exhausted", func() error {
+		if e := lv.count("si", "down", contract.ResultExhausted); e != extra {
+			return fmt.Errorf("%d exhausted, want %d", e, extra)
+		}
+		return nil
+	})
+	if q := testutil.ToFloat64(lv.m.ExhaustQueued.WithLabelValues("si")); q != extra {
+		t.Errorf("%v replies held, want %d", q, extra)
+	}
+	if r := testutil.ToFloat64(lv.m.EpochsRequested.WithLabelValues("si", "down")); r < 1 {
+		t.Error("no low-water event was published")
+	}
+	lv.devTUN.none(t, 100*time.Millisecond)
+	if ok, u := lv.count("di", "down", "ok"), lv.count("di", "down", contract.ResultUnknownID); ok != usable || u != 0 {
+		t.Errorf("DI recovered %d replies (want %d), %d unknown ids", ok, usable, u)
 	}
 }
 

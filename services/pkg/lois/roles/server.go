@@ -42,6 +42,10 @@ type ServerConfig struct {
 	LowWaterRetry time.Duration // default 5 s
 	// LowWaterMin is the floor of the low-water mark (default 64, spec §3.12).
 	LowWaterMin int
+	// ExhaustQueue is exhaust_queue_ms (default 50 ms, spec §3.10): with LowWater set, a
+	// reply that finds its pool empty is held that long for the download grant, then dropped
+	// and counted exhausted.
+	ExhaustQueue time.Duration
 }
 
 // serverSession is one device session at this SI: its download pools (this replica's
@@ -87,6 +91,7 @@ type Server struct {
 	bySession map[string]*serverSession
 	nSessions int
 	lowc      chan lowEvent
+	park      *parker // with LowWater: replies held while their pool is empty
 	upC, dnC  counters
 	seen      recentIDs
 	clk       clock
@@ -116,6 +121,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.LowWaterMin <= 0 {
 		s.cfg.LowWaterMin = lois.LowWaterMark(0)
 	}
+	if s.cfg.ExhaustQueue <= 0 {
+		s.cfg.ExhaustQueue = DefaultExhaustQueue
+	}
 	s.up.t = t
 	s.sessions.Store(&map[[4]byte]*serverSession{})
 	s.stop = make(stopper)
@@ -127,6 +135,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
 	s.upC = cfg.Metrics.counters("si", "up")
 	s.dnC = cfg.Metrics.counters("si", "down")
+	if cfg.LowWater != nil && !cfg.Plain {
+		s.park = newParker(s.cfg.ExhaustQueue, cfg.Metrics.ExhaustQueued.WithLabelValues("si"), s.sendParked,
+			func(*parked) { s.dnC.inc(contract.ResultExhausted) })
+	}
 	s.clk.set(time.Now())
 	return s, nil
 }
@@ -192,8 +204,8 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 func (s *Server) Run(ctx context.Context) error {
 	s.cfg.Log.Info("server interface running", "sessions", len(*s.sessions.Load()), "services", len(s.cfg.Ports))
 	loops := []func() error{s.upload, s.download}
-	if s.cfg.LowWater != nil && !s.cfg.Plain {
-		loops = append(loops, s.lowWaterLoop)
+	if s.park != nil {
+		loops = append(loops, s.lowWaterLoop, func() error { return s.park.loop(s.stop) })
 	}
 	if s.cfg.STP != nil && !s.cfg.Plain {
 		loops = append(loops, s.padLoop)
@@ -301,6 +313,9 @@ func (s *Server) download() error {
 				s.checkLow(ss, now)
 			}
 			mu.Unlock()
+			if errors.Is(err, lois.ErrExhausted) && s.park != nil && s.park.park(pkt, ss) {
+				continue
+			}
 		}
 		if err != nil {
 			s.dnC.inc(contract.Result(err))
@@ -370,6 +385,9 @@ func (s *Server) installGrant(k *contract.Keys, key string) error {
 		mu.Unlock()
 		clear(st.Key[:])
 		s.cfg.Metrics.EpochsGranted.WithLabelValues("si", "down").Inc()
+		if s.park != nil {
+			s.park.granted()
+		}
 	}
 	return nil
 }
@@ -407,4 +425,26 @@ func (s *Server) checkLow(ss *serverSession, now int64) {
 		default:
 		}
 	}
+}
+
+// sendParked hides and sends a held reply; false if its pool is still empty.
+func (s *Server) sendParked(pk *parked) bool {
+	ss := pk.ss
+	mu := ss.lock()
+	mu.Lock()
+	off, err := s.core.HideDownload(pk.buf[:lois.Headroom+pk.n], lois.Headroom, &ss.pools, s.clk.now())
+	mu.Unlock()
+	if errors.Is(err, lois.ErrExhausted) {
+		return false
+	}
+	if err != nil {
+		s.dnC.inc(contract.Result(err))
+		return true
+	}
+	if _, err := s.cfg.Wire.WriteToUDPAddrPort(pk.buf[off:lois.Headroom+pk.n], ss.wire); err != nil {
+		s.dnC.inc(contract.ResultIOError)
+		return true
+	}
+	s.dnC.inc(contract.ResultOK)
+	return true
 }
