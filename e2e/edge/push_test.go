@@ -127,7 +127,7 @@ func TestPushedResponsesThroughTheEdge(t *testing.T) {
 	case <-time.After(hold):
 	}
 	m11 := bytes.Repeat([]byte{7}, d.Params.UserResponseSize())
-	_ = store.PutResponse(ctx, "alice", round, idx, m11)
+	_ = store.PutResponses(ctx, round, []roundstate.Mail{{User: "alice", Index: idx, M11: m11}})
 	_ = store.SetStatus(ctx, round, roundstate.StatusDone)
 	roles.AnnounceRelease(nc, round, roundstate.StatusDone)
 	select {
