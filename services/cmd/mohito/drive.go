@@ -73,7 +73,9 @@ type DriveConfig struct {
 	edge
 	TokensFile, DevicesFile, MQTTAddr, DeviceCredentialsFile string
 	Progress                                                 time.Duration
-	opts                                                     loadgen.DriveOptions
+	// UsersPerConn users share one connection to the edge (--users-per-connection).
+	UsersPerConn int
+	opts         loadgen.DriveOptions
 }
 
 func parseDrive(args []string) (*DriveConfig, error) {
@@ -86,6 +88,7 @@ func parseDrive(args []string) (*DriveConfig, error) {
 	f.String(&c.MQTTAddr, "mqtt", "", "NATS's MQTT listener host:port (required)")
 	f.String(&c.DeviceCredentialsFile, "device-credentials-file", "", `JSON object {"<device id>": {"user", "password"}}: each device's own MQTT login (required)`)
 	f.Int(&o.Users, "users", 0, "concurrent users, each with its own token (0: one per token)")
+	f.Int(&c.UsersPerConn, "users-per-connection", 1, "users sharing one connection to the edge (1: each its own, as real users; the edge allows 100 concurrent streams per connection and a user holds up to three)")
 	f.Duration(&o.Duration, "duration", 0, "stop issuing commands after this long (0: no limit; set this or --commands)")
 	f.Int(&o.Commands, "commands", 0, "stop after this many commands (0: no limit)")
 	f.Duration(&o.Think, "think", 0, "pause between a user's commands")
@@ -107,8 +110,8 @@ func parseDrive(args []string) (*DriveConfig, error) {
 	if o.Duration <= 0 && o.Commands <= 0 {
 		errs = append(errs, errors.New("set --duration or --commands"))
 	}
-	if o.Users < 0 || o.PayloadSize < 0 || o.Progress <= 0 || o.Timeout <= 0 {
-		errs = append(errs, errors.New("--users, --payload ≥ 0 and --progress, --timeout > 0 are required"))
+	if o.Users < 0 || o.PayloadSize < 0 || o.Progress <= 0 || o.Timeout <= 0 || c.UsersPerConn < 1 {
+		errs = append(errs, errors.New("--users, --payload ≥ 0 and --progress, --timeout, --users-per-connection > 0 are required"))
 	}
 	if len(errs) > 0 {
 		return nil, joinConfig(errs)
@@ -153,6 +156,18 @@ func runDrive(args []string, out io.Writer) error {
 	}
 	defer conn.Close()
 	c.opts.Conn, c.opts.Out = conn, out
+	users := c.opts.Users
+	if users == 0 {
+		users = len(c.opts.Tokens)
+	}
+	for range (users + c.UsersPerConn - 1) / c.UsersPerConn {
+		uc, err := c.dial()
+		if err != nil {
+			return err
+		}
+		defer uc.Close()
+		c.opts.Conns = append(c.opts.Conns, uc)
+	}
 	ctx, cancel := telemetry.SignalContext(context.Background())
 	defer cancel()
 	_, err = loadgen.Drive(ctx, c.opts)

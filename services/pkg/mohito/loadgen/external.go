@@ -58,8 +58,13 @@ type DeviceLogin struct {
 
 // DriveOptions configure [Drive]: a load run against an existing deployment.
 type DriveOptions struct {
-	Conn         grpc.ClientConnInterface // to the gateway (through the TLS edge)
-	Tokens       map[string]string        // access token → user
+	Conn grpc.ClientConnInterface // to the gateway (through the TLS edge)
+	// Conns, when set, are the users' connections instead: user u uses Conns[u % len(Conns)].
+	// Real users each hold their own; one connection shared by hundreds of users is the
+	// generator's ceiling (the edge allows 100 concurrent streams per connection, and each
+	// user keeps its Rounds stream and a parked Fetch open).
+	Conns        []grpc.ClientConnInterface
+	Tokens       map[string]string // access token → user
 	Devices      []ProvisionedDevice
 	MQTTAddr     string                 // NATS's MQTT listener (host:port)
 	DeviceLogins map[string]DeviceLogin // per device id
@@ -251,7 +256,11 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	var recs []driveRecord
 	var wg sync.WaitGroup
 	for u := range users {
-		gw := client.NewGatewayClient(o.Conn, tokens[u])
+		conn := o.Conn
+		if len(o.Conns) > 0 {
+			conn = o.Conns[u%len(o.Conns)]
+		}
+		gw := client.NewGatewayClient(conn, tokens[u])
 		user := &client.User{Name: o.Tokens[tokens[u]], GW: gw, Poll: o.Poll}
 		wg.Add(1)
 		go func() {
