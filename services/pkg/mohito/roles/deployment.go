@@ -97,6 +97,15 @@ func (d *Deployment) ResponsePhase() time.Duration {
 	return d.ShufflerTimeout + d.ResponseDeadline + max(3*d.ResponseDeadline, 10*time.Second)
 }
 
+// TableTTL is how long a sealed command table stays in MOHITO_OKVS (memory storage): two
+// whole rounds — period and response phase — and at least a minute, long after any round that
+// could still read it has released or aborted. Ten minutes of tables filled a 128 MB memory
+// store at 2 s rounds of 544-entry tables and stopped every encoder ("insufficient
+// resources").
+func (d *Deployment) TableTTL() time.Duration {
+	return max(2*(d.Round+d.ResponsePhase()), time.Minute)
+}
+
 // Batches is the number of M4 batches of a list of n entries.
 func (d *Deployment) Batches(n int) int { return (n + d.OutBatch - 1) / d.OutBatch }
 

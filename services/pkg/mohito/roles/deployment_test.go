@@ -3,6 +3,7 @@ package roles
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 )
@@ -93,6 +94,26 @@ func TestEncoderPlacement(t *testing.T) {
 		}
 		if out := d.Placement(); out[seed%n] == out[(seed+1)%n] {
 			t.Fatalf("%d vendors: the two large ones share partition %d: %v", n, out[seed%n], out)
+		}
+	}
+}
+
+// TestTableTTLCoversTwoRounds: sealed tables live two whole rounds (period and response phase),
+// at least a minute — not the ten minutes that filled the memory store.
+func TestTableTTLCoversTwoRounds(t *testing.T) {
+	for _, c := range []struct {
+		round, shuffler, deadline time.Duration
+		want                      time.Duration
+	}{
+		{2 * time.Second, 1500 * time.Millisecond, 2 * time.Second, time.Minute},                                                     // 2 × 15.5 s < 1 min
+		{time.Minute, 1500 * time.Millisecond, time.Minute, 2 * (time.Minute + 1500*time.Millisecond + time.Minute + 3*time.Minute)}, // long rounds
+	} {
+		d := Deployment{Round: c.round, ShufflerTimeout: c.shuffler, ResponseDeadline: c.deadline}
+		if got := d.TableTTL(); got != c.want {
+			t.Errorf("round %v: table TTL %v, want %v", c.round, got, c.want)
+		}
+		if d.TableTTL() < 2*(d.Round+d.ResponsePhase()) {
+			t.Errorf("round %v: a table may expire while a round could read it", c.round)
 		}
 	}
 }

@@ -46,7 +46,7 @@ type encVendor struct {
 
 // NewEncoder returns encoder partition cfg.Partition.
 func NewEncoder(ctx context.Context, cfg WorkerConfig) (*Encoder, error) {
-	os, err := natsx.EnsureMemoryObjectStore(ctx, cfg.JS, contract.BucketOKVS, 10*time.Minute)
+	os, err := natsx.EnsureMemoryObjectStore(ctx, cfg.JS, contract.BucketOKVS, cfg.Deployment.TableTTL())
 	if err != nil {
 		return nil, err
 	}
