@@ -176,13 +176,11 @@ func TestVendorRegistry(t *testing.T) {
 	})
 }
 
-// TestAutoscalerScalesOnConsumerLag puts a real backlog on the decrypt workers' consumer and
-// expects the operator to add workers, with an Event carrying the figures.
-func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
-	ns, rd, _, _ := newSeries(t)
-	markAvailableWhenCreated(t, ns)
+// decryptWorkersConsumer creates the integrator's inbound stream and the decrypt workers'
+// consumer on it, as the services do, and deletes the stream when the test ends.
+func decryptWorkersConsumer(t *testing.T, j jetstream.JetStream) {
+	t.Helper()
 	ctx := context.Background()
-	j := js(t)
 	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +189,16 @@ func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), contract.StreamIntegratorIn) })
+}
+
+// TestAutoscalerScalesOnConsumerLag puts a real backlog on the decrypt workers' consumer and
+// expects the operator to add workers, with an Event carrying the figures.
+func TestAutoscalerScalesOnConsumerLag(t *testing.T) {
+	ns, rd, _, _ := newSeries(t)
+	markAvailableWhenCreated(t, ns)
+	ctx := context.Background()
+	j := js(t)
+	decryptWorkersConsumer(t, j)
 	// 4,500 pending at a target of 1,000 per worker: 5 workers (max 6).
 	// In batches that wait for their acks: the client stalls above its outstanding-publish
 	// limit (4,000 by default) on a busy machine.
@@ -257,14 +265,7 @@ func TestAutoscalerReadsTheWorkNotTheRoundTime(t *testing.T) {
 	markAvailableWhenCreated(t, ns)
 	ctx := context.Background()
 	j := js(t)
-	stream, err := j.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamIntegratorIn, Subjects: []string{"mohito.i.in.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: contract.ConsumerDecryptWorkers, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.DeleteStream(context.Background(), contract.StreamIntegratorIn) })
+	decryptWorkersConsumer(t, j)
 	kv, err := j.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: contract.BucketStatus})
 	if err != nil {
 		t.Fatal(err)
