@@ -2,7 +2,6 @@ package natsx
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,19 +22,7 @@ func EnsureMemoryStream(ctx context.Context, js jetstream.JetStream, name string
 	if s, ok := onFile(ctx, js, name); ok {
 		return s, nil
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       name,
-		Subjects:   subjects,
-		Storage:    jetstream.MemoryStorage,
-		MaxAge:     DefaultMaxAge,
-		Duplicates: DefaultDuplicates,
-		MaxMsgSize: 8 << 20,
-		Replicas:   Replicas(js),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", name, err)
-	}
-	return s, nil
+	return ensureStream(ctx, js, jetstream.MemoryStorage, name, subjects)
 }
 
 // EnsureMemoryKV is EnsureKV with memory storage.
@@ -43,12 +30,7 @@ func EnsureMemoryKV(ctx context.Context, js jetstream.JetStream, bucket string, 
 	if _, ok := onFile(ctx, js, "KV_"+bucket); ok {
 		return js.KeyValue(ctx, bucket)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.MemoryStorage, History: 1,
-		Replicas: Replicas(js)})
-	if err != nil {
-		return nil, fmt.Errorf("ensure kv %s: %w", bucket, err)
-	}
-	return kv, nil
+	return ensureKV(ctx, js, jetstream.MemoryStorage, bucket, ttl)
 }
 
 // EnsureMemoryObjectStore is EnsureObjectStore with memory storage.
@@ -56,12 +38,7 @@ func EnsureMemoryObjectStore(ctx context.Context, js jetstream.JetStream, bucket
 	if _, ok := onFile(ctx, js, "OBJ_"+bucket); ok {
 		return js.ObjectStore(ctx, bucket)
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.MemoryStorage,
-		Replicas: Replicas(js)})
-	if err != nil {
-		return nil, fmt.Errorf("ensure object store %s: %w", bucket, err)
-	}
-	return os, nil
+	return ensureObjectStore(ctx, js, jetstream.MemoryStorage, bucket, ttl)
 }
 
 // onFile returns stream name if it exists on file storage.

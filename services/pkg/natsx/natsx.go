@@ -67,10 +67,27 @@ func ValidateReplicas(n int) error {
 // EnsureStream creates or updates a file-backed stream with de-duplication, replicated as js
 // says (WithReplicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects ...string) (jetstream.Stream, error) {
+	return ensureStream(ctx, js, jetstream.FileStorage, name, subjects)
+}
+
+// EnsureKV creates or updates a key-value bucket, replicated as js says (WithReplicas). ttl
+// 0 keeps entries.
+func EnsureKV(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.KeyValue, error) {
+	return ensureKV(ctx, js, jetstream.FileStorage, bucket, ttl)
+}
+
+// EnsureObjectStore creates or updates an object store bucket with a TTL, replicated as js
+// says (WithReplicas).
+func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.ObjectStore, error) {
+	return ensureObjectStore(ctx, js, jetstream.FileStorage, bucket, ttl)
+}
+
+// ensureStream, ensureKV and ensureObjectStore are the Ensure helpers on either storage.
+func ensureStream(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, name string, subjects []string) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       name,
 		Subjects:   subjects,
-		Storage:    jetstream.FileStorage,
+		Storage:    st,
 		MaxAge:     DefaultMaxAge,
 		Duplicates: DefaultDuplicates,
 		MaxMsgSize: 8 << 20,
@@ -82,10 +99,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subj
 	return s, nil
 }
 
-// EnsureKV creates or updates a key-value bucket, replicated as js says (WithReplicas). ttl
-// 0 keeps entries.
-func EnsureKV(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage, History: 1,
+func ensureKV(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, bucket string, ttl time.Duration) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl, Storage: st, History: 1,
 		Replicas: Replicas(js)})
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv %s: %w", bucket, err)
@@ -93,10 +108,8 @@ func EnsureKV(ctx context.Context, js jetstream.JetStream, bucket string, ttl ti
 	return kv, nil
 }
 
-// EnsureObjectStore creates or updates an object store bucket with a TTL, replicated as js
-// says (WithReplicas).
-func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration) (jetstream.ObjectStore, error) {
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: jetstream.FileStorage,
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, bucket string, ttl time.Duration) (jetstream.ObjectStore, error) {
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, TTL: ttl, Storage: st,
 		Replicas: Replicas(js)})
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", bucket, err)
