@@ -87,7 +87,7 @@ func TestPushedResponsesThroughTheEdge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := natsx.EnsureKV(ctx, js, contract.BucketRoundInfo, 10*time.Minute)
+	kv, err := natsx.EnsureMemoryKV(ctx, js, contract.BucketRoundInfo, 10*time.Minute) // as the coordinator makes it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,26 @@ import (
 )
 
 // Check returns nil when u's Ready condition is True for its current generation, otherwise
-// why not (the condition's status, reason and message).
+// why not (the condition's status, reason and message). A kind that runs to completion
+// (EncounterSimulation) has no Ready condition: it is ready when its Complete condition is
+// True, or when an operator without the workload's image has validated it (reason
+// ValidatedOnly) for its current generation.
 func Check(u *unstructured.Unstructured) error {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	if u.GetKind() == "EncounterSimulation" {
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] != "Complete" {
+				continue
+			}
+			gen, _ := m["observedGeneration"].(int64)
+			if gen == u.GetGeneration() && (m["status"] == "True" || m["reason"] == "ValidatedOnly") {
+				return nil
+			}
+			return fmt.Errorf("condition Complete=%v %v: %v", m["status"], m["reason"], m["message"])
+		}
+		return fmt.Errorf("no Complete condition yet")
+	}
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
 		if m["type"] != "Ready" {
