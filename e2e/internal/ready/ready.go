@@ -16,37 +16,29 @@ import (
 
 // Check returns nil when u's Ready condition is True for its current generation, otherwise
 // why not (the condition's status, reason and message). A kind that runs to completion
-// (EncounterSimulation) has no Ready condition: it is ready when its Complete condition is
-// True, or when an operator without the workload's image has validated it (reason
-// ValidatedOnly) for its current generation.
+// (EncounterSimulation) reports Complete instead of Ready: it is ready when Complete is True,
+// or when an operator without the workload's image has validated it (reason ValidatedOnly),
+// for its current generation.
 func Check(u *unstructured.Unstructured) error {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	if u.GetKind() == "EncounterSimulation" {
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] != "Complete" {
-				continue
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		gen, _ := m["observedGeneration"].(int64)
+		switch m["type"] {
+		case "Ready":
+			if m["status"] == "True" && gen == u.GetGeneration() {
+				return nil
 			}
-			gen, _ := m["observedGeneration"].(int64)
+		case "Complete":
 			if gen == u.GetGeneration() && (m["status"] == "True" || m["reason"] == "ValidatedOnly") {
 				return nil
 			}
-			return fmt.Errorf("condition Complete=%v %v: %v", m["status"], m["reason"], m["message"])
-		}
-		return fmt.Errorf("no Complete condition yet")
-	}
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] != "Ready" {
+		default:
 			continue
 		}
-		gen, _ := m["observedGeneration"].(int64)
-		if m["status"] == "True" && gen == u.GetGeneration() {
-			return nil
-		}
-		return fmt.Errorf("condition Ready=%v %v: %v", m["status"], m["reason"], m["message"])
+		return fmt.Errorf("condition %v=%v %v: %v", m["type"], m["status"], m["reason"], m["message"])
 	}
-	return fmt.Errorf("no Ready condition yet")
+	return fmt.Errorf("no Ready (or Complete) condition yet")
 }
 
 // Wait waits up to a minute until the object u names is Ready (Check). alive, when set, ends
