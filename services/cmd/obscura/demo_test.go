@@ -22,18 +22,8 @@ func TestDemoWithAggregation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the embedded demo")
 	}
-	c, err := parseDemo([]string{"-rounds", "3", "-round", "200ms", "-vendors", "2", "-devices", "8", "-users", "6",
+	_, r, out := demoRun(t, 60*time.Second, []string{"-rounds", "3", "-round", "200ms", "-vendors", "2", "-devices", "8", "-users", "6",
 		"-aggregation-participants", "4", "-aggregation-threshold", "2", "-aggregation-benign", "5", "-aggregation-shards", "2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	r, err := execute(ctx, c, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
 	if s := r.Rounds; s.Rounds != 3 || s.Commands == 0 || !s.ExactlyOnce {
 		t.Errorf("rounds summary %d rounds, %d commands, exactly-once %v; want 3 rounds, commands, exactly-once", s.Rounds, s.Commands, s.ExactlyOnce)
 	}
@@ -102,18 +92,8 @@ func TestDemoWithPPS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the embedded demo")
 	}
-	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+	c, r, out := demoRun(t, 3*time.Minute, []string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
 		"-aggregation=false", "-pps-rounds", "6", "-pps-days", "2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	r, err := execute(ctx, c, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
 	p := r.PPS
 	if r.Aggregation != nil || p == nil {
 		t.Fatalf("aggregation %v, pps %v: want only the PPS part", r.Aggregation, p)
@@ -168,18 +148,8 @@ func TestDemoWithLOIS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the embedded demo")
 	}
-	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+	_, r, out := demoRun(t, 60*time.Second, []string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
 		"-aggregation=false", "-pps=false"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	r, err := execute(ctx, c, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
 	l := r.LOIS
 	if r.PPS != nil || l == nil || l.Packets != 5 || !l.WireClean || !l.ServerSawDevice || l.Response != "HTTP/1.1 200 OK" {
 		t.Fatalf("lois summary %+v\n%s", l, out.String())
@@ -196,22 +166,30 @@ func TestDemoWithSDDR(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the embedded demo")
 	}
-	c, err := parseDemo([]string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
+	_, r, out := demoRun(t, 60*time.Second, []string{"-rounds", "2", "-round", "200ms", "-vendors", "2", "-devices", "4", "-users", "3",
 		"-aggregation=false", "-pps=false", "-lois=false"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	r, err := execute(ctx, c, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
 	if s := r.SDDR; r.LOIS != nil || s == nil || !s.Exact() || s.Devices != 4 {
 		t.Fatalf("sddr summary %+v\n%s", s, out.String())
 	}
 	if !strings.Contains(out.String(), "  sddr:        4 devices, friends recognised exactly: true, revoked friend stops recognising: true") {
 		t.Errorf("no SDDR line in the summary:\n%s", out.String())
 	}
+}
+
+// demoRun runs the embedded demo with args for at most d and returns its configuration,
+// summary and output; a demo that fails ends the test with its output.
+func demoRun(t *testing.T, d time.Duration, args []string) (*Config, *Result, *bytes.Buffer) {
+	t.Helper()
+	c, err := parseDemo(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := execute(ctx, c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	return c, r, &out
 }
