@@ -67,7 +67,7 @@ func (d *roleEnv) store() roundstate.Store {
 
 func (c *GatewayConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
+	if err := roles.EnsureIntegratorStreams(ctx, js, &dep); err != nil {
 		return nil, nil, err
 	}
 	gw, err := roles.NewGateway(ctx, roles.GatewayConfig{Deployment: dep, JS: js, Store: d.store(), Tokens: c.tokens, Log: d.Log, Metrics: d.metrics})
@@ -112,7 +112,7 @@ func (c *GatewayConfig) setup(ctx context.Context, d *roleEnv) (func(context.Con
 
 func (c *CoordinatorConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
+	if err := roles.EnsureIntegratorStreams(ctx, js, &dep); err != nil {
 		return nil, nil, err
 	}
 	announceAll := func(ctx context.Context) error {
@@ -156,7 +156,7 @@ func (c *CoordinatorConfig) setup(ctx context.Context, d *roleEnv) (func(context
 
 func (c *DecryptWorkerConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
+	if err := roles.EnsureIntegratorStreams(ctx, js, &dep); err != nil {
 		return nil, nil, err
 	}
 	w, err := roles.NewDecryptWorker(ctx, roles.WorkerConfig{Deployment: dep, JS: js, Keys: c.Key.ring, Log: d.Log, Metrics: d.metrics})
@@ -173,7 +173,7 @@ func (c *DecryptWorkerConfig) setup(ctx context.Context, d *roleEnv) (func(conte
 
 func (c *EncoderConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
+	if err := roles.EnsureIntegratorStreams(ctx, js, &dep); err != nil {
 		return nil, nil, err
 	}
 	e, err := roles.NewEncoder(ctx, roles.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Partition: c.partition, Log: d.Log, Metrics: d.metrics})
@@ -191,7 +191,7 @@ func (c *EncoderConfig) setup(ctx context.Context, d *roleEnv) (func(context.Con
 
 func (c *ResponderConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureIntegratorStreams(ctx, js); err != nil {
+	if err := roles.EnsureIntegratorStreams(ctx, js, &dep); err != nil {
 		return nil, nil, err
 	}
 	r := roles.NewResponder(roles.WorkerConfig{Deployment: dep, JS: js, Store: d.store(), Log: d.Log, Metrics: d.metrics})

@@ -19,10 +19,18 @@ import (
 
 // EnsureMemoryStream is EnsureStream with memory storage.
 func EnsureMemoryStream(ctx context.Context, js jetstream.JetStream, name string, subjects ...string) (jetstream.Stream, error) {
+	return EnsureMemoryStreamMaxAge(ctx, js, name, DefaultMaxAge, subjects...)
+}
+
+// EnsureMemoryStreamMaxAge is EnsureMemoryStream keeping a message at most maxAge: the bound
+// on what a stream whose messages are only needed for a round or two holds in the servers'
+// memory (max_memory_store is shared by every memory stream of the cluster). Every creator
+// of one stream must pass the same maxAge, or each would rewrite the others' configuration.
+func EnsureMemoryStreamMaxAge(ctx context.Context, js jetstream.JetStream, name string, maxAge time.Duration, subjects ...string) (jetstream.Stream, error) {
 	if s, ok := onFile(ctx, js, name); ok {
 		return s, nil
 	}
-	return ensureStream(ctx, js, jetstream.MemoryStorage, name, subjects)
+	return ensureStream(ctx, js, jetstream.MemoryStorage, maxAge, name, subjects)
 }
 
 // EnsureMemoryKV is EnsureKV with memory storage.

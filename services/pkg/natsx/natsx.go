@@ -67,7 +67,7 @@ func ValidateReplicas(n int) error {
 // EnsureStream creates or updates a file-backed stream with de-duplication, replicated as js
 // says (WithReplicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects ...string) (jetstream.Stream, error) {
-	return ensureStream(ctx, js, jetstream.FileStorage, name, subjects)
+	return ensureStream(ctx, js, jetstream.FileStorage, DefaultMaxAge, name, subjects)
 }
 
 // EnsureKV creates or updates a key-value bucket, replicated as js says (WithReplicas). ttl
@@ -83,13 +83,13 @@ func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, bucket strin
 }
 
 // ensureStream, ensureKV and ensureObjectStore are the Ensure helpers on either storage.
-func ensureStream(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, name string, subjects []string) (jetstream.Stream, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, maxAge time.Duration, name string, subjects []string) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       name,
 		Subjects:   subjects,
 		Storage:    st,
-		MaxAge:     DefaultMaxAge,
-		Duplicates: DefaultDuplicates,
+		MaxAge:     maxAge,
+		Duplicates: min(DefaultDuplicates, maxAge),
 		MaxMsgSize: 8 << 20,
 		Replicas:   Replicas(js),
 	})

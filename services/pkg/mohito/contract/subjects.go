@@ -91,6 +91,9 @@ func WorkPart(t uint64, v int) string  { return fmt.Sprintf("mohito.r.%d.%s.%d",
 func WorkPlan(t uint64) string         { return fmt.Sprintf("mohito.r.%d.%s", t, KindPlan) }
 func WorkLayer(t uint64, v int) string { return fmt.Sprintf("mohito.r.%d.%s.%d", t, KindLayerShare, v) }
 
+// WorkRound filters every work subject of round t (its plan, parts and layer shares).
+func WorkRound(t uint64) string { return fmt.Sprintf("mohito.r.%d.>", t) }
+
 // WorkPlans, WorkParts(v) and WorkLayers filter every round's work subjects of a kind.
 const (
 	WorkPlans  = "mohito.r.*." + KindPlan

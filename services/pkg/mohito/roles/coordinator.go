@@ -52,6 +52,7 @@ type Coordinator struct {
 	sched  *Scheduler
 	avail  *availability
 	ids    jetstream.KeyValue
+	work   jetstream.Stream // StreamWork: a round's work is purged when the round ends
 	info   *roundInfos
 	lease  *natsx.Lease
 	mu     sync.Mutex
@@ -112,10 +113,10 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 	if c.lease, err = natsx.NewLease(ctx, cfg.JS, contract.BucketLeader, "coordinator", cfg.ID, cfg.LeaseTTL, cfg.Log); err != nil {
 		return nil, err
 	}
-	if _, err := natsx.EnsureStream(ctx, cfg.JS, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
+	if err := EnsureIntegratorStreams(ctx, cfg.JS, &cfg.Deployment); err != nil {
 		return nil, err
 	}
-	if _, err := natsx.EnsureMemoryStream(ctx, cfg.JS, contract.StreamWork, contract.WorkSubjects); err != nil {
+	if c.work, err = cfg.JS.Stream(ctx, contract.StreamWork); err != nil {
 		return nil, err
 	}
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
@@ -204,6 +205,7 @@ func (c *Coordinator) abortStale(ctx context.Context) {
 			c.status.aborted(ctx, t, -1)
 			c.report(RoundReport{T: t, Aborted: true, Reason: "coordinator restarted"})
 			c.cfg.Log.Warn("round aborted", "t", t, "reason", "coordinator restarted")
+			c.purgeWork(ctx, t)
 		}
 	}
 }
@@ -217,7 +219,10 @@ func (c *Coordinator) adopt(ctx context.Context, t uint64) {
 	deadline := time.Now().Add(c.cfg.Deployment.ResponsePhase())
 	for time.Now().Before(deadline) {
 		if st, _ := c.cfg.Store.Status(ctx, t); st != statusDelivering {
-			return // done, or aborted by another leader
+			if st == roundstate.StatusDone {
+				c.purgeWork(ctx, t)
+			}
+			return // done, or aborted by another leader (who purges it)
 		}
 		if !clock.Sleep(ctx, 100*time.Millisecond) {
 			return
@@ -228,6 +233,18 @@ func (c *Coordinator) adopt(ctx context.Context, t uint64) {
 	c.status.aborted(ctx, t, -1)
 	c.report(RoundReport{T: t, Aborted: true, Reason: "response phase timed out under a previous leader"})
 	c.cfg.Log.Warn("round aborted", "t", t, "reason", "response phase timed out under a previous leader")
+	c.purgeWork(ctx, t)
+}
+
+// purgeWork removes round t's work (its plan, decrypted parts and response-layer shares) from
+// StreamWork once the round is done or aborted: nothing reads it again, and on memory storage
+// it would hold the NATS servers' memory for WorkTTL. A purge that fails leaves it to WorkTTL.
+func (c *Coordinator) purgeWork(ctx context.Context, t uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.work.Purge(ctx, jetstream.WithPurgeSubject(contract.WorkRound(t))); err != nil {
+		c.cfg.Log.Warn("round work not purged", "t", t, "err", err)
+	}
 }
 
 // lead runs the round clock while this replica holds the lease. When it is told to stop
@@ -480,6 +497,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 		c.notifyAbort(actx, t)
 		c.status.aborted(actx, t, rep.Shuffler)
 		c.report(rep)
+		c.purgeWork(actx, t)
 	}
 	k, err := c.cfg.Store.Close(ctx, t)
 	if err != nil {
@@ -602,6 +620,7 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 			c.cfg.Metrics.RoundSeconds.Observe(done.Sub(rep.Closed).Seconds())
 			c.cfg.Metrics.RoundWork.Observe(max(done.Sub(rep.Closed)-c.cfg.Deployment.ResponseDeadline, 0).Seconds())
 			c.status.completed(ctx, rep, done)
+			c.purgeWork(ctx, t)
 			return
 		}
 		if !clock.Sleep(ctx, 100*time.Millisecond) {
@@ -614,4 +633,5 @@ func (c *Coordinator) finish(ctx context.Context, r *coordRound) {
 	c.cfg.Log.Warn("round aborted", "t", t, "reason", rep.Reason)
 	c.status.aborted(ctx, t, rep.Shuffler)
 	c.report(rep)
+	c.purgeWork(ctx, t)
 }

@@ -106,6 +106,13 @@ func (d *Deployment) TableTTL() time.Duration {
 	return max(2*(d.Round+d.ResponsePhase()), time.Minute)
 }
 
+// WorkTTL is how long a message of the integrator's work stream (StreamWork, memory storage:
+// round plans, decrypted parts, response-layer shares) is kept: as long as a sealed table, by
+// the same reasoning. The coordinator purges a round's work once the round is done or
+// aborted; this age bounds what is left by a round no coordinator finished. Ten minutes of
+// work at a 512-entry class filled a 256 MB memory store and aborted every later round.
+func (d *Deployment) WorkTTL() time.Duration { return d.TableTTL() }
+
 // Batches is the number of M4 batches of a list of n entries.
 func (d *Deployment) Batches(n int) int { return (n + d.OutBatch - 1) / d.OutBatch }
 

@@ -188,11 +188,12 @@ func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
 }
 
 // EnsureIntegratorStreams creates the integrator's two streams (idempotent),
-// so integrator roles can start in any order.
-func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream) error {
+// so integrator roles can start in any order. The work stream keeps messages for
+// d.WorkTTL().
+func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream, d *Deployment) error {
 	if _, err := natsx.EnsureStream(ctx, js, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
 		return err
 	}
-	_, err := natsx.EnsureMemoryStream(ctx, js, contract.StreamWork, contract.WorkSubjects)
+	_, err := natsx.EnsureMemoryStreamMaxAge(ctx, js, contract.StreamWork, d.WorkTTL(), contract.WorkSubjects)
 	return err
 }
