@@ -43,7 +43,7 @@ var chartCases = []chartCase{
 		name: "defaults", namespace: chartNamespace,
 		args: []string{"--set", "vault.address=https://vault.vault.svc:8200"},
 		want: []string{
-			"Deployment/obscura-operator", "StatefulSet/obscura-nats", "ConfigMap/obscura-nats", "Service/obscura-nats",
+			"Deployment/obscura-operator", "StatefulSet/obscura-nats", "Secret/obscura-nats-config", "Service/obscura-nats",
 			"Secret/obscura-nats-operator", "Secret/obscura-nats-accounts", "Deployment/obscura-redis-integrator",
 			"Service/obscura-redis-integrator", "Deployment/obscura-edge", "ConfigMap/obscura-edge", "Service/obscura-edge",
 			"Secret/obscura-edge-tls", "NetworkPolicy/obscura-operator", "NetworkPolicy/obscura-nats",
@@ -60,6 +60,16 @@ var chartCases = []chartCase{
 			"Pod/obscura-smoke",
 		},
 		absent: []string{"NetworkPolicy/obscura-nats"},
+	},
+	{
+		name: "nats cluster", namespace: chartNamespace,
+		args: []string{"--set", "nats.cluster.replicas=3", "--set", "nats.jetstream.replicas=3"},
+		want: []string{"StatefulSet/obscura-nats", "Secret/obscura-nats-config", "Service/obscura-nats-headless", "PodDisruptionBudget/obscura-nats"},
+	},
+	{
+		name: "nats cluster on the node's network", namespace: localNamespace, hostNetwork: true,
+		args: []string{"-f", "charts/obscura/values-local.yaml", "--set", "nats.cluster.replicas=3", "--set", "nats.jetstream.replicas=3"},
+		want: []string{"StatefulSet/obscura-nats", "Secret/obscura-nats-config", "PodDisruptionBudget/obscura-nats"},
 	},
 	{
 		name: "cert-manager", namespace: chartNamespace,
@@ -306,8 +316,8 @@ func TestRenderedNATSConfigLoads(t *testing.T) {
 			var conf, accounts string
 			for _, u := range objs {
 				switch u.GetKind() + "/" + u.GetName() {
-				case "ConfigMap/obscura-nats":
-					conf, _, _ = unstructured.NestedString(u.Object, "data", "nats.conf")
+				case "Secret/obscura-nats-config":
+					conf, _, _ = unstructured.NestedString(u.Object, "stringData", "obscura-nats-0.conf")
 				case "Secret/obscura-nats-accounts":
 					accounts, _, _ = unstructured.NestedString(u.Object, "stringData", "accounts.conf")
 				}

@@ -96,10 +96,36 @@ file rendered in the same run agree.
 {{- toJson (index .Values "__natsOperatorPasswords") -}}
 {{- end -}}
 
+{{/* The NATS URL the operator and its workloads connect to. On the node's network a cluster's
+nodes listen on 127.0.0.1:<client port + ordinal>, so the URL lists every node (nats.go takes a
+comma-separated list and fails over between them); on a pod network the Service reaches a ready
+node and the clients learn the others from it. */}}
 {{- define "obscura.natsURL" -}}
 {{- if .Values.nats.enabled -}}
+{{- if .Values.platform.hostNetwork -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.nats.cluster.replicas) -}}
+{{- $urls = append $urls (printf "nats://127.0.0.1:%d" (add $.Values.nats.ports.client $i)) -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- else -}}
 {{- printf "nats://%s:%d" (include "obscura.serviceHost" (list . "nats")) (int .Values.nats.ports.client) -}}
+{{- end -}}
 {{- else -}}{{ .Values.nats.url }}{{- end -}}
+{{- end -}}
+
+{{/* The password of the NATS cluster's routes: the existing config Secret's on upgrade, random on
+install (memoised like the operator's passwords). */}}
+{{- define "obscura.natsRoutePassword" -}}
+{{- if not (hasKey .Values "__natsRoutePassword") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (printf "%s-nats-config" (include "obscura.fullname" .)) -}}
+{{- $pw := randAlphaNum 32 -}}
+{{- if and $existing $existing.data (hasKey $existing.data "route-password") -}}
+{{- $pw = index $existing.data "route-password" | b64dec -}}
+{{- end -}}
+{{- $_ := set .Values "__natsRoutePassword" $pw -}}
+{{- end -}}
+{{- index .Values "__natsRoutePassword" -}}
 {{- end -}}
 
 {{- define "obscura.edgeUpstreamHost" -}}
