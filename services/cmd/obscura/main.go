@@ -6,6 +6,9 @@
 //	obscura nats-reloader   the NATS server's sidecar: makes it reload the accounts the
 //	                        operator renders (--watch <file> --pid-file <file>)
 //	obscura probe           Kubernetes exec probe of any role (package daemon)
+//	obscura provision       creates what the Obscura resources of a namespace reference (trust
+//	                        domains' namespaces, key Secrets, tokens, device registries, TLS
+//	                        Secrets) and never replaces what exists (docs/chart.md)
 //
 // Every flag --x-y falls back to OBSCURA_X_Y. A configuration error, a malformed environment
 // value included, exits with status 2.
@@ -21,5 +24,6 @@ func main() {
 		{Name: "demo", Run: runDemo},
 		{Name: "nats-reloader", Run: runNATSReloader},
 		{Name: "probe", Run: daemon.RunProbe},
+		{Name: "provision", Run: runProvision},
 	})
 }
