@@ -435,6 +435,7 @@ func summarize(recs []driveRecord, w *roundWatch, start time.Time, elapsed time.
 		if r.res.Attempts > 1 {
 			s.Retried++
 		}
+		s.MaxAttempts = max(s.MaxAttempts, r.res.Attempts)
 		t := r.res.T
 		byRound[t] = append(byRound[t], r.res.Latency)
 		if r.done.After(lastDone[t]) {

@@ -100,12 +100,15 @@ type Summary struct {
 	// received that this run did not send; Retried counts answered commands
 	// that took more than one round (their first was closed or aborted, or
 	// its response did not open) — still exactly once at the device.
-	Target     string      `json:"target,omitempty"`
-	Sent       int         `json:"sent,omitempty"`
-	Duplicated int         `json:"duplicated,omitempty"`
-	Foreign    int         `json:"foreign,omitempty"`
-	Retried    int         `json:"retried,omitempty"`
-	PerSecond  []SecondRow `json:"per_second,omitempty"`
+	Target     string `json:"target,omitempty"`
+	Sent       int    `json:"sent,omitempty"`
+	Duplicated int    `json:"duplicated,omitempty"`
+	Foreign    int    `json:"foreign,omitempty"`
+	Retried    int    `json:"retried,omitempty"`
+	// MaxAttempts is the most rounds one answered command took (1: none retried; 2: a retried
+	// command was sent again exactly once).
+	MaxAttempts int         `json:"max_attempts,omitempty"`
+	PerSecond   []SecondRow `json:"per_second,omitempty"`
 }
 
 type roundAcc struct {
