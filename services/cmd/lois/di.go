@@ -14,11 +14,13 @@ import (
 
 type diConfig struct {
 	base
+	natsFlags
 	tun, cloudWire, keysFile string
 }
 
 func (c *diConfig) validate() error {
 	errs := c.base.validate()
+	errs = append(errs, c.natsFlags.validate(false)...)
 	if c.tun == "" || len(c.tun) > 15 {
 		errs = append(errs, fmt.Errorf("--tun %q: want an interface name of 1 to 15 bytes", c.tun))
 	}
@@ -35,6 +37,7 @@ func runDI(args []string) error {
 	var c diConfig
 	f := daemon.NewFlags("di")
 	c.base.bind(f, contract.DefaultDeviceWirePort)
+	c.natsFlags.bind(f, false)
 	f.String(&c.tun, "tun", "lois0", "TUN device carrying the device's packets (created if absent, in this network namespace)")
 	f.String(&c.cloudWire, "cloud-wire", fmt.Sprintf("127.0.0.1:%d", contract.DefaultCloudWirePort), "the CI's wire address (UDP)")
 	f.String(&c.keysFile, "keys-file", "/var/run/secrets/lois/keys.json", "this device's keys file (secret)")
@@ -48,7 +51,25 @@ func runDI(args []string) error {
 	if err != nil {
 		return err
 	}
+	if c.url != "" && keys[0].ControlKey() == nil {
+		return daemon.ConfigError(fmt.Errorf("--nats-url: keys file %s has no control key (write it with lois hello)", c.keysFile))
+	}
 	return serve("lois-di", &c.base, func(log *slog.Logger, m *roles.Metrics, _ *telemetry.Health) (func(context.Context) error, error) {
+		// With --nats-url the DI replenishes through the registrar daemon (EPOCH_REQ, download
+		// grants, full rekeys); without, its keys are all it has.
+		var ctl *roles.NATSControl
+		var closeNC func()
+		if c.url != "" {
+			js, cl, err := c.connect()
+			if err != nil {
+				return nil, err
+			}
+			if ctl, err = roles.NewNATSControl(js.Conn(), c.cloud, keys[0]); err != nil {
+				cl()
+				return nil, daemon.ConfigError(err)
+			}
+			closeNC = cl
+		}
 		tun, err := roles.OpenTUN(c.tun)
 		if err != nil {
 			return nil, err
@@ -58,13 +79,30 @@ func runDI(args []string) error {
 			tun.Close()
 			return nil, err
 		}
-		d, err := roles.NewDevice(roles.DeviceConfig{Core: c.core(), Keys: keys[0], TUN: tun, Wire: wire,
-			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()})
+		dc := roles.DeviceConfig{Core: c.core(), Keys: keys[0], TUN: tun, Wire: wire,
+			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()}
+		if ctl != nil {
+			dc.Control = ctl
+		}
+		d, err := roles.NewDevice(dc)
+		if err == nil && ctl != nil {
+			err = ctl.ServeGrants(d)
+		}
 		if err != nil {
 			tun.Close()
 			wire.Close()
+			if closeNC != nil {
+				closeNC()
+			}
 			return nil, daemon.ConfigError(err)
 		}
-		return d.Run, nil
+		if ctl == nil {
+			return d.Run, nil
+		}
+		return func(ctx context.Context) error {
+			defer closeNC()
+			defer ctl.Close()
+			return d.Run(ctx)
+		}, nil
 	})
 }

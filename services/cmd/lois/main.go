@@ -11,6 +11,10 @@
 //	                files (the seed is never written)
 //	lois register   the registrar step over JetStream: publish a session record, wait for
 //	                the replicas' install acks, then write the device's keys file
+//	lois registrar  the registrar daemon: HELLO, EPOCH_REQ and the SIs' low-water events over
+//	                NATS, every session and epoch installed at the replicas before the device
+//	                gets it; sessions kept with their seeds wrapped by Vault Transit
+//	lois hello      a device's HELLO to the registrar daemon: writes its keys file
 //	lois probe      Kubernetes exec probe: GET <path> on the address in OBSCURA_ADDR_FILE
 //
 // Every flag has an environment fallback OBSCURA_<FLAG>; keys come from files only. A
@@ -27,6 +31,8 @@ func main() {
 		{Name: "si", Run: runSI},
 		{Name: "provision", Run: runProvision},
 		{Name: "register", Run: runRegister},
+		{Name: "registrar", Run: runRegistrar},
+		{Name: "hello", Run: runHello},
 		{Name: "probe", Run: daemon.RunProbe},
 	})
 }

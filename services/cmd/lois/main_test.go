@@ -28,6 +28,14 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"provision no device", runProvision, []string{"--out-dir", t.TempDir(), "--services", "8080"}, "--device-ip"},
 		{"stray argument", runDI, []string{"extra"}, "unexpected"},
 		{"di bad stp", runDI, []string{"--keys-file", "/x", "--stp", "--stp-q", "2"}, "--stp-q"},
+		{"registrar no nats", runRegistrar, []string{"--services", "8080", "--wait-for", "ci-0", "--seed-store", "memory"}, "--nats-url"},
+		{"registrar no replicas", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--seed-store", "memory"}, "--wait-for"},
+		{"registrar no vault", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--wait-for", "ci-0"}, "--vault-addr"},
+		{"registrar vault two logins", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--wait-for", "ci-0",
+			"--vault-addr", "http://127.0.0.1:1", "--vault-role", "r", "--vault-token-file", "/x"}, "--vault-role"},
+		{"registrar bad store", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--wait-for", "ci-0", "--seed-store", "disk"}, "--seed-store"},
+		{"registrar bad services", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "x", "--wait-for", "ci-0", "--seed-store", "memory"}, "sid"},
+		{"hello no device", runHello, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--out-dir", "/tmp/x"}, "--device-ip"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -105,6 +105,19 @@ type Keys struct {
 	Streams  []Stream  `json:"streams"`
 	Created  int64     `json:"created_unix"`
 	DVT      *DVTParam `json:"dvt,omitempty"`
+	// Control is the session's control key (hex, ControlKeySize bytes), only in a device's
+	// keys from the registrar daemon: its EPOCH_REQs and the grants it receives are sealed
+	// under it. Never in a session record.
+	Control string `json:"control,omitempty"`
+}
+
+// ControlKey decodes Control (nil when absent).
+func (k *Keys) ControlKey() []byte {
+	b, err := hex.DecodeString(k.Control)
+	if err != nil || len(b) != ControlKeySize {
+		return nil
+	}
+	return b
 }
 
 // DVTParam carries the registrar's table parameters a receiver must share in 16-bit mode.
@@ -177,6 +190,9 @@ func (k *Keys) Validate() error {
 	}
 	if k.Replicas < 0 || (k.Replicas > 0 && (k.Replica < 0 || k.Replica >= k.Replicas)) {
 		return fmt.Errorf("keys: replica %d of %d", k.Replica, k.Replicas)
+	}
+	if k.Control != "" && k.ControlKey() == nil {
+		return fmt.Errorf("keys: control is not %d hex bytes", ControlKeySize)
 	}
 	for i := range k.Streams {
 		if _, err := k.Streams[i].Core(); err != nil {

@@ -3,6 +3,7 @@ package contract
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
@@ -114,4 +115,31 @@ func FuzzParseLowWater(f *testing.F) {
 			t.Fatalf("%q accepted as %q %d", subj, s, sid)
 		}
 	})
+}
+
+// TestSealBindsKindAndSession: a sealed control body opens only under its key, kind and
+// session, and not once altered.
+func TestSealBindsKindAndSession(t *testing.T) {
+	key, other := make([]byte, ControlKeySize), make([]byte, ControlKeySize)
+	other[0] = 1
+	s, err := Seal(key, SealGrant, "s1", []byte("keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Open(key, SealGrant, "s1", s); err != nil || string(b) != "keys" {
+		t.Fatalf("open: %q %v", b, err)
+	}
+	bad := append([]byte{}, s...)
+	bad[len(bad)-1] ^= 1
+	for name, f := range map[string]func() ([]byte, error){
+		"other key":     func() ([]byte, error) { return Open(other, SealGrant, "s1", s) },
+		"other kind":    func() ([]byte, error) { return Open(key, SealEpoch, "s1", s) },
+		"other session": func() ([]byte, error) { return Open(key, SealGrant, "s2", s) },
+		"altered":       func() ([]byte, error) { return Open(key, SealGrant, "s1", bad) },
+		"short":         func() ([]byte, error) { return Open(key, SealGrant, "s1", s[:10]) },
+	} {
+		if _, err := f(); !errors.Is(err, ErrSealed) {
+			t.Errorf("%s: %v, want ErrSealed", name, err)
+		}
+	}
 }

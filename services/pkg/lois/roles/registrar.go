@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,7 +47,20 @@ type Registrar struct {
 	// grant that would pass them is refused with ErrRekeyDue.
 	Rekey lois.RekeyLimits
 	// Metrics, if set, counts grants and refusals (role "registrar").
-	Metrics  *Metrics
+	Metrics *Metrics
+	// Store, if set, keeps each open session (its wrapped seed, device fields, epoch counter
+	// and live epochs) so that a restarted registrar carries on (Restore); Wrapper wraps the
+	// seeds first — the store never holds a seed in clear, and without a Wrapper Open refuses
+	// to store one.
+	Store   jetstream.KeyValue
+	Wrapper SeedWrapper
+	// DeviceLinksOverNATS gives every session opened here a link to its DI over NATS
+	// (SubjectDeviceGrant) for download grants.
+	DeviceLinksOverNATS bool
+	// Policy is what a HELLO may ask for (ServeControl).
+	Policy HelloPolicy
+	// Served, if set, counts the control requests ServeControl answers.
+	Served   *RegistrarMetrics
 	mu       sync.Mutex
 	sessions map[string]*regSession
 }
@@ -63,6 +77,9 @@ type regSession struct {
 	epoch    uint32 // the newest epoch derived; each grant takes the next
 	rekey    lois.Rekey
 	device   DeviceLink
+	ctl      [contract.ControlKeySize]byte // the session's control key (ControlKey)
+	live     []storedStream                // the epochs registered and not expired (Restore re-registers them)
+	wrapped  string                        // the seed wrapped by Wrapper, once stored
 }
 
 // DeviceLink carries a download EPOCH_GRANT to the session's DI and returns once the DI has
@@ -107,18 +124,30 @@ func (r *Registrar) Open(ctx context.Context, p Provision) (*contract.Keys, erro
 		rekey: lois.Rekey{Start: now.Unix(), Used: 2 * uint64(p.N) * uint64(len(p.Services))}}
 	clear(prov.Seed[:])
 	ss.base.Streams = nil
+	ss.ctl = ControlKey(&ss.seed)
 	for _, sid := range p.Services {
 		ss.services[sid] = true
+		for _, d := range []lois.Dir{lois.Up, lois.Down} {
+			ss.live = append(ss.live, storedStream{Dir: d.String(), SID: sid, Epoch: p.Epoch, Expiry: now.Add(p.Lifetime).Unix()})
+		}
+	}
+	if r.DeviceLinksOverNATS {
+		ss.device = &natsLink{nc: r.JS.Conn(), cloud: r.Cloud, session: rec.Session, ctl: ss.ctl}
 	}
 	if r.sessions == nil {
 		r.sessions = map[string]*regSession{}
 	}
 	r.sessions[rec.Session] = ss
 	r.mu.Unlock()
+	if err := r.storeNew(ctx, rec.Session, ss); err != nil {
+		r.Close(rec.Session)
+		return nil, err
+	}
 	if err := r.publishAndWait(ctx, contract.SubjectSessionOpen(r.Cloud), &rec, p.Epoch); err != nil {
 		r.Close(rec.Session)
 		return nil, err
 	}
+	prov.Device.Control = hex.EncodeToString(ss.ctl[:])
 	return prov.Device, nil
 }
 
@@ -146,7 +175,9 @@ func (r *Registrar) Rehello(ctx context.Context, old string) (*contract.Keys, er
 	if err != nil {
 		return nil, err
 	}
-	r.Attach(k.Session, link)
+	if !r.DeviceLinksOverNATS { // a NATS link names its session: Open made the new one
+		r.Attach(k.Session, link)
+	}
 	r.Close(old)
 	return k, nil
 }
@@ -165,7 +196,7 @@ func (r *Registrar) Attach(session string, link DeviceLink) {
 // reusing any — is deduplicated, published and installed at every replica before the DI gets
 // it (install before use, §3.2).
 func (r *Registrar) RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error) {
-	rec, epoch, _, err := r.derive(session, sid, lois.Up)
+	rec, epoch, _, err := r.derive(ctx, session, sid, lois.Up)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +214,7 @@ func (r *Registrar) RequestEpoch(ctx context.Context, session string, sid uint16
 // only then to the SIs, which activate it when they install it: no SI sends with an epoch
 // the DI has not installed.
 func (r *Registrar) GrantDownload(ctx context.Context, session string, sid uint16) error {
-	rec, epoch, link, err := r.derive(session, sid, lois.Down)
+	rec, epoch, link, err := r.derive(ctx, session, sid, lois.Down)
 	if err != nil {
 		return err
 	}
@@ -236,7 +267,7 @@ func (r *Registrar) granted(d lois.Dir) {
 
 // derive registers the next epoch of (session, sid, dir) on the deduplicating table and
 // returns its record (the session's fields, Grant set, the one stream).
-func (r *Registrar) derive(session string, sid uint16, d lois.Dir) (*contract.Keys, uint32, DeviceLink, error) {
+func (r *Registrar) derive(ctx context.Context, session string, sid uint16, d lois.Dir) (*contract.Keys, uint32, DeviceLink, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ss := r.sessions[session]
@@ -259,6 +290,13 @@ func (r *Registrar) derive(session string, sid uint16, d lois.Dir) (*contract.Ke
 		return nil, 0, nil, fmt.Errorf("register %v epoch %d of sid %d: %w", d, st.Epoch, sid, err)
 	}
 	ss.rekey.Used += uint64(ss.n)
+	ss.live = append(slices.DeleteFunc(ss.live, func(s storedStream) bool { return s.Expiry < now.Unix() }),
+		storedStream{Dir: d.String(), SID: sid, Epoch: st.Epoch, Expiry: st.Expiry})
+	// The epoch counter is stored before the epoch leaves: a restarted registrar never derives
+	// the same epoch (the same keystreams) twice.
+	if err := r.put(ctx, session, ss); err != nil {
+		return nil, 0, nil, err
+	}
 	rec := ss.base
 	rec.Grant = true
 	rec.Created = now.Unix()
@@ -272,7 +310,13 @@ func (r *Registrar) Close(session string) {
 	defer r.mu.Unlock()
 	if ss := r.sessions[session]; ss != nil {
 		clear(ss.seed[:])
+		clear(ss.ctl[:])
 		delete(r.sessions, session)
+		if r.Store != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.Store.Delete(ctx, r.storeKey(session))
+		}
 	}
 }
 

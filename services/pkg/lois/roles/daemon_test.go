@@ -1,0 +1,416 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	vault "github.com/hashicorp/vault/api"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois"
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+	"github.com/obscura-iot/obscura/services/testenv"
+)
+
+var (
+	loisBinOnce sync.Once
+	loisBin     string
+	loisBinErr  error
+)
+
+// buildLois builds services/cmd/lois once per test binary (the registrar daemon under test).
+func buildLois(t *testing.T) string {
+	t.Helper()
+	loisBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lois-bin-")
+		if err != nil {
+			loisBinErr = err
+			return
+		}
+		loisBin = filepath.Join(dir, "lois")
+		out, err := exec.Command(testenv.GoTool(), "build", "-o", loisBin, "github.com/obscura-iot/obscura/services/cmd/lois").CombinedOutput()
+		if err != nil {
+			loisBinErr = fmt.Errorf("build lois: %v\n%s", err, out)
+		}
+	})
+	if loisBinErr != nil {
+		t.Fatal(loisBinErr)
+	}
+	return loisBin
+}
+
+// registrarVault starts a Vault dev server with the Transit engine, the seed key and a token
+// of a policy allowed only encrypt and decrypt with it; it returns the root client, the
+// address and the token file.
+func registrarVault(t *testing.T) (*vault.Client, string, string) {
+	t.Helper()
+	v := testenv.StartVault(t)
+	c := v.Client(t)
+	if err := c.Sys().Mount("transit", &vault.MountInput{Type: "transit"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Logical().Write("transit/keys/lois-seeds", map[string]any{"type": "aes256-gcm96"}); err != nil {
+		t.Fatal(err)
+	}
+	policy := `path "transit/encrypt/lois-seeds" { capabilities = ["update"] }
+path "transit/decrypt/lois-seeds" { capabilities = ["update"] }
+path "transit/keys/lois-seeds" { capabilities = ["read"] }`
+	if err := c.Sys().PutPolicy("lois-registrar", policy); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.Auth().Token().Create(&vault.TokenCreateRequest{Policies: []string{"lois-registrar"}, NoParent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "vault-token")
+	if err := os.WriteFile(file, []byte(tok.Auth.ClientToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c, v.Addr(), file
+}
+
+// registrarDaemon runs `lois registrar` and waits until it is ready; it returns the daemon
+// and its metrics address.
+func registrarDaemon(t *testing.T, args ...string) (*testenv.Daemon, string) {
+	t.Helper()
+	af := filepath.Join(t.TempDir(), "addr")
+	args = append([]string{"registrar", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--addr-file", af}, args...)
+	d := testenv.StartDaemon(t, "lois-registrar", exec.Command(buildLois(t), args...))
+	var health, metrics string
+	testenv.Eventually(t, 60*time.Second, "registrar addresses", func() error {
+		if err := d.Exited(); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(af)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, telemetry.AddrHealth+"="); ok {
+				health = v
+			}
+			if v, ok := strings.CutPrefix(l, telemetry.AddrMetrics+"="); ok {
+				metrics = v
+			}
+		}
+		if health == "" || metrics == "" {
+			return fmt.Errorf("addr file: %q", b)
+		}
+		return nil
+	})
+	d.Get(t, 60*time.Second, health, "/readyz")
+	return d, metrics
+}
+
+// metricValue reads one sample of the daemon's /metrics ("name{labels} value").
+func metricValue(t *testing.T, d *testenv.Daemon, addr, series string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(d.Get(t, 10*time.Second, addr, "/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+// TestRegistrarDaemonReplenishesDeviceOverNATS: the registrar runs as its own process (`lois
+// registrar`, seeds wrapped by a real Vault's Transit engine) on a real nats-server; a CI and
+// an SI follow the session stream; a device opens its session with a HELLO to the daemon and
+// exchanges 6 × 64 packets each way with epochs of 64 keystreams and no low-water margin, so
+// each pool runs empty: the DI holds the packet, sends EPOCH_REQ through the daemon, gets
+// the grant (installed at the CI and the SI first) and carries on; the SI's low-water events
+// bring download grants through the daemon to the DI. Every exchange completes, nothing is
+// dropped, no receiver meets an unknown or replayed id. Then the registrar is restarted: it
+// restores the session from its store (unwrapping the seed with Vault) and the device keeps
+// talking across further epochs, none reusing an epoch number. Finally the registrar's store
+// (the LOIS_REGISTRAR bucket through the API, and every file of the NATS server's storage)
+// holds the seed only wrapped: neither the seed (raw, hex or base64, as Vault unwraps it with
+// the root token) nor the device's control and stream keys appear.
+func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
+	const n, perPhase = 64, 6 * 64
+	root, vaultAddr, tokenFile := registrarVault(t)
+	srv := testenv.StartNATS(t)
+	args := []string{"--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid), "--n", fmt.Sprint(n),
+		"--wait-for", "ci-0,si-0", "--lifetime", "1h", "--vault-addr", vaultAddr, "--vault-token-file", tokenFile}
+	reg, metricsAddr := registrarDaemon(t, args...)
+
+	js := srv.JetStream(t)
+	nc := js.Conn()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	goRun := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	m, log, core := NewMetrics(nil), telemetry.Discard(), lois.Config{CIP: cip}
+	devTUN, srvTUN := newMemTUN(), newMemTUN()
+	diWire, ciWire, siWire := udp(t), udp(t), udp(t)
+	s, err := NewServer(ServerConfig{Core: core, Ports: map[uint16]uint16{pSrv: sid}, TUN: srvTUN, Wire: siWire,
+		Margin: time.Minute, Grace: time.Minute, Metrics: m, Log: log, LowWaterMin: 1, ExhaustQueue: 10 * time.Second,
+		LowWater: func(session string, sid uint16) error {
+			return nc.Publish(contract.SubjectLowWater("c1", session, sid), nil)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCloud(CloudConfig{Core: core, Wire: ciWire, Grace: time.Minute, Metrics: m, Log: log,
+		Backends: []ServerBackend{{SID: sid, Backend: lois.Backend{IP: sip, Port: pSrv}, Wire: addrOf(siWire)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(c.Run)
+	goRun(s.Run)
+	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "ci-0", 0, c, log) })
+	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "si-0", 0, s, log) })
+
+	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	keys, err := Hello(hctx, nc, "c1", contract.HelloRequest{DeviceIP: netip.AddrFrom4(dip).String(),
+		DeviceWire: addrOf(diWire).String(), Services: []uint16{sid}})
+	hcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys.ControlKey() == nil || len(keys.Streams) != 2 || keys.Streams[0].N != n {
+		t.Fatalf("HELLO answer: control key %v, %d streams", keys.ControlKey() != nil, len(keys.Streams))
+	}
+	held := []*contract.Keys{keys} // every stream the device was handed, for the store scan
+	var heldMu sync.Mutex
+	ctl, err := NewNATSControl(nc, "c1", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	rec := &recordingControl{NATSControl: ctl, held: &held, mu: &heldMu}
+	d, err := NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: devTUN, Wire: diWire, Cloud: addrOf(ciWire),
+		Margin: time.Minute, Grace: time.Minute, Metrics: m, Log: log, Control: rec, LowWaterMin: 1, ExhaustQueue: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.ServeGrants(&recordingDevice{Device: d, held: &held, mu: &heldMu}); err != nil {
+		t.Fatal(err)
+	}
+	goRun(d.Run)
+
+	exchange := func(from, rounds int) {
+		t.Helper()
+		for i := from; i < from+rounds; i++ {
+			devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("ping"))
+			if got := srvTUN.next(t); [4]byte(got[12:16]) != dip || !lois.ChecksumsValid(got) {
+				t.Fatalf("packet %d at the server: %x", i, got[:40])
+			}
+			srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, uint32(i), 0x18, []byte("pong"))
+			if got := devTUN.next(t); [4]byte(got[12:16]) != cip || !lois.ChecksumsValid(got) {
+				t.Fatalf("reply %d at the device: %x", i, got[:40])
+			}
+		}
+	}
+	count := func(role, dir, result string) float64 {
+		return testutil.ToFloat64(m.Packets.WithLabelValues(role, dir, result))
+	}
+	checkClean := func(phase string) {
+		t.Helper()
+		for _, rc := range []struct{ role, dir string }{{"ci", "up"}, {"si", "up"}, {"di", "down"}} {
+			for _, r := range []string{contract.ResultReplay, contract.ResultUnknownID} {
+				if v := count(rc.role, rc.dir, r); v != 0 {
+					t.Errorf("%s: %s %s counted %v %s", phase, rc.role, rc.dir, v, r)
+				}
+			}
+		}
+		for _, rc := range []struct{ role, dir string }{{"di", "up"}, {"si", "down"}} {
+			if v := count(rc.role, rc.dir, contract.ResultExhausted); v != 0 {
+				t.Errorf("%s: %s dropped %v packets as exhausted", phase, rc.role, v)
+			}
+		}
+	}
+
+	exchange(0, perPhase)
+	checkClean("before the restart")
+	if q := testutil.ToFloat64(m.ExhaustQueued.WithLabelValues("di")); q < 1 {
+		t.Errorf("the DI never ran out of keystreams (%v packets held): the test did not exhaust its pool", q)
+	}
+	up := metricValue(t, reg, metricsAddr, `lois_epochs_granted_total{dir="up",role="registrar"}`)
+	down := metricValue(t, reg, metricsAddr, `lois_epochs_granted_total{dir="down",role="registrar"}`)
+	if up < 5 || down < 5 {
+		t.Fatalf("the registrar daemon granted %v upload and %v download epochs, want ≥ 5 each", up, down)
+	}
+	if v := metricValue(t, reg, metricsAddr, `lois_registrar_requests_total{kind="epoch",result="ok"}`); v != up {
+		t.Errorf("%v EPOCH_REQs answered ok, %v upload grants", v, up)
+	}
+	t.Logf("before the restart: %v upload and %v download epochs granted by the daemon, %v packets held for a grant",
+		up, down, testutil.ToFloat64(m.ExhaustQueued.WithLabelValues("di")))
+
+	// Restart: the session comes back from the store, the epochs carry on.
+	reg.Stop(t)
+	reg, metricsAddr = registrarDaemon(t, args...)
+	if v := metricValue(t, reg, metricsAddr, "lois_registrar_sessions"); v != 1 {
+		t.Fatalf("restarted registrar holds %v sessions, want the 1 restored", v)
+	}
+	exchange(perPhase, perPhase/2)
+	checkClean("after the restart")
+	if up2 := metricValue(t, reg, metricsAddr, `lois_epochs_granted_total{dir="up",role="registrar"}`); up2 < 2 {
+		t.Errorf("the restarted registrar granted %v upload epochs, want ≥ 2", up2)
+	}
+	heldMu.Lock()
+	epochs := map[string]bool{}
+	for _, k := range held {
+		for _, st := range k.Streams {
+			key := fmt.Sprintf("%s/%d", st.Dir, st.Epoch)
+			if epochs[key] {
+				t.Errorf("epoch %s handed to the device twice (the restarted registrar reused an epoch)", key)
+			}
+			epochs[key] = true
+		}
+	}
+	heldMu.Unlock()
+
+	scanRegistrarStore(t, root, js, srv.Server.JetStreamConfig().StoreDir, keys.Session, held)
+}
+
+// scanRegistrarStore checks the registrar's bucket and the NATS server's files: the session's
+// entry holds a Transit ciphertext that Vault unwraps to the seed, and neither that seed nor
+// any control or stream key the device holds appears anywhere in them.
+func scanRegistrarStore(t *testing.T, root *vault.Client, js jetstream.JetStream, storeDir, session string, held []*contract.Keys) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, RegistrarBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(ctx, "c1."+session)
+	if err != nil {
+		t.Fatalf("the session is not in the registrar's store: %v", err)
+	}
+	var e storedSession
+	if err := json.Unmarshal(ent.Value(), &e); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(e.WrappedSeed, "vault:v1:") {
+		t.Fatalf("stored seed %.12q… is not a Transit ciphertext", e.WrappedSeed)
+	}
+	sec, err := root.Logical().Write("transit/decrypt/lois-seeds", map[string]any{"ciphertext": e.WrappedSeed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := base64.StdEncoding.DecodeString(sec.Data["plaintext"].(string))
+	if err != nil || len(pt) != len(session)+lois.SeedSize || string(pt[:len(session)]) != session {
+		t.Fatalf("the wrapped seed does not unwrap to session‖seed (%d bytes)", len(pt))
+	}
+	seed := pt[len(session):]
+	secrets := map[string][]byte{"seed": seed}
+	for i, k := range held {
+		if c := k.ControlKey(); c != nil {
+			secrets[fmt.Sprintf("control key %d", i)] = c
+		}
+		for _, st := range k.Streams {
+			b, _ := hex.DecodeString(st.Key)
+			secrets[fmt.Sprintf("%s stream key epoch %d", st.Dir, st.Epoch)] = b
+		}
+	}
+	forms := func(b []byte) [][]byte {
+		return [][]byte{b, []byte(hex.EncodeToString(b)), []byte(base64.StdEncoding.EncodeToString(b)), []byte(base64.RawURLEncoding.EncodeToString(b))}
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values [][]byte
+	for k := range lister.Keys() {
+		v, err := kv.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values = append(values, v.Value())
+	}
+	files := 0
+	err = filepath.WalkDir(storeDir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files++
+		for name, s := range secrets {
+			for _, f := range forms(s) {
+				if bytes.Contains(b, f) {
+					t.Errorf("%s found in NATS storage file %s", name, p)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range values {
+		for name, s := range secrets {
+			for _, f := range forms(s) {
+				if bytes.Contains(v, f) {
+					t.Errorf("%s found in the registrar's store", name)
+				}
+			}
+		}
+	}
+	if files == 0 || len(values) == 0 {
+		t.Fatalf("nothing scanned: %d files, %d entries", files, len(values))
+	}
+	t.Logf("scanned %d store entries and %d NATS storage files for %d secrets in 4 encodings: none found", len(values), files, len(secrets))
+}
+
+// recordingControl and recordingDevice keep a copy of every grant the device gets (the test
+// scans the store for their keys and checks no epoch is handed out twice).
+type recordingControl struct {
+	*NATSControl
+	held *[]*contract.Keys
+	mu   *sync.Mutex
+}
+
+func (r *recordingControl) RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error) {
+	k, err := r.NATSControl.RequestEpoch(ctx, session, sid)
+	if err == nil {
+		c := *k
+		r.mu.Lock()
+		*r.held = append(*r.held, &c)
+		r.mu.Unlock()
+	}
+	return k, err
+}
+
+type recordingDevice struct {
+	*Device
+	held *[]*contract.Keys
+	mu   *sync.Mutex
+}
+
+func (r *recordingDevice) InstallGrant(k *contract.Keys) error {
+	c := *k
+	r.mu.Lock()
+	*r.held = append(*r.held, &c)
+	r.mu.Unlock()
+	return r.Device.InstallGrant(k)
+}
