@@ -298,14 +298,17 @@ func (e *env) upgrade() {
 	}
 }
 
-// podLogs calls f with every container log of the namespace (and the PPS garbler's) still on the node (the kubelet's
-// files under the cluster's state dir: restarted containers' earlier logs included, pods deleted
-// by a rollout gone with theirs), and returns how many files and bytes it read.
+// podLogs calls f with every container log of the namespace (and the PPS garbler's) since the
+// run started: the archive of the kubelet's files under the cluster's state dir (restarted
+// containers' earlier logs and pods deleted since included, logarchive_test.go), and returns how
+// many files and bytes it read.
 func (e *env) podLogs(f func(path string, b []byte)) (files, size int) {
-	dir := filepath.Join(e.root, "hack/cluster/state/pod-logs")
+	if err := e.logs.sync(); err != nil {
+		e.t.Fatalf("pod log archive: %v", err)
+	}
+	dir := e.logs.dst
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		pod := filepath.Base(filepath.Dir(filepath.Dir(path)))
-		if err != nil || d.IsDir() || !strings.HasPrefix(pod, e.ns+"_") && !strings.HasPrefix(pod, garblerNS+"_") {
+		if err != nil || d.IsDir() {
 			return err
 		}
 		b, err := os.ReadFile(path)

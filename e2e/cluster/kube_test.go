@@ -44,6 +44,8 @@ type env struct {
 	mohito, prov, ca, edgeServerName, creds string
 	// vaultToken is the root token of the dev Vault the run installs.
 	vaultToken string
+	// logs keeps a copy of every pod log of the run's namespaces (logarchive_test.go).
+	logs *logArchive
 }
 
 // Report is what the run measured; written as JSON next to the test's log (OBSCURA_E2E_REPORT).
@@ -84,6 +86,10 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, root: root, kubeconfig: kc, ns: "obscura", dir: t.TempDir(), k: k, report: &Report{}}
 	e.images = readImages(t, root)
+	e.logs = startLogArchive(filepath.Join(root, "hack/cluster/state/pod-logs"), filepath.Join(e.dir, "pod-logs"), func(pod string) bool {
+		return strings.HasPrefix(pod, e.ns+"_") || strings.HasPrefix(pod, garblerNS+"_")
+	}, 2*time.Second)
+	t.Cleanup(e.logs.stop)
 	return e
 }
 
