@@ -53,6 +53,11 @@ CLUSTER_TOOLS=(
   # cert-manager's controllers for self-signed and CA issuance, our own main over the library
   # (upstream's cmd/controller module is not on the proxy); cold build ~3 min, ~62 MiB.
   "cert-manager|v1.21.2|cert-manager|github.com/obscura-iot/obscura/hack/tools/cert-manager/cmd/cert-manager-controller|cert-manager-controller"
+  # Multi-node mode only (cluster.sh up with NODES>=2): Services on the pod network, and the
+  # NetworkPolicy engine (sigs.k8s.io/kube-network-policies, see hack/tools/kube-network-policies).
+  "kube-proxy|v1.37.0|kube-proxy|k8s.io/kubernetes/cmd/kube-proxy|kube-proxy"
+  # A patched build (module:package; the wrapper's *.patch applied to the module's source).
+  "kube-network-policies|v0.8.0|kube-network-policies|sigs.k8s.io/kube-network-policies:./cmd|kube-network-policies"
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0
@@ -62,7 +67,7 @@ log() { printf '[tools] %s\n' "$*" >&2; }
 
 ldflags_for() {
   case "$1" in
-    kube-apiserver | kube)
+    kube-apiserver | kube | kube-proxy)
       local v=${2#v} maj min
       maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
       local f="-s -w"
@@ -89,9 +94,27 @@ tags_for() {
 stamp_for() {
   local dir=$1 version=$2
   local sum
-  sum=$(cd "$ROOT/hack/tools/$dir" && find . -maxdepth 3 -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) \
+  sum=$(cd "$ROOT/hack/tools/$dir" && find . -maxdepth 3 -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.patch' \) \
     -not -path './metrics-server/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
   printf '%s %s\n' "$version" "$sum"
+}
+
+# patched_build DIR MODULE:PACKAGE OUT LDFLAGS: the module's source at the version the wrapper's
+# go.mod requires (from the module proxy, checked against the wrapper's go.sum), with the wrapper's
+# *.patch files applied, built with the module's own go.mod/go.sum (static, CGO off).
+patched_build() {
+  local dir=$1 mod=${2%%:*} pkg=${2#*:} out=$3 ldflags=$4 src work p
+  src=$(cd "$ROOT/hack/tools/$dir" && GOWORK=off GOFLAGS= go mod download -json "$mod" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -n $src && -d $src ]] || { log "$mod: module source not found"; return 1; }
+  work=$(mktemp -d "$CACHE/src.XXXXXX")
+  cp -r "$src/." "$work/" && chmod -R u+w "$work"
+  for p in "$ROOT/hack/tools/$dir"/*.patch; do
+    patch -s -p1 -d "$work" <"$p" || { rm -rf "$work"; log "$mod: $p does not apply"; return 1; }
+  done
+  (cd "$work" && GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out" "$pkg") ||
+    { rm -rf "$work"; return 1; }
+  rm -rf "$work"
 }
 
 go_tool() {
@@ -109,8 +132,12 @@ go_tool() {
   else
     log "$name $version: building from the module proxy (hack/tools/$dir) ..."
     local start=$SECONDS
-    (cd "$ROOT/hack/tools/$dir" && GOWORK=off \
-      go build -tags "$(tags_for "$name")" -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
+    if [[ $pkg == *:* ]]; then
+      patched_build "$dir" "$pkg" "$CACHE/$key.tmp" "$(ldflags_for "$name" "$version")"
+    else
+      (cd "$ROOT/hack/tools/$dir" && GOWORK=off \
+        go build -tags "$(tags_for "$name")" -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
+    fi
     mv "$CACHE/$key.tmp" "$CACHE/$key"
     log "$name $version: built in $((SECONDS - start))s"
   fi
