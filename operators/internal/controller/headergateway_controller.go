@@ -58,7 +58,8 @@ type HeaderGatewayReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile evaluates one HeaderGateway.
 func (r *HeaderGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -121,29 +122,39 @@ func (r *HeaderGatewayReconciler) summary(g *loisv1.HeaderGateway) string {
 	if pad == "" {
 		pad = string(loisv1.PaddingOff)
 	}
-	return fmt.Sprintf("%d services behind %s:%d; %d cloud interfaces, %d server interfaces per service; padding %s; cloud %s",
+	seeds := "seeds in memory only (no registrar.vault)"
+	if v := g.Spec.Registrar.Vault; v != nil {
+		seeds = "seeds wrapped by Vault Transit key " + v.SeedKey
+	}
+	return fmt.Sprintf("%d services behind %s:%d; %d cloud interfaces, %d server interfaces per service; padding %s; cloud %s; registrar: %s",
 		len(g.Spec.Services), orDefaultString(g.Spec.CloudAddress, "198.18.0.1"), lois.UnifiedPort(g),
-		lois.CloudReplicas(g), lois.ServerReplicas(g), pad, lois.Cloud(g))
+		lois.CloudReplicas(g), lois.ServerReplicas(g), pad, lois.Cloud(g), seeds)
 }
 
-// applyWorkloads runs the cloud interfaces and renders the registrar's settings.
+// applyWorkloads runs the cloud interfaces and the registrar daemon, and renders the
+// registrar's settings.
 func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.HeaderGateway) (outcome, error) {
 	if err := ensureSecret(ctx, r.Client, g, lois.FlowKeySecret(g)); err != nil {
 		return outcome{}, err
 	}
 	ci := lois.CloudInterface(g, r.Platform)
-	for _, o := range []client.Object{lois.RegistrarConfigMap(g, r.Platform), lois.CloudService(g), ci} {
+	reg := lois.Registrar(g, r.Platform)
+	for _, o := range []client.Object{lois.RegistrarConfigMap(g, r.Platform), lois.CloudService(g), ci,
+		lois.RegistrarServiceAccount(g), reg} {
 		if err := applyOwned(ctx, r.Client, g, o); err != nil {
 			return outcome{}, fmt.Errorf("header gateway %s/%s: %w", g.Namespace, g.Name, err)
 		}
 	}
 	var ro rollout
-	if err := ro.observe(ctx, r.Client, ci); err != nil {
-		return outcome{}, err
+	for _, o := range []client.Object{ci, reg} {
+		if err := ro.observe(ctx, r.Client, o); err != nil {
+			return outcome{}, err
+		}
 	}
 	g.Status.CloudReplicas = ci.Status.ReadyReplicas
 	if !ro.done() {
-		return rollingOut("%d of %d cloud interfaces ready; waiting for %s", ci.Status.ReadyReplicas, lois.CloudReplicas(g), strings.Join(ro.waiting, ", ")), nil
+		return rollingOut("%d of %d cloud interfaces ready, registrar %d of 1; waiting for %s", ci.Status.ReadyReplicas, lois.CloudReplicas(g),
+			reg.Status.AvailableReplicas, strings.Join(ro.waiting, ", ")), nil
 	}
 	return ready(r.summary(g)), nil
 }
@@ -216,6 +227,7 @@ func (r *HeaderGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&loisv1.HeaderGateway{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list loisv1.HeaderGatewayList
 			if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {

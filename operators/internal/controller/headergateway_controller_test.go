@@ -206,3 +206,111 @@ func TestHeaderGatewayStatusFromReport(t *testing.T) {
 		t.Fatalf("second look: %+v", s)
 	}
 }
+
+// registrarFlags are the flags `lois registrar` (services/cmd/lois/registrard.go) defines:
+// every OBSCURA_<FLAG> variable the operator gives the registrar must be one of them (the
+// daemon ignores the others, so a misnamed one would silently fall back to its default).
+var registrarFlags = []string{"nats-url", "nats-user", "nats-password-file", "cloud", "metrics-addr", "health-addr", "addr-file",
+	"log-level", "services", "n", "max-n", "partitions", "lifetime", "wait-for", "timeout", "nats-replicas", "store-ttl",
+	"seed-store", "vault-addr", "vault-token-file", "vault-role", "vault-auth-path", "vault-transit-mount", "vault-transit-key",
+	"rekey-after", "rekey-streams"}
+
+// TestHeaderGatewayRunsRegistrar: the controller runs the registrar daemon beside the cloud
+// interfaces — one replica, Recreate (a single writer of the cloud's deduplicating table),
+// `lois registrar` with the gateway's services, keystream budget, partition count and every
+// replica a session waits for. Without registrar.vault its seeds stay in memory and its pod
+// gets no service account token; with it the seeds are wrapped by the named Transit key,
+// logged in with the registrar's own service account. The gateway is Ready only once the
+// registrar is available, and CEL refuses a Vault address that is not a URL.
+func TestHeaderGatewayRunsRegistrar(t *testing.T) {
+	ns := namespace(t)
+	g := sampleGateway(t, ns)
+	g.Spec.Server.Replicas = 2
+	create(t, g)
+	conds := func() []metav1.Condition { return g.Status.Conditions }
+	waitRollingOut(t, g, conds)
+	ctx := context.Background()
+	var d appsv1.Deployment
+	eventually(t, "registrar Deployment", func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &d)
+	})
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.OwnerReferences[0].Name != "edge" {
+		t.Fatalf("replicas %d, strategy %s, owner %v", *d.Spec.Replicas, d.Spec.Strategy.Type, d.OwnerReferences)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Args[0] != "registrar" || c.Image != "obscura/lois:test" {
+		t.Errorf("args %v image %s", c.Args, c.Image)
+	}
+	e := env(c)
+	for k, want := range map[string]string{
+		specs.Env(lois.FlagNATSURL):    testRuntime.NATSURL,
+		specs.Env(lois.FlagCloud):      "edge",
+		specs.Env(lois.FlagServices):   "8080",
+		specs.Env(lois.FlagN):          "4096",
+		specs.Env(lois.FlagLifetime):   "1h0m0s",
+		specs.Env(lois.FlagPartitions): "2",
+		specs.Env(lois.FlagWaitFor):    "edge-lois-ci-0,si-8080-0,si-8080-1",
+		specs.Env(lois.FlagSeedStore):  "memory",
+	} {
+		if e[k] != want {
+			t.Errorf("%s = %q, want %q", k, e[k], want)
+		}
+	}
+	allowed := map[string]bool{}
+	for _, f := range registrarFlags {
+		allowed[specs.Env(f)] = true
+	}
+	for k := range e {
+		if strings.HasPrefix(k, "OBSCURA_") && !allowed[k] {
+			t.Errorf("%s is no flag of lois registrar", k)
+		}
+	}
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != "edge-lois-registrar" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("service account %q, token mounted %v without Vault", pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+	}
+	var sa corev1.ServiceAccount
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &sa); err != nil {
+		t.Fatal(err)
+	}
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if rc := meta.FindStatusCondition(g.Status.Conditions, common.ConditionReady); !strings.Contains(rc.Message, "seeds in memory only") {
+		t.Errorf("Ready message %q does not say where the seeds are", rc.Message)
+	}
+
+	g.Spec.Registrar.Vault = &loisv1.SeedVault{Address: "https://vault.vault.svc:8200", Role: "lois-registrar", SeedKey: "lois-seeds"}
+	update(t, g)
+	eventually(t, "registrar wraps seeds with Vault", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&d), &d); err != nil {
+			return err
+		}
+		e := env(d.Spec.Template.Spec.Containers[0])
+		for k, want := range map[string]string{
+			specs.Env(lois.FlagSeedStore):         "vault",
+			specs.Env(lois.FlagVaultAddr):         "https://vault.vault.svc:8200",
+			specs.Env(lois.FlagVaultRole):         "lois-registrar",
+			specs.Env(lois.FlagVaultTransitMount): "transit",
+			specs.Env(lois.FlagVaultTransitKey):   "lois-seeds",
+		} {
+			if e[k] != want {
+				return errorf("%s = %q, want %q", k, e[k], want)
+			}
+		}
+		if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+			return errorf("no service account token for the Vault login")
+		}
+		return nil
+	})
+	// The new template rolls out: not Ready until the registrar is available again.
+	waitRollingOut(t, g, conds)
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+
+	bad := sampleGateway(t, ns)
+	bad.Name = "bad-vault"
+	bad.Spec.Registrar.Vault = &loisv1.SeedVault{Address: "vault:8200", Role: "r", SeedKey: "k"}
+	if err := k8s.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "must be an http:// or https:// URL") {
+		t.Errorf("a Vault address without a scheme: %v", err)
+	}
+}

@@ -264,6 +264,39 @@ type Registrar struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NATSSecret string `json:"natsSecret,omitempty"`
+
+	// Vault wraps the seeds the registrar stores with Vault Transit (spec §10), so that a
+	// restarted registrar carries on with the open sessions. Unset, the registrar keeps seeds
+	// in memory only: a restart loses every session and devices HELLO again.
+	// +optional
+	Vault *SeedVault `json:"vault,omitempty"`
+}
+
+// SeedVault is the Transit key the registrar wraps session seeds with, used through the
+// Kubernetes auth method with the registrar's service account (<name>-lois-registrar).
+type SeedVault struct {
+	// Address of the Vault server; empty uses the operator's configured address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="registrar.vault.address must be an http:// or https:// URL"
+	Address string `json:"address,omitempty"`
+
+	// Role is the Kubernetes auth role the registrar logs in with.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Role string `json:"role"`
+
+	// Mount is the Transit engine's mount point.
+	// +optional
+	// +kubebuilder:default=transit
+	// +kubebuilder:validation:MaxLength=128
+	Mount string `json:"mount,omitempty"`
+
+	// SeedKey is the Transit key the seeds are wrapped under.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	SeedKey string `json:"seedKey"`
 }
 
 // HeaderGatewayStatus is the observed state of a HeaderGateway.

@@ -33,6 +33,9 @@ const (
 	Binary = "/usr/local/bin/lois"
 
 	RoleCloud = "ci"
+	// RoleRegistrar is the registrar daemon (`lois registrar`): HELLO, EPOCH_REQ and the SIs'
+	// low-water events over NATS.
+	RoleRegistrar = "registrar"
 
 	FlagCIP          = "cip"
 	FlagUnifiedPort  = "unified-port"
@@ -59,6 +62,12 @@ const (
 	FlagSTPQ       = "stp-q"
 	FlagSTPRate    = "stp-rate"
 	FlagSTPTick    = "stp-tick"
+	// The registrar daemon's seed store.
+	FlagSeedStore         = "seed-store"
+	FlagVaultAddr         = "vault-addr"
+	FlagVaultRole         = "vault-role"
+	FlagVaultTransitMount = "vault-transit-mount"
+	FlagVaultTransitKey   = "vault-transit-key"
 
 	// FlowKeyFile is the flow key's entry in its Secret (32 hex digits).
 	FlowKeyFile = "flow.key"
@@ -443,4 +452,67 @@ func MetricsEndpoint(g *loisv1.HeaderGateway, pl Platform, podIP string, ordinal
 		return "127.0.0.1:" + strconv.Itoa(WirePort(g)+MetricsHostPortOffset+ordinal)
 	}
 	return podIP + ":" + strconv.Itoa(specs.MetricsPort)
+}
+
+// RegistrarServiceAccount runs the registrar; with registrar.vault it is the account the
+// Vault Kubernetes auth role binds (the only pod of the gateway that gets its token).
+func RegistrarServiceAccount(g *loisv1.HeaderGateway) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		ObjectMeta:                   metav1.ObjectMeta{Name: Name(g, RoleRegistrar), Namespace: g.Namespace, Labels: labels(g, RoleRegistrar)},
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// Registrar runs the registrar daemon: one replica (the single writer of the cloud's
+// deduplicating table; Recreate, so two never run at once), answering HELLO and EPOCH_REQ
+// over NATS and granting every session and epoch only once every cloud and server interface
+// acknowledged installing it. With registrar.vault its sessions are stored with their seeds
+// wrapped by Vault Transit (a restart carries on); without, seeds stay in memory.
+func Registrar(g *loisv1.HeaderGateway, pl Platform) *appsv1.Deployment {
+	k := keystreams(g)
+	var sids []string
+	for _, s := range sortedServices(g) {
+		sids = append(sids, strconv.Itoa(int(s.Port)))
+	}
+	env := []corev1.EnvVar{
+		{Name: specs.Env(FlagNATSURL), Value: NATSURL(g, pl)},
+		{Name: specs.Env(FlagCloud), Value: Cloud(g)},
+		{Name: specs.Env(FlagServices), Value: strings.Join(sids, ",")},
+		{Name: specs.Env(FlagN), Value: strconv.Itoa(int(k.PerEpoch))},
+		{Name: specs.Env(FlagLifetime), Value: k.Lifetime.Duration.String()},
+		{Name: specs.Env(FlagPartitions), Value: strconv.Itoa(int(ServerReplicas(g)))},
+		{Name: specs.Env(FlagWaitFor), Value: strings.Join(append(CloudReplicaNames(g), ServerReplicaNames(g)...), ",")},
+	}
+	sp := specs.Pod{Role: RoleRegistrar, Image: pl.Image, Binary: Binary, Labels: labels(g, RoleRegistrar),
+		ServiceAccount: Name(g, RoleRegistrar), CPU: "100m", Memory: "128Mi", NATSSecret: g.Spec.Registrar.NATSSecret}
+	if v := g.Spec.Registrar.Vault; v != nil {
+		addr := v.Address
+		if addr == "" {
+			addr = pl.VaultAddress
+		}
+		sp.ServiceAccountToken = true
+		env = append(env,
+			corev1.EnvVar{Name: specs.Env(FlagSeedStore), Value: "vault"},
+			corev1.EnvVar{Name: specs.Env(FlagVaultAddr), Value: addr},
+			corev1.EnvVar{Name: specs.Env(FlagVaultRole), Value: v.Role},
+			corev1.EnvVar{Name: specs.Env(FlagVaultTransitMount), Value: orDefault(v.Mount, "transit")},
+			corev1.EnvVar{Name: specs.Env(FlagVaultTransitKey), Value: v.SeedKey},
+		)
+	} else {
+		env = append(env, corev1.EnvVar{Name: specs.Env(FlagSeedStore), Value: "memory"})
+	}
+	sp.Env = env
+	rt := pl.Runtime
+	rt.NATSURL = NATSURL(g, pl)
+	t := sp.Template(rt)
+	dedupEnv(&t.Spec.Containers[0])
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, RoleRegistrar), Namespace: g.Namespace, Labels: sp.Labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: specs.Selector(sp.Labels)},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: t,
+		},
+	}
 }
