@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"unsafe"
@@ -66,13 +67,15 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	if len(idBuf) < 32*batch {
 		idBuf = make([]byte, 32*batch)
 	}
-	execLo := Label(h.ExecID).lo()
+	tweak := mkLabel(Label(h.ExecID).lo(), 0) // tweakID(exec, u): u goes into bytes 8–15
+	lw := u64s(L)
 	for base := 0; base < p.nIn; base += batch {
 		end := min(base+batch, p.nIn)
 		n := 0
 		for u := base; u < end; u++ {
 			if !isConst(u) {
-				src[n], tw[n] = labels[u], mkLabel(execLo, uint64(u))
+				binary.LittleEndian.PutUint64(tweak[8:], uint64(u))
+				src[n], tw[n] = labels[u], tweak
 				n++
 			}
 		}
@@ -80,15 +83,15 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 			return nil, readErr("identity tables", err)
 		}
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
+		h := u64s(dst[:n])
 		i := 0
 		for u := base; u < end; u++ {
 			if isConst(u) {
 				continue
 			}
-			b := labels[u].Lsb()
-			var t Label
-			copy(t[:], idBuf[32*i+16*b:])
-			L[u] = xorLabel(dst[i], t)
+			row := idBuf[32*i+16*int(labels[u][0]&1):]
+			lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)
+			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
 			i++
 		}
 	}

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -94,7 +95,7 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	L := p.getLabels()
 	defer p.putLabels(L)
 	defer clear(delta[:])
-	rand.Read(labelBytes(L[:p.nIn]))
+	inputLabels(L[:p.nIn])
 	L[p.zeroSlot] = Label{}
 	L[p.oneSlot] = delta // INV a = a ⊕ one: the Garbler's zero-label of ¬a is W_a^0 ⊕ Δ
 
@@ -171,6 +172,37 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	return h, nil
 }
 
+// inputLabels fills W with the input wires' fresh zero-labels. With the AES-NI kernels they
+// are AES-128 in counter mode under a key drawn from crypto/rand for this call alone and
+// erased after it (a PRG, as EMP-toolkit draws its labels): 5–10× faster than reading
+// 1.3 MB from crypto/rand for the 82,944 inputs of a Table 2 execution. The pure-Go path
+// reads crypto/rand, since crypto/aes would keep the key's schedule beyond our reach.
+func inputLabels(W []Label) {
+	if len(W) == 0 {
+		return
+	}
+	if active.name == genericKernels.name {
+		rand.Read(labelBytes(W))
+		return
+	}
+	var key Label
+	rand.Read(key[:])
+	k := new(fixedKey)
+	expandKey128(key, &k.rk)
+	clear(key[:])
+	for i := range k.rk {
+		copy(k.rk256[i][:16], k.rk[i][:])
+		copy(k.rk256[i][16:], k.rk[i][:])
+	}
+	w := u64s(W)
+	for i := range W {
+		w[2*i], w[2*i+1] = uint64(i), 0 // distinct counters
+	}
+	active.encrypt(k, W, W)
+	clear(k.rk[:])
+	clear(k.rk256[:])
+}
+
 // garbleIdentity writes the identity tables: for input wire u with publisher labels
 // (a0, a1), row lsb(a_b) is H(a_b, tweakID(exec, u)) ⊕ W_u^b. Spec §8.5 offers E = AES
 // keyed by a or E = H; H is taken because it runs in the same batched fixed-key AES as the
@@ -181,36 +213,50 @@ func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input
 	sc := getIdentityScratch()
 	defer putIdentityScratch(sc)
 	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
-	execLo := Label(exec).lo()
+	tweak := mkLabel(Label(exec).lo(), 0) // tweakID(exec, u): u goes into bytes 8–15
+	w0 := u64s(W0)
+	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
 	for base := 0; base < len(inputs); base += batch {
 		end := min(base+batch, len(inputs))
 		n := 0
 		for u := base; u < end; u++ {
-			in := inputs[u]
+			in := &inputs[u]
 			if in.Const {
 				continue
 			}
-			tweak := mkLabel(execLo, uint64(u))
 			src[n], src[n+1] = in.A0, in.A1
+			binary.LittleEndian.PutUint64(tweak[8:], uint64(u))
 			tw[n], tw[n+1] = tweak, tweak
 			n += 2
 		}
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
+		h := u64s(dst[:n])
 		i := 0
+		var tmp [32]byte
 		for u := base; u < end; u++ {
-			in := inputs[u]
+			in := &inputs[u]
 			if in.Const {
 				continue
 			}
-			var rows [32]byte
-			r0 := xorLabel(dst[i], W0[u])
-			r1 := xorLabel(dst[i+1], xorLabel(W0[u], delta))
-			b0 := in.A0.Lsb()
-			copy(rows[16*b0:], r0[:])
-			copy(rows[16*(1-b0):], r1[:])
-			sw.write(rows[:])
+			rows := tmp[:]
+			direct := sw.room() >= 32
+			if direct {
+				rows = sw.grow(32)
+			}
+			// Row lsb(a0) opens W⁰ under a0, the other W⁰ ⊕ Δ under a1.
+			b0 := 16 * (in.A0[0] & 1)
+			r1 := 16 - b0
+			wl, wh := w0[2*u], w0[2*u+1]
+			binary.NativeEndian.PutUint64(rows[b0:], h[2*i]^wl)
+			binary.NativeEndian.PutUint64(rows[b0+8:], h[2*i+1]^wh)
+			binary.NativeEndian.PutUint64(rows[r1:], h[2*i+2]^wl^dl)
+			binary.NativeEndian.PutUint64(rows[r1+8:], h[2*i+3]^wh^dh)
+			if !direct {
+				sw.write(rows)
+			}
 			i += 2
 		}
+		clear(tmp[:])
 	}
 	return sw.err
 }

@@ -1,6 +1,9 @@
 package gc
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unsafe"
+)
 
 // The four loops that garbling and evaluation spend their time in. Each has a pure-Go
 // version here and, on amd64, assembly versions (AES-NI with 8 blocks in flight, and VAES
@@ -117,11 +120,30 @@ func evalANDGeneric(k *fixedKey, L []Label, g []uint32, tab []byte, t uint64) {
 // hashLabels sets dst[i] = H(src[i], tw[i]) for the identity gates (spec §8.5, E = H).
 // scratch must hold len(src) labels.
 func hashLabels(k *fixedKey, dst, src, tw, scratch []Label) {
-	for i := range src {
-		scratch[i] = xorLabel(sigma(src[i]), tw[i])
+	n := len(src)
+	// On 64-bit words: σ and ⊕ only move and combine whole 8-byte halves, so the words'
+	// byte order does not matter (a Label's value loop is 10× slower).
+	s, t, x := u64s(src), u64s(tw[:n]), u64s(scratch[:n])
+	for i := 0; i+1 < len(s); i += 2 {
+		lo, hi := s[i], s[i+1]
+		x[i] = hi ^ t[i]
+		x[i+1] = lo ^ hi ^ t[i+1]
 	}
-	active.encrypt(k, dst[:len(src)], scratch[:len(src)])
-	for i := range src {
-		dst[i] = xorLabel(dst[i], sigma(src[i]))
+	active.encrypt(k, dst[:n], scratch[:n])
+	d := u64s(dst[:n])
+	for i := 0; i+1 < len(s); i += 2 {
+		lo, hi := s[i], s[i+1]
+		d[i] ^= hi
+		d[i+1] ^= lo ^ hi
 	}
+}
+
+// u64s views labels as 64-bit words in memory order: word 2i is bytes 0–7 of L[i] (its lo
+// half on a little-endian machine), word 2i+1 bytes 8–15. Read and write them with
+// binary.NativeEndian where they meet bytes.
+func u64s(L []Label) []uint64 {
+	if len(L) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&L[0])), 2*len(L))
 }

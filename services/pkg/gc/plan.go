@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"iter"
+	"math"
 	"sync"
 )
 
@@ -245,8 +246,7 @@ func compileCircuit(c *Circuit) (*Plan, error) {
 		vals[g.Out] = v
 	}
 	// Second pass: schedule by depth — free gates of depth d (in circuit order, which is
-	// topological among them), then the ANDs of depth d+1 — and renumber slots in schedule
-	// order so that labels are written sequentially.
+	// topological among them), then the ANDs of depth d+1, which are independent.
 	xorAt := make([][]uint32, maxDepth+1) // gate indices
 	andAt := make([][]uint32, maxDepth+1)
 	for i, g := range gates {
@@ -256,44 +256,104 @@ func compileCircuit(c *Circuit) (*Plan, error) {
 			xorAt[g.depth] = append(xorAt[g.depth], uint32(i))
 		}
 	}
-	p.slots = p.nIn + len(gates) + 2
-	p.zeroSlot, p.oneSlot = uint32(p.nIn+len(gates)), uint32(p.nIn+len(gates)+1)
+	order := make([]uint32, 0, len(gates))
+	for d := range maxDepth + 1 {
+		if d > 0 && len(andAt[d]) > 0 {
+			order = append(order, andAt[d]...)
+			p.runs = append(p.runs, run{and: true, n: len(andAt[d])})
+			p.nAND += len(andAt[d])
+		}
+		if len(xorAt[d]) > 0 {
+			order = append(order, xorAt[d]...)
+			p.runs = append(p.runs, run{and: false, n: len(xorAt[d])})
+			p.nXOR += len(xorAt[d])
+		}
+	}
+	// Third pass: allocate label slots by liveness. A temporary wire's slot is released
+	// after its last read and reused, most recently released first, so the label array
+	// holds the circuit's largest live set rather than one slot per gate: a smaller working
+	// set for the kernels' scattered reads, and less to erase per execution. Input slots stay
+	// where Garble and Evaluate put the inputs (0..nIn-1) and are not reused; output wires
+	// are never released. The AND kernels store a gate's output before loading a later
+	// gate's inputs in the same batch, so slots released in an AND run are reused only after
+	// the run; XOR runs go gate by gate in order, so their releases are reusable at once.
+	const unread, never = -1, math.MaxInt32
+	lastUse := make([]int32, len(gates)) // schedule position of the last read
+	for t := range lastUse {
+		lastUse[t] = unread
+	}
+	for k, i := range order {
+		for _, s := range [2]uint32{gates[i].a, gates[i].b} {
+			if s >= uint32(p.nIn) && s < tmpZero {
+				lastUse[s-uint32(p.nIn)] = int32(k) // positions increase: the last write wins
+			}
+		}
+	}
+	for _, w := range c.OutputWires {
+		if v := vals[w]; v.kind == valSlot && v.slot >= uint32(p.nIn) {
+			lastUse[v.slot-uint32(p.nIn)] = never
+		}
+	}
 	rename := make([]uint32, len(gates))
-	slotOf := func(s uint32) uint32 {
-		switch {
-		case s == tmpOne:
-			return p.oneSlot
-		case s == tmpZero:
-			return p.zeroSlot
-		case s < uint32(p.nIn):
-			return s
+	ren := func(s uint32) uint32 {
+		if s < uint32(p.nIn) || s >= tmpZero {
+			return s // an input, or tmpZero/tmpOne until the constant slots are placed
 		}
 		return rename[s-uint32(p.nIn)]
 	}
-	p.ops = make([]uint32, 0, 3*len(gates))
-	out := uint32(p.nIn)
-	emit := func(ids []uint32, and bool) {
-		if len(ids) == 0 {
-			return
+	var free, pending []uint32
+	next = uint32(p.nIn)
+	p.ops = make([]uint32, 0, 3*len(order))
+	k := 0
+	for _, r := range p.runs {
+		release := func(slot uint32) {
+			if r.and {
+				pending = append(pending, slot)
+			} else {
+				free = append(free, slot)
+			}
 		}
-		for _, i := range ids {
+		for _, i := range order[k : k+r.n] {
 			g := gates[i]
+			var out uint32
+			if n := len(free); n > 0 {
+				out, free = free[n-1], free[:n-1]
+			} else {
+				out, next = next, next+1
+			}
 			rename[i] = out
-			p.ops = append(p.ops, slotOf(g.a), slotOf(g.b), out)
-			out++
+			p.ops = append(p.ops, ren(g.a), ren(g.b), out)
+			for _, s := range [2]uint32{g.a, g.b} {
+				if s >= uint32(p.nIn) && s < tmpZero && lastUse[s-uint32(p.nIn)] == int32(k) {
+					release(rename[s-uint32(p.nIn)])
+				}
+			}
+			if lastUse[i] == unread {
+				release(out) // never read
+			}
+			k++
 		}
-		p.runs = append(p.runs, run{and: and, n: len(ids)})
-		if and {
-			p.nAND += len(ids)
-		} else {
-			p.nXOR += len(ids)
+		free = append(free, pending...)
+		pending = pending[:0]
+	}
+	p.slots = int(next) + 2
+	p.zeroSlot, p.oneSlot = next, next+1
+	for j, s := range p.ops {
+		switch s {
+		case tmpZero:
+			p.ops[j] = p.zeroSlot
+		case tmpOne:
+			p.ops[j] = p.oneSlot
 		}
 	}
-	for d := range maxDepth + 1 {
-		if d > 0 {
-			emit(andAt[d], true)
+	slotOf := func(s uint32) uint32 {
+		switch s {
+		case tmpZero:
+			return p.zeroSlot
+		case tmpOne:
+			return p.oneSlot
 		}
-		emit(xorAt[d], false)
+		return ren(s)
 	}
 	p.outSlots = make([]uint32, p.nOut)
 	for j, w := range c.OutputWires {

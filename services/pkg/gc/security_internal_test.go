@@ -190,3 +190,36 @@ func TestCrossKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotReuse checks the liveness allocation of label slots (plan.go): the label array is
+// far smaller than one slot per gate, input slots are never written by a gate, and no gate
+// reads a slot that an earlier gate of its own AND run wrote (the AND kernels load a
+// batch's inputs after storing earlier outputs). Correctness of the values is the KATs'.
+func TestSlotReuse(t *testing.T) {
+	for _, name := range []string{"aes_128.txt", "sha256.txt"} {
+		c := readBristol(t, name)
+		p, err := Compile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.slots*4 > c.Wires {
+			t.Errorf("%s: %d label slots for %d wires", name, p.slots, c.Wires)
+		}
+		off := 0
+		for _, r := range p.runs {
+			written := map[uint32]bool{}
+			for i := range r.n {
+				a, b, out := p.ops[off+3*i], p.ops[off+3*i+1], p.ops[off+3*i+2]
+				if out < uint32(p.nIn) || out == p.zeroSlot || out == p.oneSlot {
+					t.Fatalf("%s: a gate writes input or constant slot %d", name, out)
+				}
+				if r.and && (written[a] || written[b]) {
+					t.Fatalf("%s: an AND reads a slot written earlier in its run", name)
+				}
+				written[out] = true
+			}
+			off += 3 * r.n
+		}
+		t.Logf("%s: %d wires, %d label slots", name, c.Wires, p.slots)
+	}
+}
