@@ -379,7 +379,7 @@ func scanRegistrarStore(t *testing.T, root *vault.Client, js jetstream.JetStream
 	if files == 0 || len(values) == 0 {
 		t.Fatalf("nothing scanned: %d files, %d entries", files, len(values))
 	}
-	t.Logf("scanned %d store entries and %d NATS storage files for %d secrets in 4 encodings: none found", len(values), files, len(secrets))
+	t.Logf("scanned %d store entries and %d NATS storage files for %d secrets in 4 encodings", len(values), files, len(secrets))
 }
 
 // recordingControl and recordingDevice keep a copy of every grant the device gets (the test
