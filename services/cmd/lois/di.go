@@ -16,11 +16,17 @@ type diConfig struct {
 	base
 	natsFlags
 	tun, cloudWire, keysFile string
+	replenish                bool
 }
 
 func (c *diConfig) validate() error {
 	errs := c.base.validate()
-	errs = append(errs, c.natsFlags.validate(false)...)
+	if c.replenish {
+		errs = append(errs, c.natsFlags.validate(false)...)
+		if c.url == "" {
+			errs = append(errs, fmt.Errorf("--replenish needs --nats-url (the registrar daemon's NATS)"))
+		}
+	}
 	if c.tun == "" || len(c.tun) > 15 {
 		errs = append(errs, fmt.Errorf("--tun %q: want an interface name of 1 to 15 bytes", c.tun))
 	}
@@ -38,6 +44,7 @@ func runDI(args []string) error {
 	f := daemon.NewFlags("di")
 	c.base.bind(f, contract.DefaultDeviceWirePort)
 	c.natsFlags.bind(f, false)
+	f.Bool(&c.replenish, "replenish", false, "replenish through the registrar daemon over --nats-url: EPOCH_REQ, download grants, full rekeys (keys from lois hello)")
 	f.String(&c.tun, "tun", "lois0", "TUN device carrying the device's packets (created if absent, in this network namespace)")
 	f.String(&c.cloudWire, "cloud-wire", fmt.Sprintf("127.0.0.1:%d", contract.DefaultCloudWirePort), "the CI's wire address (UDP)")
 	f.String(&c.keysFile, "keys-file", "/var/run/secrets/lois/keys.json", "this device's keys file (secret)")
@@ -51,15 +58,15 @@ func runDI(args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.url != "" && keys[0].ControlKey() == nil {
-		return daemon.ConfigError(fmt.Errorf("--nats-url: keys file %s has no control key (write it with lois hello)", c.keysFile))
+	if c.replenish && keys[0].ControlKey() == nil {
+		return daemon.ConfigError(fmt.Errorf("--replenish: keys file %s has no control key (write it with lois hello)", c.keysFile))
 	}
 	return serve("lois-di", &c.base, func(log *slog.Logger, m *roles.Metrics, _ *telemetry.Health) (func(context.Context) error, error) {
-		// With --nats-url the DI replenishes through the registrar daemon (EPOCH_REQ, download
+		// With --replenish the DI replenishes through the registrar daemon (EPOCH_REQ, download
 		// grants, full rekeys); without, its keys are all it has.
 		var ctl *roles.NATSControl
 		var closeNC func()
-		if c.url != "" {
+		if c.replenish {
 			js, cl, err := c.connect()
 			if err != nil {
 				return nil, err

@@ -35,6 +35,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 			"--vault-addr", "http://127.0.0.1:1", "--vault-role", "r", "--vault-token-file", "/x"}, "--vault-role"},
 		{"registrar bad store", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--wait-for", "ci-0", "--seed-store", "disk"}, "--seed-store"},
 		{"registrar bad services", runRegistrar, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "x", "--wait-for", "ci-0", "--seed-store", "memory"}, "sid"},
+		{"di replenish without nats", runDI, []string{"--keys-file", "/x", "--replenish"}, "--replenish"},
 		{"hello no device", runHello, []string{"--nats-url", "nats://127.0.0.1:1", "--services", "8080", "--out-dir", "/tmp/x"}, "--device-ip"},
 	}
 	for _, c := range cases {
