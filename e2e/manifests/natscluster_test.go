@@ -216,6 +216,20 @@ func TestChartNATSClusterRuns(t *testing.T) {
 	if err != nil || si.State.Msgs != 20 {
 		t.Fatalf("after the restart: %v, %d messages; want 20", err, si.State.Msgs)
 	}
+	// nats-server redacts the routes' credentials in what it logs.
+	routePW, _ := confs["route-password"].(string)
+	if len(routePW) < 16 {
+		t.Fatalf("route-password %q: want a generated password", routePW)
+	}
+	for i := range 3 {
+		l, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("obscura-nats-%d.log", i)))
+		if err != nil || len(l) == 0 {
+			t.Fatalf("log of obscura-nats-%d: %v (%d bytes)", i, err, len(l))
+		}
+		if strings.Contains(string(l), routePW) {
+			t.Errorf("the route password appears in obscura-nats-%d's log", i)
+		}
+	}
 }
 
 // basePorts returns a port p with p … p+n-1 all free a moment ago (node i of a cluster on the
