@@ -1,7 +1,9 @@
 package pps
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"golang.org/x/crypto/chacha20"
 )
@@ -27,7 +29,7 @@ func ValueLabels(seed *Seed, v int) [ValueBits]LabelPair {
 		panic(fmt.Sprintf("pps: negative value index %d", v))
 	}
 	var buf [valueLabelBytes]byte
-	prgAt(seed, uint64(v)*2*ValueBits, buf[:])
+	valueKeystream(seed, v, &buf)
 	var out [ValueBits]LabelPair
 	splitLabels(out[:], buf[:])
 	clear(buf[:])
@@ -38,6 +40,15 @@ func ValueLabels(seed *Seed, v int) [ValueBits]LabelPair {
 // values: pair v*ValueBits+j is bit j of value v (spec §8.2).
 func DeriveLabels(seed *Seed, values int) []LabelPair {
 	out := make([]LabelPair, values*ValueBits)
+	if hasChaChaX16 && uint64(values)*16 <= math.MaxUint32 {
+		var buf [valueLabelBytes]byte
+		for v := range values {
+			valueKeystream(seed, v, &buf)
+			splitLabels(out[v*ValueBits:(v+1)*ValueBits], buf[:])
+		}
+		clear(buf[:])
+		return out
+	}
 	c, err := chacha20.NewUnauthenticatedCipher(seed[:], drgNonce)
 	if err != nil {
 		panic("pps: chacha20 with fixed-size key and nonce: " + err.Error()) // unreachable
@@ -50,6 +61,37 @@ func DeriveLabels(seed *Seed, values int) []LabelPair {
 	}
 	clear(buf[:])
 	return out
+}
+
+// valueKeystream sets buf to the PRG output of value v: ChaCha20 blocks 16v…16v+15 of the
+// seed's stream (what prgAt(seed, 64v, …) XORs in). With AVX-512 the sixteen blocks are
+// computed side by side (chacha_amd64.s, 5–10× x/crypto's pure-Go ChaCha20, which has no
+// amd64 assembly); TestChaChaX16 checks it against x/crypto.
+func valueKeystream(seed *Seed, v int, buf *[valueLabelBytes]byte) {
+	ctr := uint64(v) * 16
+	if !hasChaChaX16 || ctr+15 > math.MaxUint32 {
+		clear(buf[:])
+		prgAt(seed, uint64(v)*2*ValueBits, buf[:])
+		return
+	}
+	var st [16]uint32
+	st[0], st[1], st[2], st[3] = 0x61707865, 0x3320646e, 0x79622d32, 0x6b206574
+	for i := range 8 {
+		st[4+i] = binary.LittleEndian.Uint32(seed[4*i:])
+	}
+	st[12] = uint32(ctr)
+	for i := range 3 {
+		st[13+i] = binary.LittleEndian.Uint32(drgNonce[4*i:])
+	}
+	var ws [256]uint32
+	chacha20x16(&st, &ws)
+	for b := range 16 {
+		for w := range 16 {
+			binary.LittleEndian.PutUint32(buf[64*b+4*w:], ws[16*w+b])
+		}
+	}
+	clear(st[:])
+	clear(ws[:])
 }
 
 func splitLabels(dst []LabelPair, buf []byte) {

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package pps
+
+const hasChaChaX16 = false
+
+func chacha20x16(*[16]uint32, *[256]uint32) { panic("pps: no 16-way ChaCha20 on this platform") }
