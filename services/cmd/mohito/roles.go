@@ -200,7 +200,7 @@ func (c *ResponderConfig) setup(ctx context.Context, d *roleEnv) (func(context.C
 
 func (c *ShufflerConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+	if err := roles.EnsureVendorStreams(ctx, js, c.Vendor, &dep); err != nil {
 		return nil, nil, err
 	}
 	announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)
@@ -226,7 +226,7 @@ func (c *ShufflerConfig) setup(ctx context.Context, d *roleEnv) (func(context.Co
 
 func (c *VendorAgentConfig) setup(ctx context.Context, d *roleEnv) (func(context.Context) error, []daemon.Check, error) {
 	dep, js := d.dep, d.JS
-	if err := roles.EnsureVendorStreams(ctx, js, c.Vendor); err != nil {
+	if err := roles.EnsureVendorStreams(ctx, js, c.Vendor, &dep); err != nil {
 		return nil, nil, err
 	}
 	announce := d.vendorAnnouncer(js, c.Vendor, c.Key.ring)

@@ -9,9 +9,9 @@ import (
 // Streams, buckets and consumers (spec §10 subjects, adapted to one inbox per party so
 // account exports stay two wildcards per vendor).
 const (
-	StreamIntegratorIn = "I_IN"                 // mohito.i.in.>   (vendors → integrator)
+	StreamIntegratorIn = "I_IN"                 // mohito.i.in.*.r.> (vendors → integrator; memory)
 	StreamWork         = "I_WORK"               // mohito.r.>      (integrator-internal)
-	StreamVendorIn     = "V_IN"                 // mohito.v{v}.in.> (integrator → vendor v)
+	StreamVendorIn     = "V_IN"                 // mohito.v{v}.in.r.> (integrator → vendor v; memory)
 	BucketRounds       = "MOHITO_ROUNDS"        // round id counter (CAS)
 	BucketRoundInfo    = "MOHITO_ROUNDINFO"     // M0 for clients
 	BucketLeader       = "MOHITO_LEADER"        // coordinator lease
@@ -32,10 +32,23 @@ const (
 	ConsumerRouter         = "router"    // StreamIntegratorIn: vendors' response-table outputs
 )
 
+// The key announcements have streams of their own, on file storage (every role reads them at
+// start, so they outlive a restart of the NATS servers), apart from the round messages of
+// StreamIntegratorIn and StreamVendorIn, which are on memory storage (docs/services.md,
+// "Durability per round").
+const (
+	StreamIntegratorKeys = "I_KEYS" // mohito.i.in.*.key (the vendors' key sets)
+	StreamVendorKeys     = "V_KEYS" // mohito.v{v}.in.key (the integrator's key set for v)
+)
+
 // Stream subject filters.
 const (
+	// IntegratorInSubjects is the whole inbox: the subjects of a StreamIntegratorIn created by
+	// a release before StreamIntegratorKeys, which holds the key announcements too.
 	IntegratorInSubjects = "mohito.i.in.>"
-	WorkSubjects         = "mohito.r.>"
+	// IntegratorRoundSubjects is every vendor's round messages to the integrator.
+	IntegratorRoundSubjects = "mohito.i.in.*.r.>"
+	WorkSubjects            = "mohito.r.>"
 	// DeviceResponses is every device's response subject (the vendor agent's subscription).
 	DeviceResponses = "mohito.dev.*.resp"
 )
@@ -107,6 +120,9 @@ func WorkParts(v int) string { return fmt.Sprintf("mohito.r.*.%s.%d", KindPart, 
 // IntegratorKeySubject carries the integrator's key set into vendor v's inbox.
 func VendorKeySubject(v int) string     { return IntegratorInbox(v) + ".key" }
 func IntegratorKeySubject(v int) string { return VendorInbox(v) + ".key" }
+
+// VendorRoundSubjects is the integrator's round messages to vendor v (StreamVendorIn).
+func VendorRoundSubjects(v int) string { return VendorInbox(v) + ".r.>" }
 
 // VendorKeySubjects filters every vendor's key announcements.
 const VendorKeySubjects = "mohito.i.in.*.key"

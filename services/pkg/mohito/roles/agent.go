@@ -67,7 +67,7 @@ type agentRound struct {
 
 // NewVendorAgent returns the agent of cfg.Vendor.
 func NewVendorAgent(ctx context.Context, cfg VendorConfig) (*VendorAgent, error) {
-	if err := EnsureVendorStreams(ctx, cfg.JS, cfg.Vendor); err != nil {
+	if err := EnsureVendorStreams(ctx, cfg.JS, cfg.Vendor, &cfg.Deployment); err != nil {
 		return nil, err
 	}
 	prf := make([][mohito.KeySize]byte, len(cfg.Devices))

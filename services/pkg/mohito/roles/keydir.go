@@ -18,7 +18,7 @@ import (
 
 // The key directory (spec §3.2, simplified): each party announces its public
 // keys — one per key epoch it holds (spec O16), encoded as a mohito.KeySet —
-// into the other side's inbox stream, on a subject only it can publish to —
+// into the other side's key stream (inbox.go), on a subject only it can publish to —
 // the account exports give vendor v exactly mohito.i.in.v{v}.> and the
 // integrator exactly mohito.v{v}.in.> — so the sender of a key is
 // authenticated by the account boundary. Streams keep messages for
@@ -53,6 +53,7 @@ func AnnounceIntegratorKey(ctx context.Context, js jetstream.JetStream, v int, k
 }
 
 func lastKey(ctx context.Context, js jetstream.JetStream, stream, subject string, suite mohito.Suite) (mohito.KeySet, error) {
+	stream = keyStream(ctx, js, stream, subject)
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", stream, err)
@@ -72,7 +73,7 @@ func lastKey(ctx context.Context, js jetstream.JetStream, stream, subject string
 func FetchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Params) (*KeyDirectory, error) {
 	out := make([]mohito.KeySet, p.Vendors)
 	for v := range out {
-		ks, err := lastKey(ctx, js, contract.StreamIntegratorIn, contract.VendorKeySubject(v), p.Suite)
+		ks, err := lastKey(ctx, js, contract.StreamIntegratorKeys, contract.VendorKeySubject(v), p.Suite)
 		if err != nil {
 			return nil, fmt.Errorf("vendor %d: %w", v, err)
 		}
@@ -83,7 +84,7 @@ func FetchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Param
 
 // FetchIntegratorKey reads the integrator's key set as announced to vendor v (vendor account).
 func FetchIntegratorKey(ctx context.Context, js jetstream.JetStream, v int, p mohito.Params) (mohito.KeySet, error) {
-	return lastKey(ctx, js, contract.StreamVendorIn, contract.IntegratorKeySubject(v), p.Suite)
+	return lastKey(ctx, js, contract.StreamVendorKeys, contract.IntegratorKeySubject(v), p.Suite)
 }
 
 // KeyDirectory is the integrator's view of every vendor's announced key set.
@@ -138,7 +139,7 @@ func (d *KeyDirectory) Current(v int) (mohito.EpochKey, bool) {
 // calls fn for each announcement until ctx ends. Bad announcements are
 // counted and skipped.
 func watchKeys(ctx context.Context, js jetstream.JetStream, stream, filter string, suite mohito.Suite, log *slog.Logger, m *Metrics, fn func(subject string, ks mohito.KeySet)) error {
-	c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	c, err := js.OrderedConsumer(ctx, keyStream(ctx, js, stream, filter), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
@@ -164,7 +165,7 @@ func watchKeys(ctx context.Context, js jetstream.JetStream, stream, filter strin
 // WatchVendorKeys keeps d in step with the vendors' announcements
 // (integrator account) until ctx ends.
 func WatchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Params, d *KeyDirectory, log *slog.Logger, m *Metrics) error {
-	return watchKeys(ctx, js, contract.StreamIntegratorIn, contract.VendorKeySubjects, p.Suite, log, m, func(subject string, ks mohito.KeySet) {
+	return watchKeys(ctx, js, contract.StreamIntegratorKeys, contract.VendorKeySubjects, p.Suite, log, m, func(subject string, ks mohito.KeySet) {
 		v, err := contract.VendorOfKeySubject(subject)
 		if err != nil || v >= d.Len() {
 			return
@@ -179,7 +180,7 @@ func WatchVendorKeys(ctx context.Context, js jetstream.JetStream, p mohito.Param
 // WatchIntegratorKeys calls fn with every integrator key set announced to
 // vendor v (vendor account) until ctx ends.
 func WatchIntegratorKeys(ctx context.Context, js jetstream.JetStream, v int, p mohito.Params, log *slog.Logger, m *Metrics, fn func(mohito.KeySet)) error {
-	return watchKeys(ctx, js, contract.StreamVendorIn, contract.IntegratorKeySubject(v), p.Suite, log, m, func(_ string, ks mohito.KeySet) { fn(ks) })
+	return watchKeys(ctx, js, contract.StreamVendorKeys, contract.IntegratorKeySubject(v), p.Suite, log, m, func(_ string, ks mohito.KeySet) { fn(ks) })
 }
 
 func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
@@ -187,11 +188,11 @@ func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
 	return c
 }
 
-// EnsureIntegratorStreams creates the integrator's two streams (idempotent),
-// so integrator roles can start in any order. The work stream keeps messages for
-// d.WorkTTL().
+// EnsureIntegratorStreams creates the integrator's streams (idempotent), so integrator
+// roles can start in any order: its inbox (round messages and key announcements, inbox.go)
+// and the work stream. The work stream and the inbox's round messages are kept d.WorkTTL().
 func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream, d *Deployment) error {
-	if _, err := natsx.EnsureStream(ctx, js, contract.StreamIntegratorIn, contract.IntegratorInSubjects); err != nil {
+	if err := ensureIntegratorInbox(ctx, js, d); err != nil {
 		return err
 	}
 	_, err := natsx.EnsureMemoryStreamMaxAge(ctx, js, contract.StreamWork, d.WorkTTL(), contract.WorkSubjects)

@@ -41,7 +41,7 @@ type shufRound struct {
 
 // NewShufflerService returns the shuffler of cfg.Vendor.
 func NewShufflerService(ctx context.Context, cfg VendorConfig) (*ShufflerService, error) {
-	if err := EnsureVendorStreams(ctx, cfg.JS, cfg.Vendor); err != nil {
+	if err := EnsureVendorStreams(ctx, cfg.JS, cfg.Vendor, &cfg.Deployment); err != nil {
 		return nil, err
 	}
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
-	"github.com/obscura-iot/obscura/services/pkg/natsx"
 )
 
 // VendorConfig configures a vendor's services (its own account).
@@ -38,8 +37,9 @@ type RegisteredDevice struct {
 	PRF [mohito.KeySize]byte
 }
 
-// EnsureVendorStreams creates vendor v's inbox stream.
-func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int) error {
-	_, err := natsx.EnsureStream(ctx, js, contract.StreamVendorIn, contract.VendorInbox(v)+".>")
-	return err
+// EnsureVendorStreams creates vendor v's inbox streams (inbox.go): the round messages on
+// memory storage, kept d.WorkTTL(), and the integrator's key announcements on file storage.
+func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int, d *Deployment) error {
+	return ensureInbox(ctx, js, d, contract.StreamVendorIn, contract.VendorRoundSubjects(v), contract.VendorInbox(v)+".>",
+		contract.StreamVendorKeys, contract.IntegratorKeySubject(v))
 }
