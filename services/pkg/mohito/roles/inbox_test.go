@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/obscura-iot/obscura/services/testenv"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
+	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 func inboxKeySet(t *testing.T) mohito.KeySet {
