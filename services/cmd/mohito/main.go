@@ -53,6 +53,7 @@ func main() {
 	case "gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent":
 		var cfg roleConfig
 		if cfg, err = parseRole(os.Args[1], os.Args[2:]); err == nil {
+			tuneRoleGC()
 			err = runRole(os.Args[1], cfg)
 		}
 	default:
