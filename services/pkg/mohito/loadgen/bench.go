@@ -106,8 +106,15 @@ type BenchStep struct {
 	GatewayCallsPerCmd float64 `json:"gateway_calls_per_command"`
 	// GatewayCalls counts the window's user-API calls by method and code.
 	GatewayCalls map[string]float64 `json:"gateway_calls,omitempty"`
-	OK           bool               `json:"ok"`
-	Why          string             `json:"why,omitempty"`
+	// NATSInPerCmd and NATSOutPerCmd are nats-server's messages received and sent (its /varz
+	// in_msgs, out_msgs: client publishes, JetStream acks, deliveries and API calls) in the
+	// window per answered command; StoredPerCmd the messages stored per answered command by
+	// stream (account/stream, from /jsz last_seq).
+	NATSInPerCmd  float64            `json:"nats_in_msgs_per_command"`
+	NATSOutPerCmd float64            `json:"nats_out_msgs_per_command"`
+	StoredPerCmd  map[string]float64 `json:"stream_msgs_per_command,omitempty"`
+	OK            bool               `json:"ok"`
+	Why           string             `json:"why,omitempty"`
 }
 
 // BenchResult is a whole run.
@@ -250,6 +257,14 @@ func printStep(w io.Writer, s *BenchStep) {
 	fmt.Fprintf(w, "\nstep %.0f/s offered (%d users, %d devices): answered %.0f/s in %.0fs, %d issued, %d rounds (%d aborted), %.2f fakes per real, latency p50 %.0f ms p99 %.0f ms, %.2f gateway calls per command — %s\n",
 		s.Offered, s.Users, s.Devices, s.AnsweredPS, s.WindowS, s.Issued, s.Rounds, s.Aborted, s.FakesPerReal, s.LatencyP50MS, s.LatencyP99MS, s.GatewayCallsPerCmd, verdict)
 	fmt.Fprintf(w, "  gateway calls in the window: %v\n", s.GatewayCalls)
+	if s.NATSInPerCmd > 0 {
+		streams := make([]string, 0, len(s.StoredPerCmd))
+		for k, v := range s.StoredPerCmd {
+			streams = append(streams, fmt.Sprintf("%s %.2f", k, v))
+		}
+		sort.Strings(streams)
+		fmt.Fprintf(w, "  NATS messages per answered command: %.1f in, %.1f out; stored: %s\n", s.NATSInPerCmd, s.NATSOutPerCmd, strings.Join(streams, ", "))
+	}
 	fmt.Fprintf(w, "  server CPU %.2f s in the window = %.0f µs per answered command", s.ServerCPUS, s.CPUPerCmdUS)
 	if s.CryptoBound > 0 {
 		fmt.Fprintf(w, " (%.1f× FullRound per entry)", s.CryptoBound)
@@ -287,6 +302,7 @@ type benchEnv struct {
 	redis int
 
 	natsProf int // nats-server's profiling port (0: not profiled)
+	natsMon  int // nats-server's monitoring port
 }
 
 func (e *benchEnv) port() int {
@@ -450,7 +466,8 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		ids[u%o.Vendors] = append(ids[u%o.Vendors], benchDeviceID(u%o.Vendors, u))
 	}
 	e.nats, e.redis, e.grpc = e.port(), e.port(), e.port()
-	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nserver_name: bench\njetstream { store_dir: %q }\n%s", e.nats, filepath.Join(dir, "js"), contract.AccountsConfig(ids, benchPassword))
+	e.natsMon = e.port()
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nserver_name: bench\njetstream { store_dir: %q }\n%s", e.nats, e.natsMon, filepath.Join(dir, "js"), contract.AccountsConfig(ids, benchPassword))
 	if o.CPUProfileDir != "" {
 		// nats-server profiles over HTTP (prof_port): the window's profile is read from there.
 		e.natsProf = e.port()
@@ -671,6 +688,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	from := time.Now()
 	cpu0, self0 := e.cpu(), selfCPU()
 	calls0 := e.samples("gateway", "mohito_gateway_calls_total")
+	msgs0 := e.natsCounts()
 	aborted0 := int(e.scrape("coordinator", `mohito_rounds_total{outcome="aborted"}`))
 	if !sleepCtx(ctx, o.Measure) {
 		stopGen()
@@ -679,6 +697,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	cpu1, self1 := e.cpu(), selfCPU()
 	to := time.Now()
 	calls1 := e.samples("gateway", "mohito_gateway_calls_total")
+	msgs1 := e.natsCounts()
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR2)
 		<-natsProfiled
@@ -722,6 +741,17 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 			st.GatewayCalls[k] = d
 			if st.Answered > 0 {
 				st.GatewayCallsPerCmd += d / float64(st.Answered)
+			}
+		}
+	}
+	if st.Answered > 0 {
+		n := float64(st.Answered)
+		st.NATSInPerCmd = (msgs1["in"] - msgs0["in"]) / n
+		st.NATSOutPerCmd = (msgs1["out"] - msgs0["out"]) / n
+		st.StoredPerCmd = map[string]float64{}
+		for k, v := range msgs1 {
+			if k != "in" && k != "out" && v > msgs0[k] {
+				st.StoredPerCmd[k] = (v - msgs0[k]) / n
 			}
 		}
 	}
@@ -806,6 +836,46 @@ func (e *benchEnv) signal(s syscall.Signal) {
 			_ = p.cmd.Process.Signal(s)
 		}
 	}
+}
+
+// natsCounts reads nats-server's message counters from its monitoring port: "in" and "out"
+// (/varz in_msgs, out_msgs) and, per "account/stream", the stream's last sequence (/jsz).
+// Empty when the port does not answer.
+func (e *benchEnv) natsCounts() map[string]float64 {
+	out := map[string]float64{}
+	c := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string, v any) {
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", e.natsMon, path))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		_ = json.NewDecoder(resp.Body).Decode(v)
+	}
+	var varz struct {
+		In  float64 `json:"in_msgs"`
+		Out float64 `json:"out_msgs"`
+	}
+	get("/varz", &varz)
+	out["in"], out["out"] = varz.In, varz.Out
+	var jsz struct {
+		Accounts []struct {
+			Name    string `json:"name"`
+			Streams []struct {
+				Name  string `json:"name"`
+				State struct {
+					LastSeq float64 `json:"last_seq"`
+				} `json:"state"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	get("/jsz?accounts=true&streams=true", &jsz)
+	for _, a := range jsz.Accounts {
+		for _, s := range a.Streams {
+			out[a.Name+"/"+s.Name] += s.State.LastSeq
+		}
+	}
+	return out
 }
 
 // profileNATS writes nats-server's CPU profile of the next d to <cpuprofile-dir>/nats-server.pprof
