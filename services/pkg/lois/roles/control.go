@@ -104,7 +104,7 @@ func resultOf(err error) string {
 		return "ok"
 	case errors.Is(err, ErrRekeyDue):
 		return contract.ErrorRekeyDue
-	case errors.Is(err, ErrUnknownSession), errors.Is(err, contract.ErrSealed):
+	case errors.Is(err, ErrUnknownSession):
 		return contract.ErrorUnknownSession
 	case errors.Is(err, errRefused):
 		return "refused"
@@ -119,7 +119,7 @@ var errRefused = errors.New("lois registrar: HELLO refused")
 // low-water events of the cloud until ctx ends (each request in its own goroutine, at most
 // 64 at once: a request waits for every replica's install ack). Sessions it opens get a link
 // to their DI over NATS for download grants. ready, if set, is called once every subscription
-// is in place.
+// is in place. When ctx ends it unsubscribes, then lets the requests it took finish.
 func (r *Registrar) ServeControl(ctx context.Context, timeout time.Duration, log *slog.Logger, ready func()) error {
 	nc := r.JS.Conn()
 	sem := make(chan struct{}, 64)
@@ -138,7 +138,8 @@ func (r *Registrar) ServeControl(ctx context.Context, timeout time.Duration, log
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				rctx, cancel := context.WithTimeout(ctx, timeout)
+				// Not cancelled by shutdown: a request taken finishes (bounded by timeout).
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 				reply, err := f(rctx, m.Data)
 				cancel()
 				r.count(kind, resultOf(err))
@@ -182,7 +183,7 @@ func (r *Registrar) ServeControl(ctx context.Context, timeout time.Duration, log
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(ctx, timeout)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			err := r.GrantDownload(rctx, session, sid)
 			cancel()
 			r.count("lowwater", resultOf(err))
@@ -311,9 +312,9 @@ func (r *Registrar) openControl(data []byte, kind string) (contract.ControlReque
 		return req, nil, nil, ErrUnknownSession
 	}
 	body, err := contract.Open(key, kind, req.Session, req.Sealed)
-	if err != nil {
+	if err != nil { // answered as an unknown session: the asker learns nothing of the session
 		clear(key)
-		return req, nil, nil, err
+		return req, nil, nil, fmt.Errorf("%w: %v", ErrUnknownSession, err)
 	}
 	return req, key, body, nil
 }

@@ -251,14 +251,18 @@ func (d *Device) replenishLoop() error {
 				return nil
 			}
 			d.cfg.Log.Warn("upload epoch not granted", "err", err)
-			go func() { // let the pool ask again later
+			go func() { // ask again a second later if the pool is still low
 				select {
 				case <-d.stop:
+					return
 				case <-time.After(time.Second):
 				}
 				mu := d.lock()
 				mu.Lock()
 				delete(d.pending, sid)
+				// Not only on the next packet: a packet held for an empty pool may be the last
+				// one for a while (a registrar restarting under a lock-step exchange).
+				d.checkLow(sid)
 				mu.Unlock()
 			}()
 		}

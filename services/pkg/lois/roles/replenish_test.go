@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,9 +96,14 @@ type ledgerClient struct {
 	reg *Registrar
 	dev *Device
 	l   *ledger
+	// fail, if above 0, is how many EPOCH_REQs fail before any reaches the registrar.
+	fail atomic.Int32
 }
 
 func (c *ledgerClient) RequestEpoch(ctx context.Context, session string, sid uint16) (*contract.Keys, error) {
+	if c.fail.Add(-1) >= 0 {
+		return nil, errors.New("registrar unreachable (injected)")
+	}
 	start := time.Now()
 	k, err := c.reg.RequestEpoch(ctx, session, sid)
 	c.l.mu.Lock()
@@ -202,6 +208,8 @@ type liveOpts struct {
 	jitter      bool     // replicas install epoch records after random delays
 	noLink      bool     // the registrar has no link to the DI: no download grant completes
 	rekey       lois.RekeyLimits
+	failFirst   int32         // the first EPOCH_REQs that fail
+	exhaust     time.Duration // the DI's ExhaustQueue (default 50 ms)
 }
 
 func startLive(t *testing.T, o liveOpts) *live {
@@ -267,8 +275,9 @@ func startLive(t *testing.T, o liveOpts) *live {
 	}
 	lv.l.record("di", keys)
 	cl := &ledgerClient{reg: lv.reg, l: lv.l}
+	cl.fail.Store(o.failFirst)
 	d, err := NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: lv.devTUN, Wire: diWire, Cloud: relay(t, addrOf(ciWire), lv.up),
-		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, Control: cl, LowWaterMin: o.lowWaterMin})
+		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, Control: cl, LowWaterMin: o.lowWaterMin, ExhaustQueue: o.exhaust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,5 +524,32 @@ func TestRekeyLimit(t *testing.T) {
 	defer cancel()
 	if _, err := lv.reg.RequestEpoch(ctx, first, sid); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("the replaced session still gets grants: %v", err)
+	}
+}
+
+// TestReplenishmentRetriesWithoutTraffic: the DI's EPOCH_REQ fails (the registrar is
+// restarting), its pool runs empty and the one packet it then holds is the last for a while
+// (a lock-step exchange). The DI asks again a second later by itself — not only when another
+// packet comes — so the held packet is sent with the grant instead of being dropped.
+func TestReplenishmentRetriesWithoutTraffic(t *testing.T) {
+	const n = 64
+	lv := startLive(t, liveOpts{n: n, lowWaterMin: 1, failFirst: 1, exhaust: 10 * time.Second})
+	lv.dev.mu.Lock()
+	usable := lv.dev.pool[sid].Len()
+	lv.dev.mu.Unlock()
+	for i := range usable + 1 {
+		lv.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("x"))
+		if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip {
+			t.Fatalf("packet %d at the server: %x", i, got[:40])
+		}
+	}
+	if q := testutil.ToFloat64(lv.m.ExhaustQueued.WithLabelValues("di")); q != 1 {
+		t.Errorf("%v packets held, want the last one", q)
+	}
+	if e := lv.count("di", "up", contract.ResultExhausted); e != 0 {
+		t.Errorf("%d dropped as exhausted", e)
+	}
+	if r := testutil.ToFloat64(lv.m.EpochsRequested.WithLabelValues("di", "up")); r < 2 {
+		t.Errorf("%v EPOCH_REQs, want the failed one and its retry", r)
 	}
 }
