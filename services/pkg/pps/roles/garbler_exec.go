@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -102,6 +104,9 @@ func (s *slotSeeds) labelSource() (source pps.LabelSource, done func()) {
 	return source, done
 }
 
+// maxSeedFetches bounds the publishers whose round seeds one execution fetches at once.
+const maxSeedFetches = 8
+
 // slotSeeds checks the broker's slot inputs and fetches their round seeds, advancing the
 // publishers' ratchets (spec §8.1, D8).
 func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1.SlotInput) (*slotSeeds, error) {
@@ -130,19 +135,40 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 	}
 	slices.Sort(pubs)
 	minInputs := cf.f.Layout.MinInputs
-	for _, pub := range pubs {
-		ins := byPub[pub]
-		rounds := make([]uint64, len(ins))
-		for i, in := range ins {
-			rounds[i] = in.GetRound()
+	allow := func(p *contract.Policy) bool { return p.Allows(cf.f.ID, minInputs) }
+	// The publishers' ratchets are independent records (one WATCH transaction each): fetch
+	// them side by side, so the Redis round trips and the openings overlap (9 publishers of
+	// 288 retained rounds: 7.5 ms one after the other at load 5), and merge in order.
+	results := make([]*roundSeeds, len(pubs))
+	errs := make([]error, len(pubs))
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range min(len(pubs), maxSeedFetches) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(pubs); i = int(next.Add(1) - 1) {
+				ins := byPub[pubs[i]]
+				rounds := make([]uint64, len(ins))
+				for j, in := range ins {
+					rounds[j] = in.GetRound()
+				}
+				results[i], errs[i] = g.publisherSeeds(ctx, pubs[i], rounds, ttl, allow)
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, rs := range results {
+			if rs != nil {
+				rs.zero()
+			}
 		}
-		allow := func(p *contract.Policy) bool { return p.Allows(cf.f.ID, minInputs) }
-		rs, err := g.publisherSeeds(ctx, pub, rounds, ttl, allow)
-		if err != nil {
-			out.zero()
-			return nil, status.Errorf(codes.Unavailable, "%v", err)
-		}
-		for _, in := range ins {
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	for i, pub := range pubs {
+		rs := results[i]
+		for _, in := range byPub[pub] {
 			s := int(in.GetSlot())
 			switch seed, ok := rs.seeds[in.GetRound()]; {
 			case rs.refused:
@@ -153,7 +179,6 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 				out.seeds[s], out.values[s] = seed, int(in.GetValue())
 			}
 		}
-		rs.zero()
 	}
 	slices.Sort(out.erased)
 	slices.Sort(out.notAllowed)
