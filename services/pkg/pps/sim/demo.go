@@ -277,6 +277,9 @@ type worldOptions struct {
 	check       string // the broker's consistency check (empty: its default, KKRT)
 	// noWindowCheck runs every consistency check at the tick (the broker's --window-check=false).
 	noWindowCheck bool
+	// redisAddrs, when set, are the garbler's and the broker's Redis servers (redis-server,
+	// as deployed); otherwise each trust domain gets an embedded miniredis.
+	redisAddrs []string
 }
 
 // world is one process holding every trust domain of a PPS deployment, each with its own
@@ -431,6 +434,12 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 	// One Redis per trust domain. miniredis's TTLs advance only when told; a ticker moves
 	// them with the wall clock, so retained seeds and labels expire as with redis-server.
 	newRedis := func() (*redis.Client, error) {
+		if len(o.redisAddrs) > 0 {
+			rdb := redis.NewClient(&redis.Options{Addr: o.redisAddrs[len(w.rdbs)]})
+			w.rdbs = append(w.rdbs, rdb)
+			w.stop = append(w.stop, func() { rdb.Close() })
+			return rdb, nil
+		}
 		m := miniredis.NewMiniRedis()
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {
 			return nil, fmt.Errorf("miniredis: %w", err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/pps/client"
 	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	"github.com/obscura-iot/obscura/services/pkg/pps/dsl"
+	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 // The paper's Table 2 (spec §7.3) end to end through the services: 9 parking lots publish a
@@ -53,6 +56,8 @@ var table2WindowCheck = flag.Bool("table2.window-check", true, "check the labels
 var table2TickProfile = flag.String("table2.tickprofile", "", "write a CPU profile of each row's tick alone (tick to decoded output) to <this>.<row>.<n>; not with -cpuprofile")
 
 var table2Ticks int
+
+var table2Redis = flag.String("table2.redis", "server", "each trust domain's Redis: server (redis-server from <root>/bin, as deployed; its CPU over the tick, from INFO cpu, is redis-cpu-ms and is added to cpu+redis-ms) or mini (an embedded miniredis, whose CPU is inside cpu-ms)")
 
 var table2Rounds = flag.Int("table2.rounds", ParkingSamples, "rounds per lot of the Table 2 benchmarks (the paper: 288)")
 
@@ -127,8 +132,18 @@ func table2Services(b *testing.B, mode string) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			w, err := startWorld(ctx, worldOptions{pipelines: []*Pipeline{p}, subscribers: []*client.Device{sub}, workers: 1, check: *table2Check,
-				noWindowCheck: !*table2WindowCheck})
+			opts := worldOptions{pipelines: []*Pipeline{p}, subscribers: []*client.Device{sub}, workers: 1, check: *table2Check,
+				noWindowCheck: !*table2WindowCheck}
+			var servers []*testenv.Redis
+			switch *table2Redis {
+			case "server":
+				servers = []*testenv.Redis{testenv.StartRedis(b), testenv.StartRedis(b)}
+				opts.redisAddrs = []string{servers[0].Addr(), servers[1].Addr()}
+			case "mini":
+			default:
+				b.Fatalf("-table2.redis %q: server or mini", *table2Redis)
+			}
+			w, err := startWorld(ctx, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -156,7 +171,7 @@ func table2Services(b *testing.B, mode string) {
 			windowWall, windowCPU := time.Since(pub0)-published, cpuTime()-wc0
 			garbleLib, evalLib := libraryPhases(b, p.Function, w.fns[0].plan, ds)
 
-			var check, hdr, stream, total, cpu time.Duration
+			var check, hdr, stream, total, cpu, rcpu time.Duration
 			var mb float64
 			var windowChecked int
 			if *table2TickProfile != "" {
@@ -171,12 +186,13 @@ func table2Services(b *testing.B, mode string) {
 				defer pf.Close()
 			}
 			for b.Loop() {
-				c0 := cpuTime()
+				c0, r0 := cpuTime(), redisCPU(b, servers)
 				outs, recs, latency, err := w.tick(ctx, feeds)
 				if err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuTime() - c0
+				rcpu += redisCPU(b, servers) - r0
 				if *table2TickProfile != "" {
 					pprof.StopCPUProfile()
 				}
@@ -200,6 +216,10 @@ func table2Services(b *testing.B, mode string) {
 			b.ReportMetric(gse, "gse-ms")
 			b.ReportMetric(msOf(total), "total-ms")
 			b.ReportMetric(msOf(cpu), "cpu-ms")
+			if servers != nil {
+				b.ReportMetric(msOf(rcpu), "redis-cpu-ms")
+				b.ReportMetric(msOf(cpu+rcpu), "cpu+redis-ms")
+			}
 			b.ReportMetric(garbleLib, "garble-lib-ms")
 			b.ReportMetric(evalLib, "eval-lib-ms")
 			b.ReportMetric(mb, "MB")
@@ -214,6 +234,29 @@ func table2Services(b *testing.B, mode string) {
 			}
 		})
 	}
+}
+
+// redisCPU is the CPU time the redis-servers report (INFO cpu: used_cpu_sys + used_cpu_user).
+func redisCPU(b *testing.B, servers []*testenv.Redis) time.Duration {
+	b.Helper()
+	var total time.Duration
+	for _, r := range servers {
+		info, err := r.Client().Info(context.Background(), "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+				sec, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu %s: %v", k, err)
+				}
+				total += time.Duration(sec * float64(time.Second))
+			}
+		}
+	}
+	return total
 }
 
 // libraryPhases garbles the function's circuit into memory and evaluates it with pkg/gc and
