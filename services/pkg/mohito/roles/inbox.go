@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -11,9 +12,9 @@ import (
 )
 
 // Each party's inbox is two streams (docs/services.md, "Durability per round"): the round
-// messages (StreamIntegratorIn, StreamVendorIn) on memory storage, kept Deployment.WorkTTL —
-// a round's messages are re-created from the store of record or the round aborts, so they
-// need not outlive the NATS servers, and a round is over long before that age — and the key
+// messages (StreamIntegratorIn, StreamVendorIn) on memory storage, kept inboxTTL — a round's
+// messages are re-created from the store of record or the round aborts, so they need not
+// outlive the NATS servers — and the key
 // announcements (StreamIntegratorKeys, StreamVendorKeys) on file storage, which every role
 // reads at start. The subjects do not change, so the account exports do not either.
 //
@@ -24,10 +25,17 @@ import (
 // the split once an operator deletes the old stream between rounds (the roles re-announce
 // their keys at start and every KeyAnnounceInterval).
 
+// inboxTTL is how long an inbox keeps a round message: twice a whole round (period and
+// response phase). Every message of round t is published after t opens and consumed before
+// its response phase ends — past that the coordinator has aborted it — so older messages
+// serve no round; and the memory they hold (every command's M2 and M4, the response tables)
+// is shared with I_WORK and the tables in the servers' max_memory_store.
+func inboxTTL(d *Deployment) time.Duration { return 2 * (d.Round + d.ResponsePhase()) }
+
 // ensureInbox creates (or updates) an inbox's round stream and, unless an earlier release's
 // stream already holds every inbox subject, its key stream.
 func ensureInbox(ctx context.Context, js jetstream.JetStream, d *Deployment, stream, roundSubjects, oldSubjects, keyStream, keySubjects string) error {
-	s, err := natsx.EnsureMemoryStreamMaxAge(ctx, js, stream, d.WorkTTL(), roundSubjects)
+	s, err := natsx.EnsureMemoryStreamMaxAge(ctx, js, stream, inboxTTL(d), roundSubjects)
 	if err != nil {
 		return err
 	}

@@ -90,14 +90,14 @@ func streamConfig(ctx context.Context, t *testing.T, js jetstream.JetStream, nam
 }
 
 // TestInboxRoundsInMemoryKeysOnFile: on a real nats-server, each party's inbox is a memory
-// stream of round messages kept Deployment.WorkTTL and a file stream of key announcements;
-// a round message lands in the round stream, and key sets are announced, read and watched
+// stream of round messages, kept two whole rounds, and a file stream of key announcements; a
+// round message lands in the round stream, and key sets are announced, read and watched
 // through the key streams.
 func TestInboxRoundsInMemoryKeysOnFile(t *testing.T) {
 	js := testenv.StartNATS(t).JetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	d := &Deployment{}
+	d := &Deployment{Round: time.Second, ShufflerTimeout: 3 * time.Second, ResponseDeadline: time.Second}
 	if err := EnsureIntegratorStreams(ctx, js, d); err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +117,8 @@ func TestInboxRoundsInMemoryKeysOnFile(t *testing.T) {
 		if cfg.Storage != c.storage || !slices.Equal(cfg.Subjects, []string{c.subject}) {
 			t.Errorf("%s: %v storage, subjects %v; want %v, [%s]", c.stream, cfg.Storage, cfg.Subjects, c.storage, c.subject)
 		}
-		if c.storage == jetstream.MemoryStorage && cfg.MaxAge != d.WorkTTL() {
-			t.Errorf("%s keeps messages %v, not the deployment's work TTL %v", c.stream, cfg.MaxAge, d.WorkTTL())
+		if want := 2 * (d.Round + d.ResponsePhase()); c.storage == jetstream.MemoryStorage && cfg.MaxAge != want {
+			t.Errorf("%s keeps messages %v, not two whole rounds (%v)", c.stream, cfg.MaxAge, want)
 		}
 	}
 	for subject, stream := range map[string]string{

@@ -190,7 +190,7 @@ func mustCurrent(ks mohito.KeySet) mohito.EpochKey {
 
 // EnsureIntegratorStreams creates the integrator's streams (idempotent), so integrator
 // roles can start in any order: its inbox (round messages and key announcements, inbox.go)
-// and the work stream. The work stream and the inbox's round messages are kept d.WorkTTL().
+// and the work stream, whose messages are kept d.WorkTTL().
 func EnsureIntegratorStreams(ctx context.Context, js jetstream.JetStream, d *Deployment) error {
 	if err := ensureIntegratorInbox(ctx, js, d); err != nil {
 		return err

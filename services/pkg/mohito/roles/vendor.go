@@ -38,7 +38,7 @@ type RegisteredDevice struct {
 }
 
 // EnsureVendorStreams creates vendor v's inbox streams (inbox.go): the round messages on
-// memory storage, kept d.WorkTTL(), and the integrator's key announcements on file storage.
+// memory storage, kept two whole rounds, and the integrator's key announcements on file storage.
 func EnsureVendorStreams(ctx context.Context, js jetstream.JetStream, v int, d *Deployment) error {
 	return ensureInbox(ctx, js, d, contract.StreamVendorIn, contract.VendorRoundSubjects(v), contract.VendorInbox(v)+".>",
 		contract.StreamVendorKeys, contract.IntegratorKeySubject(v))
