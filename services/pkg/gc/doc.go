@@ -29,7 +29,8 @@
 // evaluator (free NOT, §8.6). The circuit hash of D10 is Circuit.Hash. Speed: π runs in
 // Go assembly with AES-NI (8 blocks in flight: 2 ANDs per iteration when garbling, 4 when
 // evaluating, the whole half-gate in registers), and Compile reorders gates into layers of
-// independent ANDs so that the kernels always have a batch, then gives each wire a label slot
+// independent ANDs so that the kernels always have a batch, drops the gates no output depends
+// on (they would only be garbled and sent), then gives each wire a label slot
 // that is reused once the wire is dead (the label array is the largest live set: 114k slots
 // for a 990k-wire Table 2 circuit, 1.8 MB instead of 16 MB); the pure-Go path (crypto/aes,
 // one block at a time) is the fallback and is selected with -tags purego. The input wires'

@@ -245,11 +245,33 @@ func compileCircuit(c *Circuit) (*Plan, error) {
 		maxDepth = max(maxDepth, v.depth)
 		vals[g.Out] = v
 	}
+	// Dead gates — whose output reaches no output wire — are dropped: nothing of theirs is
+	// ever decoded, so garbling them would only send tables (a DSL program's unused
+	// definition, e.g. the Table 2 rank-free program's combined count: 71k of its 153k ANDs).
+	live := make([]bool, len(gates))
+	for _, w := range c.OutputWires {
+		if v := vals[w]; v.kind == valSlot && v.slot >= uint32(p.nIn) {
+			live[v.slot-uint32(p.nIn)] = true
+		}
+	}
+	for i := len(gates) - 1; i >= 0; i-- {
+		if !live[i] {
+			continue
+		}
+		for _, s := range [2]uint32{gates[i].a, gates[i].b} {
+			if s >= uint32(p.nIn) && s < tmpZero {
+				live[s-uint32(p.nIn)] = true
+			}
+		}
+	}
 	// Second pass: schedule by depth — free gates of depth d (in circuit order, which is
 	// topological among them), then the ANDs of depth d+1, which are independent.
 	xorAt := make([][]uint32, maxDepth+1) // gate indices
 	andAt := make([][]uint32, maxDepth+1)
 	for i, g := range gates {
+		if !live[i] {
+			continue
+		}
 		if g.and {
 			andAt[g.depth] = append(andAt[g.depth], uint32(i))
 		} else {

@@ -223,3 +223,33 @@ func TestSlotReuse(t *testing.T) {
 		t.Logf("%s: %d wires, %d label slots", name, c.Wires, p.slots)
 	}
 }
+
+// TestDeadGatesDropped checks that Compile drops the gates no output depends on (they are
+// neither garbled nor sent) and that the circuit still evaluates: out = a ⊕ b beside two dead
+// ANDs, one of them reading the other.
+func TestDeadGatesDropped(t *testing.T) {
+	c := &Circuit{Wires: 5, Inputs: []int{2}, Outputs: []int{1}, OutputWires: []uint32{3}, Gates: []Gate{
+		{Op: AND, A: 0, B: 1, Out: 2}, {Op: XOR, A: 0, B: 1, Out: 3}, {Op: AND, A: 2, B: 3, Out: 4}}}
+	p, err := Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ANDCount() != 0 || p.nXOR != 1 {
+		t.Fatalf("%d ANDs and %d XORs compiled, want 0 and 1", p.ANDCount(), p.nXOR)
+	}
+	for v := range 4 {
+		bits := []bool{v&1 == 1, v&2 == 2}
+		in, labels := identityInputs(bits)
+		var buf bytes.Buffer
+		if _, err := Garble(context.Background(), p, &buf, in, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Evaluate(context.Background(), p, &buf, labels, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := res.Masked[0]&1 == 1, bits[0] != bits[1]; got != want {
+			t.Fatalf("inputs %v: got %v, want %v", bits, got, want)
+		}
+	}
+}
