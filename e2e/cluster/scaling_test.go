@@ -89,6 +89,8 @@ type ScalePhase struct {
 	CapMax      int32    `json:"capacity_max"`
 	CapEnd      int32    `json:"capacity_end"`
 	Events      []string `json:"events,omitempty"` // scaling and capacity Events during the phase
+	// AbortReasons counts the phase's aborted rounds by the reason the coordinator logged.
+	AbortReasons map[string]int `json:"abort_reasons,omitempty"`
 }
 
 // ScaleSample is one look at the Round while the phases run (the plot's points).
@@ -135,13 +137,14 @@ func (e *env) scalingPhases() {
 			ph.ExactlyOnce, _ = sum["exactly_once"].(bool)
 			s.summarise(&ph, start)
 			ph.Events = e.roundEventsSince(start)
+			ph.AbortReasons = e.abortReasonsSince(start)
 			if len(phases) > 0 && phases[0].RoundSecs > 0 {
 				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
 			}
 			phases = append(phases, ph)
-			e.t.Logf("load %s: %d users, %d commands, exactly once %v, %d completed / %d aborted rounds, round %.2fs (%.2f× ×1), work %.3fs, workers max %d end %d, capacity %d%%→%d%% (max %d%%), events %q",
+			e.t.Logf("load %s: %d users, %d commands, exactly once %v, %d completed / %d aborted rounds, round %.2fs (%.2f× ×1), work %.3fs, workers max %d end %d, capacity %d%%→%d%% (max %d%%), events %q, aborted by reason %v",
 				ph.Name, users, ph.Commands, ph.ExactlyOnce, ph.Completed, ph.Aborted, ph.RoundSecs, ph.RoundToBase, ph.WorkSecs,
-				ph.WorkersMax, ph.WorkersEnd, ph.CapStart, ph.CapEnd, ph.CapMax, ph.Events)
+				ph.WorkersMax, ph.WorkersEnd, ph.CapStart, ph.CapEnd, ph.CapMax, ph.Events, ph.AbortReasons)
 		})
 	}
 	samples := s.stop()
@@ -163,7 +166,7 @@ func (e *env) checkScaling(ph []ScalePhase) {
 			e.t.Errorf("load %s: %d commands answered, exactly once %v: want some, each delivered once", p.Name, p.Commands, p.ExactlyOnce)
 		}
 		if p.Aborted > 1 {
-			e.t.Errorf("load %s: %d rounds aborted, want at most one", p.Name, p.Aborted)
+			e.t.Errorf("load %s: %d rounds aborted, want at most one (coordinator's reasons: %v)", p.Name, p.Aborted, p.AbortReasons)
 		}
 	}
 	// Demand grew: the class rose, and the workers scaled out.
@@ -186,6 +189,33 @@ func (e *env) checkScaling(ph []ScalePhase) {
 	if after.WorkersEnd >= max(x4.WorkersMax, x8.WorkersMax) || !hasEvent(after, after, "ScaleDown") {
 		e.t.Errorf("decryption workers did not scale in after the load: %d at the end (max %d; events %q)", after.WorkersEnd, max(x4.WorkersMax, x8.WorkersMax), after.Events)
 	}
+}
+
+// abortReasonsSince counts the rounds the coordinators logged as aborted since t, by reason (the
+// pod log archive: coordinators replaced since are counted too).
+func (e *env) abortReasonsSince(t time.Time) map[string]int {
+	out := map[string]int{}
+	e.podLogs(func(path string, b []byte) {
+		if !strings.Contains(path, "-coordinator-") {
+			return
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			// CRI format: <time> <stream> <tag> <the role's JSON line>
+			f := strings.SplitN(l, " ", 4)
+			if len(f) < 4 || !strings.Contains(f[3], `"msg":"round aborted"`) {
+				continue
+			}
+			var rec struct {
+				Time   time.Time `json:"time"`
+				Reason string    `json:"reason"`
+			}
+			if json.Unmarshal([]byte(f[3]), &rec) != nil || rec.Time.Before(t) {
+				continue
+			}
+			out[rec.Reason]++
+		}
+	})
+	return out
 }
 
 func hasEvent(a, b ScalePhase, reason string) bool {
