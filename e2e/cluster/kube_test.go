@@ -86,7 +86,13 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, root: root, kubeconfig: kc, ns: "obscura", dir: t.TempDir(), k: k, report: &Report{}}
 	e.images = readImages(t, root)
-	e.logs = startLogArchive(filepath.Join(root, "hack/cluster/state/pod-logs"), filepath.Join(e.dir, "pod-logs"), func(pod string) bool {
+	// The archive stays next to the report (e2e/cluster/out/pod-logs by default) for the reader
+	// of a failed run; each run starts it afresh.
+	logDir := filepath.Join(e.outDir(), "pod-logs")
+	if err := os.RemoveAll(logDir); err != nil {
+		t.Fatal(err)
+	}
+	e.logs = startLogArchive(filepath.Join(root, "hack/cluster/state/pod-logs"), logDir, func(pod string) bool {
 		return strings.HasPrefix(pod, e.ns+"_") || strings.HasPrefix(pod, garblerNS+"_")
 	}, 2*time.Second)
 	t.Cleanup(e.logs.stop)
