@@ -109,6 +109,7 @@ func runDI(args []string) error {
 		return func(ctx context.Context) error {
 			defer closeNC()
 			defer ctl.Close()
+			d.SendReady(ctx) // the SIs reply with the session only after it (spec §3.2)
 			return d.Run(ctx)
 		}, nil
 	})

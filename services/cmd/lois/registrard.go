@@ -168,8 +168,8 @@ func runRegistrar(args []string) error {
 	}
 	r := &roles.Registrar{JS: js, Cloud: c.cloud, Table: table, Replicas: splitList(c.waitFor), Metrics: m, Served: served,
 		Rekey:               lois.RekeyLimits{Seconds: int64(c.rekeyAfter / time.Second), Streams: uint64(c.rekeyStreams)},
-		DeviceLinksOverNATS: true,
-		Policy:              roles.HelloPolicy{Services: sids, N: uint32(c.n), MaxN: uint32(c.maxN), Lifetime: c.lifetime, Partitions: c.partitions}}
+		DeviceLinksOverNATS: true, AwaitReady: true,
+		Policy: roles.HelloPolicy{Services: sids, N: uint32(c.n), MaxN: uint32(c.maxN), Lifetime: c.lifetime, Partitions: c.partitions}}
 	g, _ := telemetry.NewGroup(ctx)
 	names := []string{telemetry.AddrMetrics}
 	if c.healthAddr == c.metricsAddr {

@@ -105,6 +105,12 @@ type Keys struct {
 	Streams  []Stream  `json:"streams"`
 	Created  int64     `json:"created_unix"`
 	DVT      *DVTParam `json:"dvt,omitempty"`
+	// AwaitReady marks a session record whose download pools an SI activates only once the
+	// device's READY record (Ready) arrives (spec §3.2: the DI has installed the session).
+	// Records from the registrar daemon carry it; `lois register` sessions start at once.
+	AwaitReady bool `json:"await_ready,omitempty"`
+	// Ready marks a READY record: the session's DI has installed it (no streams).
+	Ready bool `json:"ready,omitempty"`
 	// Control is the session's control key (hex, ControlKeySize bytes), only in a device's
 	// keys from the registrar daemon: its EPOCH_REQs and the grants it receives are sealed
 	// under it. Never in a session record.

@@ -27,6 +27,11 @@ const (
 // holding every stream of the session and the SI partition count).
 func SubjectSessionOpen(cloud string) string { return "lois." + cloud + ".session.open" }
 
+// SubjectSessionReady is where the registrar of cloud publishes a session's READY record (a
+// Keys with Ready set and no streams): the DI has installed the session, so SIs may send
+// downloads with it (spec §3.2, install before use).
+func SubjectSessionReady(cloud string) string { return "lois." + cloud + ".session.ready" }
+
 // SubjectSessions is the stream's subject filter for session records.
 func SubjectSessions() string { return "lois.*.session.>" }
 
@@ -101,6 +106,10 @@ func SubjectEpochRequest(cloud string) string { return "lois." + cloud + ".ctl.e
 // Keys with their own control key).
 func SubjectRehello(cloud string) string { return "lois." + cloud + ".ctl.rehello" }
 
+// SubjectReady is where a DI sends READY once it installed its session's keys (ControlRequest
+// sealed as SealReady; an empty ControlReply acknowledges it).
+func SubjectReady(cloud string) string { return "lois." + cloud + ".ctl.ready" }
+
 // SubjectDeviceGrant is where the registrar hands a DI a download EPOCH_GRANT of its session
 // (ControlRequest sealed with the Keys; an empty answer is the DI's ack, spec §3.12).
 func SubjectDeviceGrant(cloud, session string) string {
@@ -160,6 +169,7 @@ const (
 	SealEpoch   = "epoch"   // EpochAsk
 	SealGrant   = "grant"   // Keys of a grant (EPOCH_REQ answer, download EPOCH_GRANT)
 	SealRehello = "rehello" // request and answer of a full rekey
+	SealReady   = "ready"   // a DI's READY
 )
 
 // ControlKeySize is the size of a session's control key.

@@ -178,6 +178,9 @@ func exID(cfg lois.Config) uint16 {
 // recordKey names a session record (its session) or an epoch record (session/epoch): a
 // replica installs each once, however often it is delivered.
 func recordKey(k *contract.Keys) string {
+	if k.Ready {
+		return k.Session + "/ready"
+	}
 	if !k.Grant || len(k.Streams) == 0 {
 		return k.Session
 	}

@@ -160,6 +160,7 @@ func (r *Registrar) ServeControl(ctx context.Context, timeout time.Duration, log
 		contract.SubjectHello(r.Cloud):        handle("hello", r.serveHello),
 		contract.SubjectEpochRequest(r.Cloud): handle("epoch", r.serveEpoch),
 		contract.SubjectRehello(r.Cloud):      handle("rehello", r.serveRehello),
+		contract.SubjectReady(r.Cloud):        handle("ready", r.serveReady),
 	} {
 		s, err := nc.QueueSubscribe(subject, contract.RegistrarQueue, h)
 		if err != nil {
@@ -362,6 +363,19 @@ func (r *Registrar) serveRehello(ctx context.Context, data []byte) (any, error) 
 	return contract.ControlReply{Sealed: sealed}, nil
 }
 
+// serveReady records a DI's READY (sealed under its session's control key).
+func (r *Registrar) serveReady(ctx context.Context, data []byte) (any, error) {
+	req, key, _, err := r.openControl(data, contract.SealReady)
+	if err != nil {
+		return contract.ControlReply{Error: errorCode(err)}, err
+	}
+	clear(key)
+	if err := r.Ready(ctx, req.Session); err != nil {
+		return contract.ControlReply{Error: errorCode(err)}, err
+	}
+	return contract.ControlReply{}, nil
+}
+
 // natsLink is the registrar's link to a DI over NATS: a download grant sealed under the
 // session's control key; the DI's empty answer is its ack.
 type natsLink struct {
@@ -493,6 +507,32 @@ func (c *NATSControl) request(ctx context.Context, subject, kind, session string
 		ansKind = contract.SealRehello
 	}
 	return openKeys(key, ansKind, session, rep.Sealed)
+}
+
+// Ready sends the DI's READY for session once it installed the session's keys: from then on
+// the SIs send downloads with it.
+func (c *NATSControl) Ready(ctx context.Context, session string) error {
+	key := c.key(session)
+	if key == nil {
+		return ErrUnknownSession
+	}
+	defer clear(key)
+	sealed, err := contract.Seal(key, contract.SealReady, session, []byte("{}"))
+	if err != nil {
+		return err
+	}
+	m, err := c.nc.RequestWithContext(ctx, contract.SubjectReady(c.cloud), mustJSON(contract.ControlRequest{Session: session, Sealed: sealed}))
+	if err != nil {
+		return fmt.Errorf("lois READY: %w", err)
+	}
+	var rep contract.ControlReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("lois READY refused: %s", rep.Error)
+	}
+	return nil
 }
 
 // RequestEpoch implements EpochClient.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,9 +89,17 @@ path "transit/keys/lois-seeds" { capabilities = ["read"] }`
 // and its metrics address.
 func registrarDaemon(t *testing.T, args ...string) (*testenv.Daemon, string) {
 	t.Helper()
+	d, m, _ := registrarProcess(t, args...)
+	return d, m
+}
+
+// registrarProcess is registrarDaemon that also returns the process (the test pauses it).
+func registrarProcess(t *testing.T, args ...string) (*testenv.Daemon, string, *os.Process) {
+	t.Helper()
 	af := filepath.Join(t.TempDir(), "addr")
 	args = append([]string{"registrar", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--addr-file", af}, args...)
-	d := testenv.StartDaemon(t, "lois-registrar", exec.Command(buildLois(t), args...))
+	cmd := exec.Command(buildLois(t), args...)
+	d := testenv.StartDaemon(t, "lois-registrar", cmd)
 	var health, metrics string
 	testenv.Eventually(t, 60*time.Second, "registrar addresses", func() error {
 		if err := d.Exited(); err != nil {
@@ -114,7 +123,7 @@ func registrarDaemon(t *testing.T, args ...string) (*testenv.Daemon, string) {
 		return nil
 	})
 	d.Get(t, 60*time.Second, health, "/readyz")
-	return d, metrics
+	return d, metrics, cmd.Process
 }
 
 // metricValues reads samples of one scrape of the daemon's /metrics ("name{labels} value").
@@ -136,27 +145,22 @@ func metricValue(t *testing.T, d *testenv.Daemon, addr, series string) float64 {
 	return metricValues(t, d, addr, series)[0]
 }
 
-// TestRegistrarDaemonReplenishesDeviceOverNATS: the registrar runs as its own process (`lois
-// registrar`, seeds wrapped by a real Vault's Transit engine) on a real nats-server; a CI and
-// an SI follow the session stream; a device opens its session with a HELLO to the daemon and
-// exchanges 6 × 64 packets each way with epochs of 64 keystreams and no low-water margin, so
-// each pool runs empty: the DI holds the packet, sends EPOCH_REQ through the daemon, gets
-// the grant (installed at the CI and the SI first) and carries on; the SI's low-water events
-// bring download grants through the daemon to the DI. Every exchange completes, nothing is
-// dropped, no receiver meets an unknown or replayed id. Then the registrar is restarted: it
-// restores the session from its store (unwrapping the seed with Vault) and the device keeps
-// talking across further epochs, none reusing an epoch number. Finally the registrar's store
-// (the LOIS_REGISTRAR bucket through the API, and every file of the NATS server's storage)
-// holds the seed only wrapped: neither the seed (raw, hex or base64, as Vault unwraps it with
-// the root token) nor the device's control and stream keys appear.
-func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
-	const n, perPhase = 64, 6 * 64
-	root, vaultAddr, tokenFile := registrarVault(t)
-	srv := testenv.StartNATS(t)
-	args := []string{"--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid), "--n", fmt.Sprint(n),
-		"--wait-for", "ci-0,si-0", "--lifetime", "1h", "--vault-addr", vaultAddr, "--vault-token-file", tokenFile}
-	reg, metricsAddr := registrarDaemon(t, args...)
+// daemonPath is a CI, an SI and a device around a running registrar daemon: the CI and
+// the SI follow the session stream, the device opened its session with a HELLO to the daemon
+// and replenishes through it (NATSControl); every stream the device was handed is recorded.
+type daemonPath struct {
+	t              *testing.T
+	js             jetstream.JetStream
+	m              *Metrics
+	devTUN, srvTUN *memTUN
+	dev            *Device
+	keys           *contract.Keys // the HELLO answer
+	heldMu         sync.Mutex
+	held           []*contract.Keys
+}
 
+func startDaemonPath(t *testing.T, srv *testenv.NATS, n int) *daemonPath {
+	t.Helper()
 	js := srv.JetStream(t)
 	nc := js.Conn()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -171,10 +175,10 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 			}
 		}()
 	}
-	m, log, core := NewMetrics(nil), telemetry.Discard(), lois.Config{CIP: cip}
-	devTUN, srvTUN := newMemTUN(), newMemTUN()
+	p := &daemonPath{t: t, js: js, m: NewMetrics(nil), devTUN: newMemTUN(), srvTUN: newMemTUN()}
+	m, log, core := p.m, telemetry.Discard(), lois.Config{CIP: cip}
 	diWire, ciWire, siWire := udp(t), udp(t), udp(t)
-	s, err := NewServer(ServerConfig{Core: core, Ports: map[uint16]uint16{pSrv: sid}, TUN: srvTUN, Wire: siWire,
+	s, err := NewServer(ServerConfig{Core: core, Ports: map[uint16]uint16{pSrv: sid}, TUN: p.srvTUN, Wire: siWire,
 		Margin: time.Minute, Grace: time.Minute, Metrics: m, Log: log, LowWaterMin: 1, ExhaustQueue: 10 * time.Second,
 		LowWater: func(session string, sid uint16) error {
 			return nc.Publish(contract.SubjectLowWater("c1", session, sid), nil)
@@ -199,76 +203,146 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys.ControlKey() == nil || len(keys.Streams) != 2 || keys.Streams[0].N != n {
+	if keys.ControlKey() == nil || len(keys.Streams) != 2 || keys.Streams[0].N != uint32(n) {
 		t.Fatalf("HELLO answer: control key %v, %d streams", keys.ControlKey() != nil, len(keys.Streams))
 	}
-	held := []*contract.Keys{keys} // every stream the device was handed, for the store scan
-	var heldMu sync.Mutex
+	p.keys, p.held = keys, []*contract.Keys{keys}
 	ctl, err := NewNATSControl(nc, "c1", keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctl.Close()
-	rec := &recordingControl{NATSControl: ctl, held: &held, mu: &heldMu}
-	d, err := NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: devTUN, Wire: diWire, Cloud: addrOf(ciWire),
+	t.Cleanup(ctl.Close)
+	rec := &recordingControl{NATSControl: ctl, held: &p.held, mu: &p.heldMu}
+	p.dev, err = NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: p.devTUN, Wire: diWire, Cloud: addrOf(ciWire),
 		Margin: time.Minute, Grace: time.Minute, Metrics: m, Log: log, Control: rec, LowWaterMin: 1, ExhaustQueue: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.ServeGrants(&recordingDevice{Device: d, held: &held, mu: &heldMu}); err != nil {
+	if err := ctl.ServeGrants(&recordingDevice{Device: p.dev, held: &p.held, mu: &p.heldMu}); err != nil {
 		t.Fatal(err)
 	}
-	goRun(d.Run)
+	p.dev.SendReady(ctx)
+	goRun(p.dev.Run)
+	return p
+}
 
-	exchange := func(from, rounds int) {
-		t.Helper()
-		for i := from; i < from+rounds; i++ {
-			devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("ping"))
-			if got := srvTUN.next(t); [4]byte(got[12:16]) != dip || !lois.ChecksumsValid(got) {
-				t.Fatalf("packet %d at the server: %x", i, got[:40])
-			}
-			srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, uint32(i), 0x18, []byte("pong"))
-			if got := devTUN.next(t); [4]byte(got[12:16]) != cip || !lois.ChecksumsValid(got) {
-				t.Fatalf("reply %d at the device: %x", i, got[:40])
-			}
+// exchange sends rounds packets from the device and as many replies, each waiting for the
+// previous one.
+func (p *daemonPath) exchange(from, rounds int) {
+	t := p.t
+	t.Helper()
+	for i := from; i < from+rounds; i++ {
+		p.devTUN.in <- tcp(dip, cip, dport, sid, uint32(i), 1, 0x18, []byte("ping"))
+		if got := p.srvTUN.next(t); [4]byte(got[12:16]) != dip || !lois.ChecksumsValid(got) {
+			t.Fatalf("packet %d at the server: %x", i, got[:40])
+		}
+		p.srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, uint32(i), 0x18, []byte("pong"))
+		if got := p.devTUN.next(t); [4]byte(got[12:16]) != cip || !lois.ChecksumsValid(got) {
+			t.Fatalf("reply %d at the device: %x", i, got[:40])
 		}
 	}
-	count := func(role, dir, result string) float64 {
-		return testutil.ToFloat64(m.Packets.WithLabelValues(role, dir, result))
-	}
-	checkClean := func(phase string) {
-		t.Helper()
-		for _, rc := range []struct{ role, dir string }{{"ci", "up"}, {"si", "up"}, {"di", "down"}} {
-			for _, r := range []string{contract.ResultReplay, contract.ResultUnknownID} {
-				if v := count(rc.role, rc.dir, r); v != 0 {
-					t.Errorf("%s: %s %s counted %v %s", phase, rc.role, rc.dir, v, r)
-				}
-			}
-		}
-		for _, rc := range []struct{ role, dir string }{{"di", "up"}, {"si", "down"}} {
-			if v := count(rc.role, rc.dir, contract.ResultExhausted); v != 0 {
-				t.Errorf("%s: %s dropped %v packets as exhausted", phase, rc.role, v)
-			}
-		}
-	}
+}
 
-	exchange(0, perPhase)
-	checkClean("before the restart")
-	if q := testutil.ToFloat64(m.ExhaustQueued.WithLabelValues("di")); q < 1 {
-		t.Errorf("the DI never ran out of keystreams (%v packets held): the test did not exhaust its pool", q)
+func (p *daemonPath) count(role, dir, result string) float64 {
+	return testutil.ToFloat64(p.m.Packets.WithLabelValues(role, dir, result))
+}
+
+// checkClean: no receiver met an unknown or replayed id, no sender dropped a packet as
+// exhausted.
+func (p *daemonPath) checkClean(phase string) {
+	t := p.t
+	t.Helper()
+	for _, rc := range []struct{ role, dir string }{{"ci", "up"}, {"si", "up"}, {"di", "down"}} {
+		for _, r := range []string{contract.ResultReplay, contract.ResultUnknownID} {
+			if v := p.count(rc.role, rc.dir, r); v != 0 {
+				t.Errorf("%s: %s %s counted %v %s", phase, rc.role, rc.dir, v, r)
+			}
+		}
 	}
+	for _, rc := range []struct{ role, dir string }{{"di", "up"}, {"si", "down"}} {
+		if v := p.count(rc.role, rc.dir, contract.ResultExhausted); v != 0 {
+			t.Errorf("%s: %s dropped %v packets as exhausted", phase, rc.role, v)
+		}
+	}
+}
+
+// epochsHandedOnce checks that no (session, direction, epoch) reached the device twice.
+func (p *daemonPath) epochsHandedOnce() {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	seen := map[string]bool{}
+	for _, k := range p.held {
+		for _, st := range k.Streams {
+			key := fmt.Sprintf("%s/%s/%d", k.Session, st.Dir, st.Epoch)
+			if seen[key] {
+				p.t.Errorf("epoch %s handed to the device twice", key)
+			}
+			seen[key] = true
+		}
+	}
+}
+
+// TestRegistrarDaemonReplenishesDeviceOverNATS: the registrar runs as its own process (`lois
+// registrar`, seeds wrapped by a real Vault's Transit engine) on a real nats-server; a CI and
+// an SI follow the session stream; a device opens its session with a HELLO to the daemon and
+// exchanges 6 × 64 packets each way with epochs of 64 keystreams and no low-water margin, so
+// each pool runs empty: the DI holds the packet, sends EPOCH_REQ through the daemon, gets
+// the grant (installed at the CI and the SI first) and carries on; the SI's low-water events
+// bring download grants through the daemon to the DI. Every exchange completes, nothing is
+// dropped, no receiver meets an unknown or replayed id. Then the registrar is restarted: it
+// restores the session from its store (unwrapping the seed with Vault) and the device keeps
+// talking across further epochs, none reusing an epoch number. Finally the registrar's store
+// (the LOIS_REGISTRAR bucket through the API, and every file of the NATS server's storage)
+// holds the seed only wrapped: neither the seed (raw, hex or base64, as Vault unwraps it with
+// the root token) nor the device's control and stream keys appear.
+func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
+	const n, perPhase = 64, 6 * 64
+	root, vaultAddr, tokenFile := registrarVault(t)
+	srv := testenv.StartNATS(t)
+	args := []string{"--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid), "--n", fmt.Sprint(n),
+		"--wait-for", "ci-0,si-0", "--lifetime", "1h", "--vault-addr", vaultAddr, "--vault-token-file", tokenFile}
+	reg, metricsAddr, proc := registrarProcess(t, args...)
+
+	p := startDaemonPath(t, srv, n)
+
+	// The registrar is paused while the first epoch is used: the device's 65th packet finds its
+	// pool empty and is held, its EPOCH_REQ unanswered; the registrar resumes, the grant
+	// comes, the packet goes, and the reply (the SI's pool is empty too) likewise.
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	p.exchange(0, n)
+	p.devTUN.in <- tcp(dip, cip, dport, sid, n, 1, 0x18, []byte("ping"))
+	testenv.Eventually(t, 10*time.Second, "the DI holds a packet for its empty pool", func() error {
+		if q := testutil.ToFloat64(p.m.ExhaustQueued.WithLabelValues("di")); q != 1 {
+			return fmt.Errorf("%v held", q)
+		}
+		return nil
+	})
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.srvTUN.next(t); [4]byte(got[12:16]) != dip {
+		t.Fatalf("the held packet at the server: %x", got[:40])
+	}
+	p.srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, n, 0x18, []byte("pong"))
+	if got := p.devTUN.next(t); [4]byte(got[12:16]) != cip {
+		t.Fatalf("the held reply at the device: %x", got[:40])
+	}
+	p.exchange(n+1, perPhase-n-1)
+	p.checkClean("before the restart")
 	// One scrape; a grant still in flight is counted granted before it is answered.
 	vs := metricValues(t, reg, metricsAddr, `lois_epochs_granted_total{dir="up",role="registrar"}`,
 		`lois_epochs_granted_total{dir="down",role="registrar"}`, `lois_registrar_requests_total{kind="epoch",result="ok"}`)
 	up, down := vs[0], vs[1]
-	if up < 5 || down < 5 {
-		t.Fatalf("the registrar daemon granted %v upload and %v download epochs, want ≥ 5 each", up, down)
+	if up < 4 || down < 4 { // 6 epochs' worth: ≥ 5 grants each, the last perhaps still counting
+		t.Fatalf("the registrar daemon granted %v upload and %v download epochs, want ≥ 4 each", up, down)
 	}
 	if v := vs[2]; v != up && v != up-1 {
 		t.Errorf("%v EPOCH_REQs answered ok, %v upload grants", v, up)
 	}
 	t.Logf("before the restart: %v upload and %v download epochs granted by the daemon, %v packets held for a grant",
-		up, down, testutil.ToFloat64(m.ExhaustQueued.WithLabelValues("di")))
+		up, down, testutil.ToFloat64(p.m.ExhaustQueued.WithLabelValues("di")))
 
 	// Restart: the session comes back from the store, the epochs carry on.
 	reg.Stop(t)
@@ -276,25 +350,16 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 	if v := metricValue(t, reg, metricsAddr, "lois_registrar_sessions"); v != 1 {
 		t.Fatalf("restarted registrar holds %v sessions, want the 1 restored", v)
 	}
-	exchange(perPhase, perPhase/2)
-	checkClean("after the restart")
+	p.exchange(perPhase, perPhase/2)
+	p.checkClean("after the restart")
 	if up2 := metricValue(t, reg, metricsAddr, `lois_epochs_granted_total{dir="up",role="registrar"}`); up2 < 2 {
 		t.Errorf("the restarted registrar granted %v upload epochs, want ≥ 2", up2)
 	}
-	heldMu.Lock()
-	epochs := map[string]bool{}
-	for _, k := range held {
-		for _, st := range k.Streams {
-			key := fmt.Sprintf("%s/%d", st.Dir, st.Epoch)
-			if epochs[key] {
-				t.Errorf("epoch %s handed to the device twice (the restarted registrar reused an epoch)", key)
-			}
-			epochs[key] = true
-		}
-	}
-	heldMu.Unlock()
+	p.epochsHandedOnce()
 
-	scanRegistrarStore(t, root, js, srv.Server.JetStreamConfig().StoreDir, keys.Session, held)
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	scanRegistrarStore(t, root, p.js, srv.Server.JetStreamConfig().StoreDir, p.keys.Session, p.held)
 }
 
 // scanRegistrarStore checks the registrar's bucket and the NATS server's files: the session's
@@ -421,4 +486,41 @@ func (r *recordingDevice) InstallGrant(k *contract.Keys) error {
 	*r.held = append(*r.held, &c)
 	r.mu.Unlock()
 	return r.Device.InstallGrant(k)
+}
+
+// TestRegistrarDaemonRekeyOverNATS (spec §3.12 full rekey through the daemon): `lois
+// registrar --seed-store memory --rekey-streams 256` lets a seed give four epochs of 64 (the
+// session's first up and down epochs and two grants); the next EPOCH_REQ is answered
+// rekey_due, the DI asks the daemon for a full rekey (sealed under the old session's control
+// key), gets a new session with its own control key and carries on, its download grants now
+// coming on the new session's subject. 8 × 64 exchanges cross several rekeys: every one
+// completes, no receiver meets an unknown or replayed id, nothing is dropped, no epoch of any
+// session reaches the device twice, and the daemon holds only the live sessions.
+func TestRegistrarDaemonRekeyOverNATS(t *testing.T) {
+	const n = 64
+	srv := testenv.StartNATS(t)
+	reg, metricsAddr := registrarDaemon(t, "--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid),
+		"--n", fmt.Sprint(n), "--wait-for", "ci-0,si-0", "--seed-store", "memory", "--rekey-streams", fmt.Sprint(4*n))
+	p := startDaemonPath(t, srv, n)
+	first := p.dev.Session()
+	p.exchange(0, 8*n)
+	p.checkClean("across rekeys")
+	p.epochsHandedOnce()
+	vs := metricValues(t, reg, metricsAddr, `lois_registrar_requests_total{kind="rehello",result="ok"}`,
+		`lois_registrar_requests_total{kind="epoch",result="rekey_due"}`, "lois_registrar_sessions")
+	due := testutil.ToFloat64(p.m.RekeysDue.WithLabelValues("di"))
+	if vs[0] < 1 || vs[1] < 1 || due < 1 || p.dev.Session() == first {
+		t.Fatalf("rekeys: %v answered, %v EPOCH_REQs due at the daemon, %v at the DI; session changed %v",
+			vs[0], vs[1], due, p.dev.Session() != first)
+	}
+	if vs[2] != 1 {
+		t.Errorf("the daemon holds %v sessions after the rekeys, want only the live one", vs[2])
+	}
+	sessions := map[string]bool{}
+	p.heldMu.Lock()
+	for _, k := range p.held {
+		sessions[k.Session] = true
+	}
+	p.heldMu.Unlock()
+	t.Logf("%d exchanges over %d sessions (%v rekeys)", 8*n, len(sessions), vs[0])
 }

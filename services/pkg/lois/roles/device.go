@@ -244,6 +244,9 @@ func (d *Device) replenishLoop() error {
 			if err == nil {
 				err = d.InstallGrant(k)
 			}
+			if err == nil && !k.Grant {
+				d.ready(ctx, k.Session)
+			}
 			if err == nil {
 				continue
 			}
@@ -268,6 +271,39 @@ func (d *Device) replenishLoop() error {
 		}
 	}
 }
+
+// Readier is an EpochClient that takes the DI's READY (spec §3.2): the registrar daemon's
+// sessions send downloads only after it.
+type Readier interface {
+	Ready(ctx context.Context, session string) error
+}
+
+// ready sends READY for a session the DI installed, if its Control takes one; a failure is
+// retried a few times (without it the SIs keep the device's previous session, or none).
+func (d *Device) ready(ctx context.Context, session string) {
+	r, ok := d.cfg.Control.(Readier)
+	if !ok {
+		return
+	}
+	for attempt := range 5 {
+		rctx, cancel := context.WithTimeout(ctx, epochRequestTimeout)
+		err := r.Ready(rctx, session)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		d.cfg.Log.Warn("READY not recorded", "attempt", attempt+1, "err", err)
+		select {
+		case <-d.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// SendReady sends READY for the DI's current session (after NewDevice installed the keys of
+// its HELLO), if its Control takes one.
+func (d *Device) SendReady(ctx context.Context) { d.ready(ctx, d.Session()) }
 
 // sendParked hides and sends a held packet; false if its pool is still empty.
 func (d *Device) sendParked(pk *parked) bool {

@@ -59,6 +59,9 @@ type Registrar struct {
 	DeviceLinksOverNATS bool
 	// Policy is what a HELLO may ask for (ServeControl).
 	Policy HelloPolicy
+	// AwaitReady marks the session records: SIs send downloads with a session only after its
+	// DI's READY (Ready), not as soon as they installed it (spec §3.2).
+	AwaitReady bool
 	// Served, if set, counts the control requests ServeControl answers.
 	Served   *RegistrarMetrics
 	mu       sync.Mutex
@@ -120,6 +123,7 @@ func (r *Registrar) Open(ctx context.Context, p Provision) (*contract.Keys, erro
 	}
 	rec := *prov.Server[0]
 	rec.Replica = 0
+	rec.AwaitReady = r.AwaitReady
 	ss := &regSession{seed: *prov.Seed, base: rec, services: map[uint16]bool{}, n: p.N, lifetime: p.Lifetime, epoch: p.Epoch,
 		rekey: lois.Rekey{Start: now.Unix(), Used: 2 * uint64(p.N) * uint64(len(p.Services))}}
 	clear(prov.Seed[:])
@@ -304,6 +308,27 @@ func (r *Registrar) derive(ctx context.Context, session string, sid uint16, d lo
 	return &rec, st.Epoch, ss.device, nil
 }
 
+// Ready publishes a session's READY record: its DI installed the session, so SIs may send
+// downloads with it (the SIs act on it as it comes; the DI need not wait for them).
+func (r *Registrar) Ready(ctx context.Context, session string) error {
+	r.mu.Lock()
+	ss := r.sessions[session]
+	var rec contract.Keys
+	if ss != nil {
+		rec = contract.Keys{Version: contract.KeysVersion, Session: session, DeviceIP: ss.base.DeviceIP, Ready: true,
+			Created: time.Now().Unix()}
+	}
+	r.mu.Unlock()
+	if ss == nil {
+		return ErrUnknownSession
+	}
+	data, err := json.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	return natsx.Publish(ctx, r.JS, contract.SubjectSessionReady(r.Cloud), session+".ready", data, nil)
+}
+
 // Close forgets a session (its seed is wiped); its entries expire at the replicas.
 func (r *Registrar) Close(session string) {
 	r.mu.Lock()
@@ -369,7 +394,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, rep
 		_ = js.DeleteConsumer(dctx, contract.StreamSessions, durable)
 	}()
 	return natsx.Consume(ctx, js, natsx.ConsumerSpec{Stream: contract.StreamSessions, Durable: durable,
-		Filters: []string{contract.SubjectSessionOpen(cloud), contract.SubjectEpochGrant(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
+		Filters: []string{contract.SubjectSessionOpen(cloud), contract.SubjectEpochGrant(cloud), contract.SubjectSessionReady(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 		rec, err := contract.ParseKeys(m.Data())
 		if err != nil {
 			log.Warn("session record dropped", "err", err)

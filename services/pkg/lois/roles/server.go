@@ -59,6 +59,10 @@ type serverSession struct {
 	mu      sync.Mutex
 	low     map[uint16]int64 // unix second a low-water event went out, by SID; guarded by lock
 	list    []sidPool        // the pools again, for the per-packet low-water check (no map)
+	dip     [4]byte
+	// waiting: an AwaitReady session whose downloads wait for the DI's READY record (it is
+	// not yet the device's session in s.sessions); guarded by s.up.mu.
+	waiting bool
 }
 
 type sidPool struct {
@@ -89,6 +93,9 @@ type Server struct {
 	mine      map[uint16]bool
 	installed map[string]bool // session and epoch records (recordKey), guarded by up.mu
 	bySession map[string]*serverSession
+	// awaiting counts, by device address, sessions installed and waiting for their DI's
+	// READY, guarded by up.mu: a reply to such a device is held, not dropped.
+	awaiting  map[[4]byte]int
 	nSessions int
 	lowc      chan lowEvent
 	park      *parker // with LowWater: replies held while their pool is empty
@@ -114,7 +121,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, core: lois.NewServer(cfg.Core, t, cfg.Ports), mine: mine, installed: map[string]bool{},
-		bySession: map[string]*serverSession{}, lowc: make(chan lowEvent, 64), ex: exID(cfg.Core)}
+		bySession: map[string]*serverSession{}, awaiting: map[[4]byte]int{}, lowc: make(chan lowEvent, 64), ex: exID(cfg.Core)}
 	if s.cfg.LowWaterRetry <= 0 {
 		s.cfg.LowWaterRetry = 5 * time.Second
 	}
@@ -156,6 +163,17 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	if k.Grant {
 		return s.installGrant(k, key)
 	}
+	if k.Ready {
+		s.installed[key] = true
+		if ss := s.bySession[k.Session]; ss != nil && ss.waiting {
+			ss.waiting = false
+			if s.awaiting[ss.dip]--; s.awaiting[ss.dip] <= 0 {
+				delete(s.awaiting, ss.dip)
+			}
+			s.activate(ss)
+		}
+		return nil
+	}
 	dip, err := netip.ParseAddr(k.DeviceIP)
 	wire, werr := netip.ParseAddrPort(k.DeviceWire)
 	if err != nil || werr != nil || !dip.Is4() {
@@ -170,7 +188,8 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	if k.Replica < 0 {
 		return nil
 	}
-	ss := &serverSession{session: k.Session, wire: wire, byID: map[uint16]*lois.Pool{}, low: map[uint16]int64{}}
+	ss := &serverSession{session: k.Session, wire: wire, byID: map[uint16]*lois.Pool{}, low: map[uint16]int64{}, dip: dip.As4(),
+		waiting: k.AwaitReady}
 	if s.cfg.STP != nil && !s.cfg.Plain {
 		if ss.pad, err = newPadder(*s.cfg.STP); err != nil {
 			return err
@@ -188,16 +207,36 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 		clear(st.Key[:])
 	}
 	s.bySession[k.Session] = ss
-	// Copy on write: the download loop reads the map without a lock. A session's pools
-	// belong to the download loop once published.
+	if ss.waiting {
+		s.awaiting[ss.dip]++
+	} else {
+		s.activate(ss)
+	}
+	return nil
+}
+
+// awaitingReady reports whether a session of device dip waits for its READY.
+func (s *Server) awaitingReady(dip [4]byte) bool {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	return s.awaiting[dip] > 0
+}
+
+// activate makes ss the device's session for downloads (the caller holds s.up.mu): copy on
+// write, as the download loop reads the map without a lock; a session's pools belong to the
+// download loop once published. Replies held for the device's previous session (a full rekey)
+// go out with the new one's keystreams.
+func (s *Server) activate(ss *serverSession) {
 	old := *s.sessions.Load()
 	next := make(map[[4]byte]*serverSession, len(old)+1)
 	for a, v := range old {
 		next[a] = v
 	}
-	next[dip.As4()] = ss
+	next[ss.dip] = ss
 	s.sessions.Store(&next)
-	return nil
+	if s.park != nil {
+		s.park.granted()
+	}
 }
 
 // Run moves packets until ctx ends.
@@ -286,6 +325,11 @@ func (s *Server) download() error {
 		}
 		ss := (*s.sessions.Load())[[4]byte(pkt[16:20])]
 		if ss == nil {
+			// A device whose session waits for its READY: held until it comes (or dropped
+			// as exhausted at the deadline), not lost. Off the per-packet path: misses only.
+			if s.park != nil && s.awaitingReady([4]byte(pkt[16:20])) && s.park.park(pkt, nil) {
+				continue
+			}
 			s.dnC.inc(contract.ResultUnknownPeer)
 			continue
 		}
@@ -429,7 +473,12 @@ func (s *Server) checkLow(ss *serverSession, now int64) {
 
 // sendParked hides and sends a held reply; false if its pool is still empty.
 func (s *Server) sendParked(pk *parked) bool {
-	ss := pk.ss
+	// The device's session now: a full rekey may have replaced the one the reply was held for,
+	// and a reply held for a session awaiting its READY has none yet.
+	ss := (*s.sessions.Load())[[4]byte(pk.buf[lois.Headroom+16:lois.Headroom+20])]
+	if ss == nil {
+		return false
+	}
 	mu := ss.lock()
 	mu.Lock()
 	off, err := s.core.HideDownload(pk.buf[:lois.Headroom+pk.n], lois.Headroom, &ss.pools, s.clk.now())
