@@ -8,8 +8,9 @@
 // io.Writer through one chunk buffer; Evaluate reads it from an io.Reader and evaluates
 // while it arrives, so memory is the wire labels (16 B per label slot) plus the chunk, and a
 // GateSource can produce the gates lazily for circuits larger than memory (spec §10 #14).
-// Publisher label pairs (a0, a1) enter through identity gates (§3.5): two rows indexed by
-// lsb(a) translating them into Δ-structured labels; constant (nullified) inputs get one
+// Publisher label pairs (a0, a1) enter through identity gates (§3.5) translating them into
+// Δ-structured labels, one 16-byte row each (the 1-ciphertext option of §8.5: the label of
+// the bit whose a has permute bit 0 is H(a, t) itself, so its row is implicit); constant (nullified) inputs get one
 // label; outputs are decoded from permute bits only, d_j = lsb(W_j^0) ⊕ r_j, so no output
 // label is ever sent (§2.6.2, §3.7).
 //
@@ -22,7 +23,8 @@
 // below 2³², so the two never meet. Identity gates use E(a, t) = H(a, t) (the alternative
 // §8.5 allows) rather than AES keyed by a: it runs in the same batched fixed-key AES as the
 // gates, without a key schedule per wire, and a uniformly random a independent of Δ is a
-// sound input to a CCR hash under a fresh π; the 1-row GRR variant of §8.5 is not done.
+// sound input to a CCR hash under a fresh π. Stream version 2 has the 1-row identity gates
+// (version 1, two rows, is refused).
 // Constants in a compiled Circuit are folded away; a lazy GateSource's constants become
 // wires whose evaluator label is the all-zero label (the value is public). NOT a is
 // garbled as a ⊕ one, where the "one" slot holds Δ for the Garbler and zero for the

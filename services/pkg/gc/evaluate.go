@@ -64,8 +64,8 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	defer putIdentityScratch(sc)
 	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
 	idBuf := buf
-	if len(idBuf) < 32*batch {
-		idBuf = make([]byte, 32*batch)
+	if len(idBuf) < 16*batch {
+		idBuf = make([]byte, 16*batch)
 	}
 	tweak := mkLabel(Label(h.ExecID).lo(), 0) // tweakID(exec, u): u goes into bytes 8–15
 	lw := u64s(L)
@@ -79,7 +79,7 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 				n++
 			}
 		}
-		if _, err := io.ReadFull(r, idBuf[:32*n]); err != nil {
+		if _, err := io.ReadFull(r, idBuf[:16*n]); err != nil {
 			return nil, readErr("identity tables", err)
 		}
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
@@ -89,9 +89,11 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 			if isConst(u) {
 				continue
 			}
-			row := idBuf[32*i+16*int(labels[u][0]&1):]
-			lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)
-			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
+			// X = H(a, t) ⊕ (lsb(a) ? T_u : 0): the row of permute bit 0 is implicit.
+			m := -uint64(labels[u][0] & 1)
+			row := idBuf[16*i:]
+			lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)&m
+			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])&m
 			i++
 		}
 	}

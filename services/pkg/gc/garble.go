@@ -203,11 +203,16 @@ func inputLabels(W []Label) {
 	clear(k.rk256[:])
 }
 
-// garbleIdentity writes the identity tables: for input wire u with publisher labels
-// (a0, a1), row lsb(a_b) is H(a_b, tweakID(exec, u)) ⊕ W_u^b. Spec §8.5 offers E = AES
-// keyed by a or E = H; H is taken because it runs in the same batched fixed-key AES as the
-// gates (no key schedule per wire) and a_b, uniformly random and independent of Δ, is a
-// fine input to a CCR hash keyed by a fresh π.
+// garbleIdentity writes the identity tables, one row per input wire u with publisher labels
+// (a0, a1): the spec's optional 1-ciphertext identity gate (§8.5, GRR-style). With
+// h_b = H(a_b, tweakID(exec, u)), the label of the bit c whose a_c has permute bit 0 is
+// W_u^c = h_c, so its row is implicitly zero and not sent; the other row is
+// T_u = h_0 ⊕ h_1 ⊕ Δ. The evaluator holding a gets h = H(a, t) and X = h when lsb(a) = 0,
+// X = h ⊕ T_u when lsb(a) = 1. It writes W_u^0 into W0[u] (replacing the random label),
+// 16 bytes per wire instead of two 16-byte rows. H is the fixed-key hash rather than AES
+// keyed by a: it runs in the same batched fixed-key AES as the gates (no key schedule per
+// wire), and a_b, uniformly random and independent of Δ, is a fine input to a CCR hash
+// keyed by a fresh π.
 func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
 	const batch = identityBatch / 2
 	sc := getIdentityScratch()
@@ -232,31 +237,30 @@ func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
 		h := u64s(dst[:n])
 		i := 0
-		var tmp [32]byte
+		var tmp [16]byte
 		for u := base; u < end; u++ {
 			in := &inputs[u]
 			if in.Const {
 				continue
 			}
-			rows := tmp[:]
-			direct := sw.room() >= 32
-			if direct {
-				rows = sw.grow(32)
+			h0l, h0h, h1l, h1h := h[2*i], h[2*i+1], h[2*i+2], h[2*i+3]
+			if in.A0[0]&1 == 0 { // c = 0: W⁰ = h0
+				w0[2*u], w0[2*u+1] = h0l, h0h
+			} else { // c = 1: W¹ = h1, W⁰ = h1 ⊕ Δ
+				w0[2*u], w0[2*u+1] = h1l^dl, h1h^dh
 			}
-			// Row lsb(a0) opens W⁰ under a0, the other W⁰ ⊕ Δ under a1.
-			b0 := 16 * (in.A0[0] & 1)
-			r1 := 16 - b0
-			wl, wh := w0[2*u], w0[2*u+1]
-			binary.NativeEndian.PutUint64(rows[b0:], h[2*i]^wl)
-			binary.NativeEndian.PutUint64(rows[b0+8:], h[2*i+1]^wh)
-			binary.NativeEndian.PutUint64(rows[r1:], h[2*i+2]^wl^dl)
-			binary.NativeEndian.PutUint64(rows[r1+8:], h[2*i+3]^wh^dh)
+			row := tmp[:]
+			direct := sw.room() >= 16
+			if direct {
+				row = sw.grow(16)
+			}
+			binary.NativeEndian.PutUint64(row, h0l^h1l^dl)
+			binary.NativeEndian.PutUint64(row[8:], h0h^h1h^dh)
 			if !direct {
-				sw.write(rows)
+				sw.write(row)
 			}
 			i += 2
 		}
-		clear(tmp[:])
 	}
 	return sw.err
 }

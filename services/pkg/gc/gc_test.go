@@ -261,7 +261,7 @@ func TestLargeStream(t *testing.T) {
 }
 
 // TestSizeRegression is spec §10 #16 for the Bristol circuits: AND-gate counts and the
-// exact garbled size (header + input kinds + 32 B per identity gate + 32 B per AND +
+// exact garbled size (header + input kinds + 16 B per identity gate + 32 B per AND +
 // decoding bits) are fixed here, so a change to either is a deliberate one.
 func TestSizeRegression(t *testing.T) {
 	for _, tc := range []struct {
@@ -269,8 +269,8 @@ func TestSizeRegression(t *testing.T) {
 		and, free int
 		size      int64
 	}{
-		{"aes_128.txt", 6400, 30263, 100 + 32 + 256*32 + 6400*32 + 16},
-		{"sha256.txt", 22573, 112500, 100 + 96 + 768*32 + 22573*32 + 32},
+		{"aes_128.txt", 6400, 30263, 100 + 32 + 256*16 + 6400*32 + 16},
+		{"sha256.txt", 22573, 112500, 100 + 96 + 768*16 + 22573*32 + 32},
 	} {
 		c := readBristolFile(t, tc.file)
 		p := mustCompile(t, c)

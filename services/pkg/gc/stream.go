@@ -13,7 +13,8 @@ import (
 //
 //	offset  size        field
 //	0       4           magic "OBGC"
-//	4       1           version (1: free-XOR, half-gates, GKWY20 hash, identity gates with E = H)
+//	4       1           version (2: free-XOR, half-gates, GKWY20 hash, 1-row identity gates
+//	                    with E = H; version 1 sent both identity rows)
 //	5       3           reserved, zero
 //	8       16          execID (fresh random per execution, spec D22)
 //	24      32          circuit hash (Circuit.Hash; the evaluator's Plan must match)
@@ -25,8 +26,10 @@ import (
 //	100     c           context: the caller's bytes (PPS puts fnid and round here), opaque to gc
 //	        ⌈n/8⌉       input kinds: bit u (LSB first) set when input wire u is a constant
 //	                    (nullified or hard-wired) with one label, clear for an identity gate
-//	        32·k        identity tables, input wire order: rows T[u][0] ‖ T[u][1], where
-//	                    T[u][lsb(a_b)] = H(a_b, tweakID(exec, u)) ⊕ W_u^b (spec §8.5)
+//	        16·k        identity tables, input wire order: one row per identity gate,
+//	                    T_u = H(a_0, t) ⊕ H(a_1, t) ⊕ Δ with t = tweakID(exec, u); the row
+//	                    of the label with permute bit 0 is implicit, since the Garbler sets
+//	                    that label's W_u to H(a, t) (spec §8.5, the 1-ciphertext option)
 //	        16·(n−k)    constant labels, input wire order: W_u^v for the constant bit v
 //	        32·ANDs     gate tables TG ‖ TE, in the Plan's schedule order
 //	        ⌈m/8⌉       decoding bits d_j = lsb(W_j^0) ⊕ r_j (LSB first), padding bits zero
@@ -35,7 +38,7 @@ import (
 // (o⊕r)_j = lsb(X_j) ⊕ d_j.
 const (
 	streamMagic   = "OBGC"
-	streamVersion = 1
+	streamVersion = 2
 	headerSize    = 100
 	// MaxContext bounds the caller's context bytes in the stream header.
 	MaxContext = 4096
@@ -123,10 +126,11 @@ func readErr(what string, err error) error {
 }
 
 // StreamSize is the length of a stream for p with nConst constant input wires and a
-// context of ctxLen bytes: header + input kinds + 32 B per identity gate + 16 B per
-// constant label + 32 B per AND + decoding bits (spec §10 #16).
+// context of ctxLen bytes: header + input kinds + 16 B per identity gate + 16 B per
+// constant label + 32 B per AND + decoding bits (spec §10 #16); an identity row and a
+// constant label being both 16 B, nConst does not change it (kept for callers).
 func StreamSize(p *Plan, nConst, ctxLen int) int64 {
 	n := int64(p.nIn)
-	return headerSize + int64(ctxLen) + (n+7)/8 + 32*(n-int64(nConst)) + 16*int64(nConst) +
+	return headerSize + int64(ctxLen) + (n+7)/8 + 16*n +
 		32*int64(p.nAND) + int64(p.nOut+7)/8
 }
