@@ -34,6 +34,15 @@ var (
 	loisBinErr  error
 )
 
+// TestMain removes the lois binary buildLois made, if a test needed it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if loisBin != "" {
+		os.RemoveAll(filepath.Dir(loisBin))
+	}
+	os.Exit(code)
+}
+
 // buildLois builds services/cmd/lois once per test binary (the registrar daemon under test).
 func buildLois(t *testing.T) string {
 	t.Helper()
