@@ -47,7 +47,7 @@ const (
 func NewRegistrarMetrics(reg prometheus.Registerer) *RegistrarMetrics {
 	m := &RegistrarMetrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRegistrarRequests,
-			Help: "Control requests the LOIS registrar answered, by kind (hello, epoch, rehello, lowwater) and result (ok, rekey_due, unknown_session, refused, error)."},
+			Help: "Control requests the LOIS registrar answered, by kind (hello, epoch, rehello, ready, lowwater) and result (ok, rekey_due, unknown_session, refused, error)."},
 			[]string{"kind", "result"}),
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricRegistrarSessions,
 			Help: "Device sessions the LOIS registrar holds open (their seeds wrapped in its store)."}),
