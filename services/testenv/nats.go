@@ -26,6 +26,8 @@ type NATS struct {
 
 	stop     func()
 	stopOnce sync.Once
+	cfg      natsConfig // how it was started, for Reload
+	dir      string
 }
 
 // URL returns the client URL, "nats://127.0.0.1:<port>".
@@ -117,10 +119,71 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	sopts, err := cfg.options(dir)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
+	}
+
+	s, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
+	}
+	logPath := filepath.Join(dir, "nats.log")
+	logger, err := newFileLogger(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: start NATS: %w", err)
+	}
+	s.SetLogger(logger, false, false)
+	s.Start()
+	n := &NATS{Server: s, LogPath: logPath, cfg: cfg, dir: dir, stop: func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		logger.close()
+	}}
+	if !s.ReadyForConnections(10 * time.Second) {
+		n.Stop()
+		return nil, fmt.Errorf("testenv: embedded NATS (server %q on %s, MQTT %v, store %s) not ready for connections in 10s\n%s",
+			sopts.ServerName, Host, sopts.MQTT.Port != 0, sopts.StoreDir, logTail(logPath, 30))
+	}
+	if sopts.MQTT.Port != 0 {
+		vz, err := s.Varz(nil)
+		if err != nil {
+			n.Stop()
+			return nil, fmt.Errorf("testenv: NATS MQTT port: %w", err)
+		}
+		n.MQTTPort = vz.MQTT.Port
+	}
+	return n, nil
+}
+
+// Reload replaces the configuration text given with WithNATSConfig by conf and reloads the
+// running server, as nats-server does on SIGHUP after the operator re-renders the accounts
+// (the NATS reloader): the same ports, store and other options.
+func (n *NATS) Reload(conf string) error {
+	cfg := n.cfg
+	cfg.conf = conf
+	o, err := cfg.options(n.dir)
+	if err != nil {
+		return fmt.Errorf("testenv: reload NATS: %w", err)
+	}
+	o.Port = n.Server.Addr().(*net.TCPAddr).Port
+	if o.MQTT.Port != 0 {
+		o.MQTT.Port = n.MQTTPort
+	}
+	if err := n.Server.ReloadOptions(o); err != nil {
+		return fmt.Errorf("testenv: reload NATS: %w", err)
+	}
+	n.cfg = cfg
+	return nil
+}
+
+// options are the server options of cfg, JetStream stored under dir, every listener on
+// 127.0.0.1 (random ports).
+func (cfg *natsConfig) options(dir string) (*server.Options, error) {
 	sopts := &server.Options{}
 	if cfg.conf != "" {
 		if err := sopts.ProcessConfigString(cfg.conf); err != nil {
-			return nil, fmt.Errorf("testenv: start NATS: parse config: %w", err)
+			return nil, fmt.Errorf("parse config: %w", err)
 		}
 	}
 	if cfg.name != "" {
@@ -141,39 +204,9 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 		m(sopts)
 	}
 	if err := natsLoopbackOnly(sopts); err != nil {
-		return nil, fmt.Errorf("testenv: start NATS: %w", err)
+		return nil, err
 	}
-
-	s, err := server.NewServer(sopts)
-	if err != nil {
-		return nil, fmt.Errorf("testenv: start NATS: %w", err)
-	}
-	logPath := filepath.Join(dir, "nats.log")
-	logger, err := newFileLogger(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("testenv: start NATS: %w", err)
-	}
-	s.SetLogger(logger, false, false)
-	s.Start()
-	n := &NATS{Server: s, LogPath: logPath, stop: func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-		logger.close()
-	}}
-	if !s.ReadyForConnections(10 * time.Second) {
-		n.Stop()
-		return nil, fmt.Errorf("testenv: embedded NATS (server %q on %s, MQTT %v, store %s) not ready for connections in 10s\n%s",
-			sopts.ServerName, Host, sopts.MQTT.Port != 0, sopts.StoreDir, logTail(logPath, 30))
-	}
-	if sopts.MQTT.Port != 0 {
-		vz, err := s.Varz(nil)
-		if err != nil {
-			n.Stop()
-			return nil, fmt.Errorf("testenv: NATS MQTT port: %w", err)
-		}
-		n.MQTTPort = vz.MQTT.Port
-	}
-	return n, nil
+	return sopts, nil
 }
 
 // Stop shuts the server down and waits for it; calling it again does nothing.

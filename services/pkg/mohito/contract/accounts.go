@@ -119,6 +119,12 @@ func VendorAccountFor(v int, users, devices []natsx.User) natsx.Account {
 // password(user) gives each user's password. Only the two inbox families cross an account
 // boundary; everything else stays inside its account.
 func AccountsConfig(devices [][]string, password func(user string) string) string {
+	return AccountsLayout(devices, password).Render()
+}
+
+// AccountsLayout is the layout AccountsConfig renders, for a caller that adds accounts of its
+// own (another system's) before rendering: a configuration holds one accounts block.
+func AccountsLayout(devices [][]string, password func(user string) string) natsx.Layout {
 	vendors := len(devices)
 	users := func(names ...string) []natsx.User {
 		us := make([]natsx.User, len(names))
@@ -140,5 +146,5 @@ func AccountsConfig(devices [][]string, password func(user string) string) strin
 		}
 		accounts = append(accounts, VendorAccountFor(v, users(VendorUser(v)), users(ds...)))
 	}
-	return natsx.Layout{Accounts: accounts}.Render()
+	return natsx.Layout{Accounts: accounts}
 }
