@@ -67,15 +67,15 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	if len(idBuf) < 16*batch {
 		idBuf = make([]byte, 16*batch)
 	}
-	tweak := mkLabel(Label(h.ExecID).lo(), 0) // tweakID(exec, u): u goes into bytes 8–15
-	lw := u64s(L)
+	tl := binary.NativeEndian.Uint64(h.ExecID[:8]) // tweakID(exec, u) = exec[0:8] ‖ LE64(u), as words
+	lw, tws := u64s(L), u64s(tw)
 	for base := 0; base < p.nIn; base += batch {
 		end := min(base+batch, p.nIn)
 		n := 0
 		for u := base; u < end; u++ {
 			if !isConst(u) {
-				binary.LittleEndian.PutUint64(tweak[8:], uint64(u))
-				src[n], tw[n] = labels[u], tweak
+				src[n] = labels[u]
+				tws[2*n], tws[2*n+1] = tl, leWord(uint64(u))
 				n++
 			}
 		}

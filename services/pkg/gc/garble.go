@@ -218,8 +218,8 @@ func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input
 	sc := getIdentityScratch()
 	defer putIdentityScratch(sc)
 	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
-	tweak := mkLabel(Label(exec).lo(), 0) // tweakID(exec, u): u goes into bytes 8–15
-	w0 := u64s(W0)
+	tl := binary.NativeEndian.Uint64(exec[:8]) // tweakID(exec, u) = exec[0:8] ‖ LE64(u), as words
+	w0, t := u64s(W0), u64s(tw)
 	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
 	for base := 0; base < len(inputs); base += batch {
 		end := min(base+batch, len(inputs))
@@ -230,8 +230,8 @@ func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input
 				continue
 			}
 			src[n], src[n+1] = in.A0, in.A1
-			binary.LittleEndian.PutUint64(tweak[8:], uint64(u))
-			tw[n], tw[n+1] = tweak, tweak
+			th := leWord(uint64(u))
+			t[2*n], t[2*n+1], t[2*n+2], t[2*n+3] = tl, th, tl, th
 			n += 2
 		}
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])

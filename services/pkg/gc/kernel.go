@@ -2,6 +2,7 @@ package gc
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unsafe"
 )
 
@@ -137,6 +138,16 @@ func hashLabels(k *fixedKey, dst, src, tw, scratch []Label) {
 		d[i+1] ^= lo ^ hi
 	}
 }
+
+// leWord is the 64-bit word whose bytes in memory are LE64(x).
+func leWord(x uint64) uint64 {
+	if bigEndian {
+		return bits.ReverseBytes64(x)
+	}
+	return x
+}
+
+var bigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
 
 // u64s views labels as 64-bit words in memory order: word 2i is bytes 0–7 of L[i] (its lo
 // half on a little-endian machine), word 2i+1 bytes 8–15. Read and write them with
