@@ -301,6 +301,7 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	}
 	defer ss.zero()
 	var (
+		roundCh      chan allocatedRound // faithful mode: the round allocated beside the labels
 		a            *pps.Assignment
 		inputs       []gc.Input
 		garblerNulls = slices.Concat(ss.erased, ss.notAllowed)
@@ -328,7 +329,20 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		if err != nil {
 			return status.Errorf(codes.Internal, "garble: %v", err)
 		}
-		// The slots' labels on every core (ss.labels only reads the seeds).
+		// The function round is allocated (a Redis transaction) while the slots' labels are
+		// derived on every core (ss.labels only reads the seeds).
+		roundCh = make(chan allocatedRound, 1)
+		go func() {
+			var ar allocatedRound
+			ar.epoch, ar.round, ar.seed, ar.err = g.allocateRound(ctx, cf.f.ID)
+			roundCh <- ar
+		}()
+		defer func() {
+			if roundCh != nil { // not taken: erase its seed
+				ar := <-roundCh
+				ar.seed.Zero()
+			}
+		}()
 		inputs, err = pps.GarblerInputsParallel(a, ss.labels, runtime.GOMAXPROCS(0))
 	}
 	ss.zero()
@@ -345,12 +359,19 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 			nConst++
 		}
 	}
-	epoch, round, seed, err := g.allocateRound(ctx, cf.f.ID)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "garble: %v", err)
+	var ar allocatedRound
+	if roundCh != nil {
+		ar = <-roundCh
+		roundCh = nil
+	} else {
+		ar.epoch, ar.round, ar.seed, ar.err = g.allocateRound(ctx, cf.f.ID)
 	}
-	mask := pps.OutputMask(&seed, cf.f.OutputBits())
-	seed.Zero()
+	epoch, round := ar.epoch, ar.round
+	if ar.err != nil {
+		return status.Errorf(codes.Unavailable, "garble: %v", ar.err)
+	}
+	mask := pps.OutputMask(&ar.seed, cf.f.OutputBits())
+	ar.seed.Zero()
 	defer clear(mask)
 	gctx := garbleContext(cf.f.ID, round, epoch)
 	size := gc.StreamSize(cf.plan, nConst, len(gctx))
@@ -375,6 +396,13 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	g.log.Info("garbled", "fn", cf.f.ID, "mode", modeName(cf.mode), "exec", fmt.Sprintf("%x", h.ExecID), "round", round, "epoch", epoch,
 		"valid", a.ValidCount(), "and_gates", cf.plan.ANDCount(), "bytes", size, "chunks", w.msgs, "seconds", secs)
 	return nil
+}
+
+// allocatedRound is allocateRound's result, from a goroutine.
+type allocatedRound struct {
+	epoch, round uint64
+	seed         pps.Seed
+	err          error
 }
 
 // hardenedInputs is the garbler's side of an H1 execution (D21): it answers the broker's

@@ -242,11 +242,23 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		hdr     *ppsv1.GarbleHeader
 		hlabels []gc.Label // H1: the labels the OT reply gave
 	)
+	var flabels []gc.Label // faithful: the evaluator's input labels, built while the garbler works
 	if f.hardened {
 		masked := func(s int) (uint32, bool) { return slots[s].masked, slots[s].reason == pps.Valid }
 		stream, hdr, hlabels, err = b.hardenedGarble(gctx, a, masked, req)
 	} else {
+		var lerr error
+		built := make(chan struct{})
+		go func() {
+			defer close(built)
+			flabels, lerr = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
+		}()
 		stream, hdr, err = b.garbleHeader(gctx, req)
+		<-built
+		defer clear(flabels)
+		if err == nil {
+			err = lerr
+		}
 	}
 	if err != nil {
 		return err
@@ -273,11 +285,10 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	if !bytes.Equal(gh.ExecID[:], hdr.ExecId) {
 		return errors.New("garbled stream: execution id differs from the header's")
 	}
+	// A slot the garbler erased is a constant in the stream: its label here is not read.
 	labels := hlabels
 	if !f.hardened {
-		if labels, err = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels }); err != nil {
-			return err
-		}
+		labels = flabels
 	}
 	res, err := gc.EvaluateAfterHeader(gctx, f.plan, gh, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
 	clear(labels)
