@@ -33,9 +33,10 @@
 // evaluating, the whole half-gate in registers), and Compile reorders gates into layers of
 // independent ANDs so that the kernels always have a batch, drops the gates no output depends
 // on (they would only be garbled and sent), then gives each wire a label slot
-// that is reused once the wire is dead (the label array is the largest live set: 114k slots
-// for a 990k-wire Table 2 circuit, 1.8 MB instead of 16 MB); the pure-Go path (crypto/aes,
+// that is reused once the wire is dead (the label array is the largest live set: 96k slots
+// for the 990k-wire Table 2 rank-free circuit, 1.5 MB instead of 16 MB); the pure-Go path (crypto/aes,
 // one block at a time) is the fallback and is selected with -tags purego. The input wires'
 // zero-labels come from AES-128 in counter mode under a key drawn from crypto/rand for the
-// one Garble call and erased after it (pure Go: crypto/rand itself).
+// one Garble call and erased after it (pure Go: crypto/rand itself); an identity input's
+// zero-label is then replaced by its 1-row identity gate's hash.
 package gc
