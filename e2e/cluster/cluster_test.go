@@ -73,6 +73,9 @@ func TestCluster(t *testing.T) {
 		e.phase("helm upgrade and a Round change under load", e.upgradeUnderLoad)
 		e.phase("rotate the integrator (Vault) and vendor (Secret) keys under load", e.rotateKeysUnderLoad)
 	}
+	if natsCluster() {
+		e.phase("kill one node of the 3-node NATS mid-round under load (nats_cluster_test.go): nothing lost or duplicated, at most one round aborted", e.killNATSNodeUnderLoad)
+	}
 	var pps *ppsRun
 	e.phase("apply the SecurePipeline sample (its garbler namespace, keys, TLS Secrets, a Redis per trust domain)", func() {
 		pps = e.applyPipeline()
@@ -274,6 +277,7 @@ func (e *env) helmArgs(extra ...string) []string {
 		"--set", "edge.pdaProxy.enabled=true", "--set", "edge.pdaProxy.job=" + pdaJobName, "--set", "edge.pdaProxy.namespace=" + pdaProxyNS,
 		"--wait", "--timeout", "5m"}
 	args = append(args, e.imageValues()...)
+	args = append(args, natsClusterValues()...)
 	return append(args, extra...)
 }
 
