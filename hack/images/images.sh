@@ -37,16 +37,22 @@ case "$cmd" in
     ctr_ version >/dev/null 2>&1 || die "containerd at $SOCK does not answer: is the cluster up? ('make cluster-status')"
     tool
     want=" $* "
-    while read -r name image tarball; do
+    while read -r name image tarball digest; do
       [[ $# -eq 0 || $want == *" $name "* ]] || continue
       [[ -f $tarball ]] || die "$name: $tarball missing: run 'make images'"
+      # The image by tag, and by digest: values-images.yaml pins repository:tag@digest, which the
+      # CRI resolves through the repository@digest name (an import names the tag only).
+      dref="${image%:*}@$digest"
       if ctr_ images ls -q "name==$image" | grep -qx "$image"; then
         log "$name: $image already imported"
-        continue
+      else
+        ctr_ images import "$tarball" >/dev/null
+        ctr_ images ls -q "name==$image" | grep -qx "$image" || die "$name: $image not found after import"
+        log "$name: imported $image"
       fi
-      ctr_ images import "$tarball" >/dev/null
-      ctr_ images ls -q "name==$image" | grep -qx "$image" || die "$name: $image not found after import"
-      log "$name: imported $image"
+      if ! ctr_ images ls -q "name==$dref" | grep -qx "$dref"; then
+        ctr_ images tag "$image" "$dref" >/dev/null || die "$name: cannot name $image as $dref"
+      fi
     done < <("$OUT/bin/images" list -root "$ROOT")
     ;;
   *) die "usage: $0 build|import [args]" ;;

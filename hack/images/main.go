@@ -1,7 +1,7 @@
 // Command images builds Obscura's container images offline and reproducibly (docs/images.md).
 //
 //	images build [-force] [-no-verify] [component ...]   build (or reuse) images into -out, write images.json
-//	images list                                          print "component image tarball" per line of images.json
+//	images list                                          print "component image tarball digest" per line of images.json
 //
 // Each image is a single-layer OCI image-layout tarball (out/<component>.tar) named
 // localhost/obscura/<component>:<first 12 hex digits of its manifest digest>.
@@ -65,7 +65,7 @@ func run(args []string) error {
 		sort.Strings(names)
 		for _, n := range names {
 			r := idx.Components[n]
-			fmt.Printf("%s %s %s\n", n, r.Image, filepath.Join(absRoot, r.Tarball))
+			fmt.Printf("%s %s %s %s\n", n, r.Image, filepath.Join(absRoot, r.Tarball), r.Digest)
 		}
 		return nil
 	case "build":
