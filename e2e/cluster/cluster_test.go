@@ -45,6 +45,9 @@ func TestCluster(t *testing.T) {
 	e.phase("install cert-manager", e.installCertManager)
 	e.phase("helm install --wait", e.install)
 	e.phase("the edge certificate comes from cert-manager", e.checkEdgeCertificate)
+	if notesPath() {
+		e.phase("the NOTES' sample path verbatim: kubectl apply -k, obscura provision; every sample Ready (or Complete); deleted", e.notesSamples)
+	}
 	e.phase("apply the Vendor, Shuffler and Round samples", e.applySamples)
 	e.phase("workloads ready", e.waitWorkloads)
 	e.phase("helm test (one round through the edge)", func() {
@@ -276,7 +279,12 @@ func (e *env) helmArgs(extra ...string) []string {
 		// PDA participants through the edge (pda_test.go).
 		"--set", "edge.pdaProxy.enabled=true", "--set", "edge.pdaProxy.job=" + pdaJobName, "--set", "edge.pdaProxy.namespace=" + pdaProxyNS,
 		"--wait", "--timeout", "5m"}
-	args = append(args, e.imageValues()...)
+	if notesPath() {
+		// The images as `make images` pins them (repository, tag, digest): docs/chart.md's install.
+		args = append(args, "-f", filepath.Join(e.root, "hack/images/out/values-images.yaml"))
+	} else {
+		args = append(args, e.imageValues()...)
+	}
 	args = append(args, natsClusterValues()...)
 	return append(args, extra...)
 }
