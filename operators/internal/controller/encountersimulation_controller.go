@@ -268,6 +268,8 @@ func checkShardResult(s *sddrv1.EncounterSimulation, res *contract.Result, idx i
 		return fmt.Errorf("shard %d (merged %d), want shard %d", res.Shard, res.ShardsMerged, idx)
 	case res.Shards != int(o.Shards) || res.Devices != int64(o.Devices) || res.Seed != o.Seed || res.Scenario != o.Scenario || res.Friends != int(o.Friends):
 		return fmt.Errorf("settings (%d shards, %d devices, seed %d, %s, %d friends) differ from the spec's", res.Shards, res.Devices, res.Seed, res.Scenario, res.Friends)
+	case res.Energy != o.Energy:
+		return fmt.Errorf("the energy model (%s) differs from the spec's (%s)", sddr.EnergySummary(res.Energy), sddr.EnergySummary(o.Energy))
 	}
 	return nil
 }
@@ -314,6 +316,7 @@ func simulationResults(m *contract.Result) *sddrv1.SimulationResults {
 		CPUSeconds: decimal(m.CPUSeconds), WallSeconds: decimal(m.WallSeconds),
 		DeviceHoursPerCPUSecond: decimal(m.SimulatedDeviceHoursPerCPUSecond()),
 	}
+	out.EnergyModel = sddr.StatusEnergyModel(m.Energy)
 	for _, c := range m.Classes {
 		out.Energy = append(out.Energy, sddrv1.SimulationEnergy{Class: c.Name, Devices: c.Devices,
 			Joules: decimal(c.Joules), BatteryPercentPerDay: decimal(c.BatteryPercentPerDay)})

@@ -157,6 +157,8 @@ func TestEncounterSimulationRunsTheSample(t *testing.T) {
 		specs.Env(sddr.FlagSeed): "1", specs.Env(sddr.FlagShards): "2", specs.Env(sddr.FlagRunID): string(s.UID),
 		specs.Env(sddr.FlagReadyTimeout): "10m0s", specs.Env(sddr.FlagResultFile): "/dev/termination-log",
 		specs.EnvNATSURL: testRuntime.NATSURL, specs.EnvNATSPasswordFile: specs.NATSDir + "/" + specs.NATSPasswordKey,
+		"OBSCURA_IDLE_BT_JOULES_PER_DAY": "188", "OBSCURA_EPOCH_CHANGE_MJ": "568", "OBSCURA_DISCOVERY_MJ": "1363",
+		"OBSCURA_RECOGNITION_MJ": "20.2", "OBSCURA_ANSWER_MJ": "8.5", "OBSCURA_BATTERY_JOULES": "23328",
 	} {
 		if e[k] != want {
 			t.Errorf("%s = %q, want %q", k, e[k], want)
@@ -262,6 +264,10 @@ func TestEncounterSimulationRunsTheSample(t *testing.T) {
 	}
 	if len(got.Energy) == 0 {
 		t.Error("no energy figures")
+	}
+	if em := got.EnergyModel; em == nil || *em != (sddrv1.SimulationEnergyModel{IdleBluetoothJoulesPerDay: "188", EpochChangeMillijoules: "568",
+		DiscoveryMillijoules: "1363", RecognitionMillijoules: "20.2", AnswerMillijoules: "8.5", BatteryJoules: "23328"}) {
+		t.Errorf("energy model in status: %+v", em)
 	}
 	for _, en := range got.Energy {
 		var devs int64
@@ -397,6 +403,15 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 		{"unknown-scenario", func(s *sddrv1.EncounterSimulation) { s.Spec.Scenario = "stadium" }, "scenario"},
 		{"no-shards", func(s *sddrv1.EncounterSimulation) { s.Spec.Shards = -1 }, "shards"},
 		{"a.dotted.name", func(s *sddrv1.EncounterSimulation) {}, "without dots"},
+		{"free-discovery", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.DiscoveryMillijoules = "0" }, "discoveryMillijoules must be within (0, 100000] mJ"},
+		{"free-recognition", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.RecognitionMillijoules = "0.000000" }, "recognitionMillijoules must be within (0, 100000] mJ"},
+		{"negative-answer", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.AnswerMillijoules = "-8.5" }, "answerMillijoules"},
+		{"costly-epoch", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.EpochChangeMillijoules = "100000.5" }, "epochChangeMillijoules must be within (0, 100000] mJ"},
+		{"hot-idle", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.IdleBluetoothJoulesPerDay = "250000" }, "idleBluetoothJoulesPerDay must be within (0, 100000] J/day"},
+		{"tiny-battery", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.BatteryJoules = "0.5" }, "batteryJoules must be within [1, 1000000] J"},
+		{"huge-battery", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.BatteryJoules = "1000000.1" }, "batteryJoules must be within [1, 1000000] J"},
+		{"exponent", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.DiscoveryMillijoules = "1e3" }, "discoveryMillijoules"},
+		{"not-a-number", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.BatteryJoules = "NaN" }, "batteryJoules"},
 	} {
 		s := sampleSimulation(t, ns)
 		s.Name = c.name
@@ -414,6 +429,10 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 	if sp.Scenario != "city" || sp.Devices != 1000 || *sp.Friends != 5 || sp.Duration.Duration != 24*time.Hour || sp.Shards != 1 ||
 		*sp.Seed != 1 || sp.DetectionProbability != "0.95" || sp.DiscoveryInterval.Duration != time.Minute || sp.Timeout.Duration != 6*time.Hour {
 		t.Errorf("defaults %+v", sp)
+	}
+	if e := sp.Energy; e == nil || *e != (sddrv1.EnergyModel{IdleBluetoothJoulesPerDay: "188", EpochChangeMillijoules: "568",
+		DiscoveryMillijoules: "1363", RecognitionMillijoules: "20.2", AnswerMillijoules: "8.5", BatteryJoules: "23328"}) {
+		t.Errorf("energy defaults %+v: want the paper's", e)
 	}
 	s.Spec.Devices = 2000
 	if err := k8s.Update(ctx, s); err == nil || !strings.Contains(err.Error(), "immutable") {
@@ -443,5 +462,41 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 	var j batchv1.Job
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: sddr.JobName(odd)}, &j); err == nil {
 		t.Error("a refused simulation has a Job")
+	}
+}
+
+// TestEncounterSimulationEnergy: spec.energy's coefficients, each unset one defaulted by the
+// API server to the paper's, reach every shard's pod as the `sddr simulate` flags, verbatim,
+// and the Running condition names them. A shard whose result was counted with another model
+// (the paper's, here) fails the simulation with InvalidResult: status never reports battery
+// figures of coefficients the spec did not ask for.
+func TestEncounterSimulationEnergy(t *testing.T) {
+	ns := namespace(t)
+	s := sampleSimulation(t, ns)
+	s.Name = "energy"
+	s.Spec.Energy = &sddrv1.EnergyModel{DiscoveryMillijoules: "1100.25", RecognitionMillijoules: "31", BatteryJoules: "15000"}
+	create(t, s)
+	if e := s.Spec.Energy; e.IdleBluetoothJoulesPerDay != "188" || e.AnswerMillijoules != "8.5" || e.DiscoveryMillijoules != "1100.25" {
+		t.Errorf("spec.energy after admission %+v: the unset ones the paper's, the set ones as given", e)
+	}
+	waitSimCondition(t, s, sddrv1.SimulationRunning, ReasonShardsRunning)
+	waitSimMessage(t, s, sddrv1.SimulationRunning, "discoveryMillijoules 1100.25 mJ")
+	job := simJob(t, s)
+	e := env(job.Spec.Template.Spec.Containers[0])
+	for _, f := range contract.EnergyFields {
+		want := map[string]string{"idle-bt-joules-per-day": "188", "epoch-change-mj": "568", "discovery-mj": "1100.25",
+			"recognition-mj": "31", "answer-mj": "8.5", "battery-joules": "15000"}[f.Flag]
+		if got := e[specs.Env(f.Flag)]; got != want {
+			t.Errorf("%s = %q, want %q", specs.Env(f.Flag), got, want)
+		}
+	}
+	shardPod(t, job, 0, 0, 0, recordedShard(t, 0, string(s.UID)))
+	waitSimCondition(t, s, sddrv1.SimulationFailed, ReasonInvalidResult)
+	if m := meta.FindStatusCondition(s.Status.Conditions, sddrv1.SimulationFailed).Message; !strings.Contains(m, "energy model") ||
+		!strings.Contains(m, "discoveryMillijoules 1363 mJ") || !strings.Contains(m, "discoveryMillijoules 1100.25 mJ") {
+		t.Errorf("message %q: want the shard's and the spec's energy models", m)
+	}
+	if s.Status.Results != nil {
+		t.Errorf("results of another energy model: %+v", s.Status.Results)
 	}
 }

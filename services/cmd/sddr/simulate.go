@@ -18,6 +18,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/sim"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/sim/plots"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
@@ -54,6 +55,8 @@ type simulateConfig struct {
 	metricsAddr      string
 	logLevel         string
 	readyTimeout     time.Duration
+	// energy is Equation 1's coefficients (spec §5.5), one flag each (contract.EnergyFields).
+	energy contract.Energy
 
 	natsPassword string
 }
@@ -78,6 +81,20 @@ func (c *simulateConfig) bind(f *envflag.Set) {
 	f.String(&c.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz here while simulating (empty: off)")
 	f.String(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Duration(&c.readyTimeout, "ready-timeout", 10*time.Minute, "how long a shard waits for the other shards to connect")
+	for _, ef := range contract.EnergyFields {
+		f.Float64(ef.Value(&c.energy), ef.Flag, *ef.Value(&contract.PaperEnergy),
+			fmt.Sprintf("Equation 1: %s, %s (default: the paper's)", energyUsage[ef.Flag], ef.Bounds()))
+	}
+}
+
+// energyUsage says what each energy coefficient charges.
+var energyUsage = map[string]string{
+	"idle-bt-joules-per-day": "idle with Bluetooth discoverable, per device-day",
+	"epoch-change-mj":        "one epoch change (every 15 min)",
+	"discovery-mj":           "one inquiry with no device in range",
+	"recognition-mj":         "processing one response (a device in range) of an inquiry",
+	"answer-mj":              "answering one inquiry of another device",
+	"battery-joules":         "a full battery (battery %/day = joules/day over this)",
 }
 
 // validate checks the settings without reading anything.
@@ -116,6 +133,12 @@ func (c *simulateConfig) validate() error {
 	default:
 		bad("--log-level %q must be debug, info, warn or error", c.logLevel)
 	}
+	// Each coefficient as given: sim.Config would take a zero for the paper's default.
+	for _, ef := range contract.EnergyFields {
+		if v := *ef.Value(&c.energy); !ef.InRange(v) {
+			bad("--%s %v outside %s", ef.Flag, v, ef.Bounds())
+		}
+	}
 	cfg := c.sim()
 	if err := cfg.Validate(); err != nil {
 		bad("%v", err)
@@ -143,7 +166,7 @@ func (c *simulateConfig) sim() sim.Config {
 		RunID: c.runID, Scenario: c.scenario, Devices: c.devices,
 		Duration: time.Duration(math.Round(c.hours*3600)) * time.Second,
 		Seed:     c.seed, Interval: c.interval, Friends: c.friends, GroupSize: c.groupSize,
-		Shards: c.shards, Shard: c.shardIndex, PDet: c.pDet,
+		Shards: c.shards, Shard: c.shardIndex, PDet: c.pDet, Energy: c.energy,
 	}
 }
 
@@ -238,7 +261,8 @@ func simulate(ctx context.Context, c *simulateConfig, log *slog.Logger) error {
 		tr = t
 	}
 	log.Info("simulating", "run", c.runID, "scenario", cfg.Scenario, "devices", cfg.Devices, "hours", c.hours,
-		"interval", cfg.Interval, "friends", cfg.Friends, "shard", cfg.Shard, "shards", cfg.Shards, "seed", cfg.Seed)
+		"interval", cfg.Interval, "friends", cfg.Friends, "shard", cfg.Shard, "shards", cfg.Shards, "seed", cfg.Seed,
+		"energy", cfg.Energy)
 	r, err := sim.Run(ctx, cfg, tr)
 	if err != nil {
 		return err
@@ -283,7 +307,9 @@ func writeResult(path string, b []byte) error {
 // writePlots draws the figures of package plots into dir (small sweeps after the shard's run).
 func writePlots(ctx context.Context, dir string, cfg sim.Config, log *slog.Logger) error {
 	start := time.Now()
-	if err := plots.Write(ctx, dir, cfg.Seed, plots.Full); err != nil {
+	sw := plots.Full
+	sw.Energy = cfg.Energy
+	if err := plots.Write(ctx, dir, cfg.Seed, sw); err != nil {
 		return err
 	}
 	log.Info("plots written", "dir", dir, "files", plots.Files, "seconds", time.Since(start).Seconds())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,6 +27,13 @@ func TestSimulateConfigErrors(t *testing.T) {
 		"run id":        {"--shards", "2", "--nats-url", "nats://127.0.0.1:1", "--run-id", "a.b"},
 		"hours":         {"--hours", "0"},
 		"stray":         {"extra"},
+		"discovery 0":   {"--discovery-mj", "0"},
+		"recognition":   {"--recognition-mj", "-20.2"},
+		"answer NaN":    {"--answer-mj", "NaN"},
+		"idle too high": {"--idle-bt-joules-per-day", "100001"},
+		"epoch":         {"--epoch-change-mj", "1e9"},
+		"battery small": {"--battery-joules", "0.5"},
+		"battery text":  {"--battery-joules", "big"},
 	} {
 		if _, err := parseSimulate(args); !errors.Is(err, daemon.ErrConfig) {
 			t.Errorf("%s: %v, want a configuration error", name, err)
@@ -84,5 +92,50 @@ func TestSimulateWritesContract(t *testing.T) {
 	}
 	if r.Seed != 18446744073709551615 || r.RunID != "cli" || r.Devices != 60 || r.Recognitions == 0 || !r.Complete() {
 		t.Fatalf("result: %+v", r)
+	}
+	if r.Energy != contract.PaperEnergy {
+		t.Fatalf("energy %+v without flags, want the paper's", r.Energy)
+	}
+}
+
+// TestSimulateEnergyFlags: each coefficient of Equation 1 from its flag (or its
+// OBSCURA_<FLAG> variable, as the operator passes it) reaches the result, and the battery
+// figure follows: a battery twice as large halves battery %/day of the same run.
+func TestSimulateEnergyFlags(t *testing.T) {
+	run := func(args ...string) *contract.Result {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "result.json")
+		c, err := parseSimulate(append([]string{"--devices", "12", "--hours", "1", "--scenario", "groups", "--group-size", "6",
+			"--friends", "1", "--p-det", "1", "--result-file", out}, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := contract.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	t.Setenv("OBSCURA_ANSWER_MJ", "9.25")
+	a := run("--idle-bt-joules-per-day", "150", "--epoch-change-mj", "600", "--discovery-mj", "1200.5", "--recognition-mj", "25")
+	want := contract.Energy{IdleBluetoothJoulesPerDay: 150, EpochChangeMillijoules: 600, DiscoveryMillijoules: 1200.5,
+		RecognitionMillijoules: 25, AnswerMillijoules: 9.25, BatteryJoules: 23328}
+	if a.Energy != want {
+		t.Fatalf("energy %+v, want %+v", a.Energy, want)
+	}
+	b := run("--idle-bt-joules-per-day", "150", "--epoch-change-mj", "600", "--discovery-mj", "1200.5", "--recognition-mj", "25",
+		"--battery-joules", "46656")
+	if b.Energy.BatteryJoules != 46656 || b.Classes[0].Joules != a.Classes[0].Joules {
+		t.Fatalf("battery %v, joules %v vs %v", b.Energy.BatteryJoules, b.Classes[0].Joules, a.Classes[0].Joules)
+	}
+	if got, want := b.Classes[0].BatteryPercentPerDay, a.Classes[0].BatteryPercentPerDay/2; math.Abs(got-want) > 1e-9*want {
+		t.Fatalf("a battery twice as large: %v %%/day, want %v", got, want)
 	}
 }

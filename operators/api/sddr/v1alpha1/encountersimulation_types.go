@@ -123,6 +123,77 @@ type EncounterSimulationSpec struct {
 	// Resources replace each shard container's defaults (1 CPU request, 256Mi memory).
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Energy is the coefficients of the energy model (Equation 1) the shards count battery
+	// use with; each unset one is the paper's calibration, which reproduces its Table 3.
+	// +optional
+	// +kubebuilder:default={}
+	Energy *EnergyModel `json:"energy,omitempty"`
+}
+
+// EnergyModel is the coefficients of Equation 1 (shared/specs/sddr.md §5.5, docs/sddr.md
+// "Energy model"): E = E_BT + E_EC + E_D(d, i) per device-day. Per simulated second a device
+// pays idleBluetoothJoulesPerDay/86400 and an epoch change every 15 minutes; per inquiry
+// discoveryMillijoules; per response it processes (a device in range) recognitionMillijoules;
+// per inquiry of another device it answers answerMillijoules. batteryJoules turns the joules
+// into battery %/day. Each is a positive decimal string (at most 7 integer and 6 fractional
+// digits) passed to every shard as the `sddr simulate` flag named below; the defaults are the
+// spec's fit of the paper's Galaxy Nexus measurements (Tables 2 and 3).
+type EnergyModel struct {
+	// IdleBluetoothJoulesPerDay is idle with Bluetooth discoverable, J per device-day
+	// (`--idle-bt-joules-per-day`; Table 3: 188), within (0, 100000].
+	// +optional
+	// +kubebuilder:default="188"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 100000.0",message="idleBluetoothJoulesPerDay must be within (0, 100000] J/day"
+	IdleBluetoothJoulesPerDay string `json:"idleBluetoothJoulesPerDay,omitempty"`
+
+	// EpochChangeMillijoules is one epoch change, new key and address, in mJ
+	// (`--epoch-change-mj`; Table 2: 568), within (0, 100000].
+	// +optional
+	// +kubebuilder:default="568"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 100000.0",message="epochChangeMillijoules must be within (0, 100000] mJ"
+	EpochChangeMillijoules string `json:"epochChangeMillijoules,omitempty"`
+
+	// DiscoveryMillijoules is one inquiry with no device in range, in mJ (`--discovery-mj`;
+	// Table 2: 1363), within (0, 100000].
+	// +optional
+	// +kubebuilder:default="1363"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 100000.0",message="discoveryMillijoules must be within (0, 100000] mJ"
+	DiscoveryMillijoules string `json:"discoveryMillijoules,omitempty"`
+
+	// RecognitionMillijoules is processing one response of an inquiry (a device in range:
+	// key derivation and Bloom recognition), in mJ (`--recognition-mj`; Table 2:
+	// (1464 − 1363)/5 = 20.2), within (0, 100000].
+	// +optional
+	// +kubebuilder:default="20.2"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 100000.0",message="recognitionMillijoules must be within (0, 100000] mJ"
+	RecognitionMillijoules string `json:"recognitionMillijoules,omitempty"`
+
+	// AnswerMillijoules is answering one inquiry of another device, in mJ (`--answer-mj`;
+	// 8.5, fitted to the 255-device worst case of Fig. 4), within (0, 100000].
+	// +optional
+	// +kubebuilder:default="8.5"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 100000.0",message="answerMillijoules must be within (0, 100000] mJ"
+	AnswerMillijoules string `json:"answerMillijoules,omitempty"`
+
+	// BatteryJoules is a full battery in J (`--battery-joules`; Table 3: 6.48 Wh = 23328),
+	// within [1, 1000000].
+	// +optional
+	// +kubebuilder:default="23328"
+	// +kubebuilder:validation:MaxLength=14
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,7}(\.[0-9]{1,6})?$`
+	// +kubebuilder:validation:XValidation:rule="double(self) >= 1.0 && double(self) <= 1000000.0",message="batteryJoules must be within [1, 1000000] J"
+	BatteryJoules string `json:"batteryJoules,omitempty"`
 }
 
 // EncounterSimulationStatus is what the run observed.
@@ -192,6 +263,10 @@ type SimulationResults struct {
 	// Energy is Equation 1 per device class.
 	// +optional
 	Energy []SimulationEnergy `json:"energy,omitempty"`
+	// EnergyModel is the coefficients the shards counted Energy with (spec.energy, every
+	// shard's checked against it).
+	// +optional
+	EnergyModel *SimulationEnergyModel `json:"energyModel,omitempty"`
 	// CPUSeconds add over the shards; WallSeconds is the slowest shard's.
 	CPUSeconds  string `json:"cpuSeconds"`
 	WallSeconds string `json:"wallSeconds"`
@@ -206,6 +281,17 @@ type SimulationEnergy struct {
 	Joules  string `json:"joules"`
 	// BatteryPercentPerDay is the share of the battery a device of the class spends a day.
 	BatteryPercentPerDay string `json:"batteryPercentPerDay"`
+}
+
+// SimulationEnergyModel is the coefficients of Equation 1 a run used, as decimal strings in
+// the units of spec.energy.
+type SimulationEnergyModel struct {
+	IdleBluetoothJoulesPerDay string `json:"idleBluetoothJoulesPerDay"`
+	EpochChangeMillijoules    string `json:"epochChangeMillijoules"`
+	DiscoveryMillijoules      string `json:"discoveryMillijoules"`
+	RecognitionMillijoules    string `json:"recognitionMillijoules"`
+	AnswerMillijoules         string `json:"answerMillijoules"`
+	BatteryJoules             string `json:"batteryJoules"`
 }
 
 // EncounterSimulation runs the SDDR encounter simulator as an Indexed Job across pods and

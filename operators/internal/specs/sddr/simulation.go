@@ -14,6 +14,7 @@ import (
 
 	sddrv1 "github.com/obscura-iot/obscura/operators/api/sddr/v1alpha1"
 	"github.com/obscura-iot/obscura/operators/internal/specs"
+	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
 )
 
 // How the operator runs `sddr simulate` (services/cmd/sddr/simulate.go): flags through
@@ -71,6 +72,41 @@ type SimulationSettings struct {
 	ReadyTimeout, Timeout       time.Duration
 	PDet                        string
 	Seed                        uint64
+	// EnergyText is spec.energy's coefficients in contract.EnergyFields' order, each the
+	// spec's decimal string (the paper's value when unset), passed verbatim as the flag;
+	// Energy is the same parsed, what a shard's result must report (0 where unparsable).
+	EnergyText []string
+	Energy     contract.Energy
+}
+
+// energyFields maps contract.EnergyFields' field names to spec.energy's values.
+func energyFields(e *sddrv1.EnergyModel) map[string]string {
+	if e == nil {
+		e = &sddrv1.EnergyModel{}
+	}
+	return map[string]string{
+		"idleBluetoothJoulesPerDay": e.IdleBluetoothJoulesPerDay,
+		"epochChangeMillijoules":    e.EpochChangeMillijoules,
+		"discoveryMillijoules":      e.DiscoveryMillijoules,
+		"recognitionMillijoules":    e.RecognitionMillijoules,
+		"answerMillijoules":         e.AnswerMillijoules,
+		"batteryJoules":             e.BatteryJoules,
+	}
+}
+
+// EnergyDecimal is a coefficient as status and the flags write it: the shortest decimal.
+func EnergyDecimal(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// StatusEnergyModel is a result's coefficients as status.results.energyModel.
+func StatusEnergyModel(e contract.Energy) *sddrv1.SimulationEnergyModel {
+	return &sddrv1.SimulationEnergyModel{
+		IdleBluetoothJoulesPerDay: EnergyDecimal(e.IdleBluetoothJoulesPerDay),
+		EpochChangeMillijoules:    EnergyDecimal(e.EpochChangeMillijoules),
+		DiscoveryMillijoules:      EnergyDecimal(e.DiscoveryMillijoules),
+		RecognitionMillijoules:    EnergyDecimal(e.RecognitionMillijoules),
+		AnswerMillijoules:         EnergyDecimal(e.AnswerMillijoules),
+		BatteryJoules:             EnergyDecimal(e.BatteryJoules),
+	}
 }
 
 // Shards is spec.shards with its default.
@@ -108,6 +144,19 @@ func SimulationSettingsOf(s *sddrv1.EncounterSimulation) SimulationSettings {
 	def(&o.Timeout, 6*time.Hour)
 	if o.PDet == "" {
 		o.PDet = "0.95"
+	}
+	given := energyFields(sp.Energy)
+	for _, f := range contract.EnergyFields {
+		v := given[f.Field]
+		if v == "" {
+			v = EnergyDecimal(*f.Value(&contract.PaperEnergy))
+		}
+		o.EnergyText = append(o.EnergyText, v)
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			x = 0
+		}
+		*f.Value(&o.Energy) = x
 	}
 	return o
 }
@@ -162,6 +211,11 @@ func ValidateSimulation(s *sddrv1.EncounterSimulation) error {
 	}
 	if o.Timeout < time.Minute || o.Timeout > 168*time.Hour {
 		bad("timeout %s must be within [1m, 168h]", o.Timeout)
+	}
+	for i, f := range contract.EnergyFields {
+		if v, err := strconv.ParseFloat(o.EnergyText[i], 64); err != nil || !f.InRange(v) {
+			bad("energy.%s %q must be a decimal within %s", f.Field, o.EnergyText[i], f.Bounds())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -231,6 +285,9 @@ func SimulationJob(s *sddrv1.EncounterSimulation, pl Platform) *batchv1.Job {
 		{Name: specs.Env(FlagReadyTimeout), Value: o.ReadyTimeout.String()},
 		{Name: specs.Env(FlagResultFile), Value: TerminationLog},
 	}
+	for i, f := range contract.EnergyFields {
+		env = append(env, corev1.EnvVar{Name: specs.Env(f.Flag), Value: o.EnergyText[i]})
+	}
 	if o.Scenario == sddrv1.ScenarioGroups {
 		env = append(env, corev1.EnvVar{Name: specs.Env(FlagGroupSize), Value: strconv.Itoa(int(o.GroupSize))})
 	}
@@ -285,5 +342,15 @@ func SimulationSummary(s *sddrv1.EncounterSimulation) string {
 		fmt.Sprintf("%s scenario, %d devices, %d friends each", o.Scenario, o.Devices, o.Friends),
 		fmt.Sprintf("%s simulated, discovery every %s", o.Duration, o.Interval),
 		fmt.Sprintf("%d shards, seed %d", o.Shards, o.Seed),
+		EnergySummary(o.Energy),
 	}, "; ")
+}
+
+// EnergySummary names the coefficients of Equation 1, e.g. for a condition's message.
+func EnergySummary(e contract.Energy) string {
+	parts := make([]string, 0, len(contract.EnergyFields))
+	for _, f := range contract.EnergyFields {
+		parts = append(parts, fmt.Sprintf("%s %s %s", f.Field, EnergyDecimal(*f.Value(&e)), f.Unit))
+	}
+	return "energy: " + strings.Join(parts, ", ")
 }

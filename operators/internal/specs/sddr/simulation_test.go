@@ -39,6 +39,8 @@ func TestSimulationJobRunsTheSimulator(t *testing.T) {
 	s := &sddrv1.EncounterSimulation{}
 	specstest.ReadSample(t, "sddr_v1alpha1_encountersimulation.yaml", s)
 	s.Namespace, s.UID = "lab", "5c1d6f0e-9a3b-4c2d-8e7f-0a1b2c3d4e5f"
+	// Coefficients other than the defaults: the result shows they came from the environment.
+	s.Spec.Energy.DiscoveryMillijoules, s.Spec.Energy.BatteryJoules = "1500.5", "20000"
 	sec := sddr.SimNATSSecret(s, []byte("s3cret-sim-password"))
 	other := specs.NATSSecret("lab", "vendor", "VENDOR1", "vendor1-user", []byte("vendor-password"), map[string]string{})
 	hash := func(_, pw string) (string, error) {
@@ -126,6 +128,11 @@ func TestSimulationJobRunsTheSimulator(t *testing.T) {
 		if r.Shard != i || r.RunID != string(s.UID) || r.Devices != 400 || r.Hours != 24 {
 			t.Errorf("shard %d's result: shard %d run %q devices %d hours %v", i, r.Shard, r.RunID, r.Devices, r.Hours)
 		}
+		want := contract.PaperEnergy
+		want.DiscoveryMillijoules, want.BatteryJoules = 1500.5, 20000
+		if r.Energy != want || r.Energy != sddr.SimulationSettingsOf(s).Energy {
+			t.Errorf("shard %d counted with %+v, want %+v", i, r.Energy, want)
+		}
 		parts = append(parts, r)
 	}
 	m, err := contract.Merge(parts...)
@@ -154,6 +161,38 @@ func TestSimulationJobOnHostNetwork(t *testing.T) {
 	for _, e := range c.Env {
 		if e.Name == specs.EnvMetricsAddr && e.Value != "127.0.0.1:0" {
 			t.Errorf("metrics on %s", e.Value)
+		}
+	}
+}
+
+// TestValidateSimulationEnergy: what an API server without the CRD's CEL rules would let
+// through, the operator refuses (InvalidSimulation) with the bounds `sddr simulate` checks;
+// unset coefficients are the paper's.
+func TestValidateSimulationEnergy(t *testing.T) {
+	s := &sddrv1.EncounterSimulation{}
+	specstest.ReadSample(t, "sddr_v1alpha1_encountersimulation.yaml", s)
+	if err := sddr.ValidateSimulation(s); err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Energy = nil
+	if o := sddr.SimulationSettingsOf(s); o.Energy != contract.PaperEnergy || len(o.EnergyText) != len(contract.EnergyFields) {
+		t.Fatalf("no spec.energy: %+v %v, want the paper's", o.Energy, o.EnergyText)
+	}
+	for _, c := range []struct {
+		mut  func(e *sddrv1.EnergyModel)
+		want string
+	}{
+		{func(e *sddrv1.EnergyModel) { e.DiscoveryMillijoules = "0" }, "energy.discoveryMillijoules \"0\""},
+		{func(e *sddrv1.EnergyModel) { e.AnswerMillijoules = "-1" }, "energy.answerMillijoules"},
+		{func(e *sddrv1.EnergyModel) { e.RecognitionMillijoules = "abc" }, "energy.recognitionMillijoules"},
+		{func(e *sddrv1.EnergyModel) { e.EpochChangeMillijoules = "100001" }, "energy.epochChangeMillijoules"},
+		{func(e *sddrv1.EnergyModel) { e.IdleBluetoothJoulesPerDay = "NaN" }, "energy.idleBluetoothJoulesPerDay"},
+		{func(e *sddrv1.EnergyModel) { e.BatteryJoules = "0.5" }, "energy.batteryJoules \"0.5\" must be a decimal within [1, 1000000] J"},
+	} {
+		s.Spec.Energy = &sddrv1.EnergyModel{}
+		c.mut(s.Spec.Energy)
+		if err := sddr.ValidateSimulation(s); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", s.Spec.Energy, err, c.want)
 		}
 	}
 }

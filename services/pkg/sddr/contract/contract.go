@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Version is the current format version (field "v").
@@ -36,6 +37,107 @@ type Class struct {
 	Joules float64 `json:"joules"`
 	// BatteryPercentPerDay is Joules per simulated device-day as a share of the battery.
 	BatteryPercentPerDay float64 `json:"batteryPctPerDay"`
+}
+
+// Energy is the coefficients of Equation 1 (spec §5.5) a run used, in the units of
+// EncounterSimulation.spec.energy and of `sddr simulate`'s flags (docs/sddr.md, "Energy
+// model"): per simulated second a device pays IdleBluetoothJoulesPerDay/86400 and an epoch
+// change every 15 min, per inquiry DiscoveryMillijoules, per response it processes
+// RecognitionMillijoules, per inquiry of another device it answers AnswerMillijoules.
+// BatteryJoules turns joules into battery %/day.
+type Energy struct {
+	IdleBluetoothJoulesPerDay float64 `json:"idleBtJPerDay"`
+	EpochChangeMillijoules    float64 `json:"epochChangeMJ"`
+	DiscoveryMillijoules      float64 `json:"discoveryMJ"`
+	RecognitionMillijoules    float64 `json:"recognitionMJ"`
+	AnswerMillijoules         float64 `json:"answerMJ"`
+	BatteryJoules             float64 `json:"batteryJ"`
+}
+
+// PaperEnergy is the spec's calibration of Equation 1 against the paper's Galaxy Nexus
+// (Table 2, Table 3, Fig. 4): every coefficient's default.
+var PaperEnergy = Energy{
+	IdleBluetoothJoulesPerDay: 188,
+	EpochChangeMillijoules:    568,
+	DiscoveryMillijoules:      1363,
+	RecognitionMillijoules:    20.2,
+	AnswerMillijoules:         8.5,
+	BatteryJoules:             23328,
+}
+
+// Bounds of the coefficients (the EncounterSimulation CRD's CEL rules say the same): each is
+// positive; the per-operation charges are at most MaxEnergyMillijoules (100 J, twice the
+// paper's DH+PSI discovery), idle at most MaxIdleJoulesPerDay (≈ 1.2 W), the battery within
+// [MinBatteryJoules, MaxBatteryJoules] (1 J … 1 MJ ≈ 278 Wh).
+const (
+	MaxEnergyMillijoules = 100000
+	MaxIdleJoulesPerDay  = 100000
+	MinBatteryJoules     = 1
+	MaxBatteryJoules     = 1000000
+)
+
+// WithDefaults fills each zero coefficient with the paper's.
+func (e Energy) WithDefaults() Energy {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&e.IdleBluetoothJoulesPerDay, PaperEnergy.IdleBluetoothJoulesPerDay)
+	def(&e.EpochChangeMillijoules, PaperEnergy.EpochChangeMillijoules)
+	def(&e.DiscoveryMillijoules, PaperEnergy.DiscoveryMillijoules)
+	def(&e.RecognitionMillijoules, PaperEnergy.RecognitionMillijoules)
+	def(&e.AnswerMillijoules, PaperEnergy.AnswerMillijoules)
+	def(&e.BatteryJoules, PaperEnergy.BatteryJoules)
+	return e
+}
+
+// EnergyField names a coefficient as `sddr simulate`'s flag and the CRD's field.
+type EnergyField struct {
+	Flag, Field, Unit string
+	Min, Max          float64 // Min exclusive when 0
+	Value             func(*Energy) *float64
+}
+
+// EnergyFields are the coefficients in Equation 1's order.
+var EnergyFields = []EnergyField{
+	{"idle-bt-joules-per-day", "idleBluetoothJoulesPerDay", "J/day", 0, MaxIdleJoulesPerDay, func(e *Energy) *float64 { return &e.IdleBluetoothJoulesPerDay }},
+	{"epoch-change-mj", "epochChangeMillijoules", "mJ", 0, MaxEnergyMillijoules, func(e *Energy) *float64 { return &e.EpochChangeMillijoules }},
+	{"discovery-mj", "discoveryMillijoules", "mJ", 0, MaxEnergyMillijoules, func(e *Energy) *float64 { return &e.DiscoveryMillijoules }},
+	{"recognition-mj", "recognitionMillijoules", "mJ", 0, MaxEnergyMillijoules, func(e *Energy) *float64 { return &e.RecognitionMillijoules }},
+	{"answer-mj", "answerMillijoules", "mJ", 0, MaxEnergyMillijoules, func(e *Energy) *float64 { return &e.AnswerMillijoules }},
+	{"battery-joules", "batteryJoules", "J", MinBatteryJoules, MaxBatteryJoules, func(e *Energy) *float64 { return &e.BatteryJoules }},
+}
+
+// InRange reports whether v is a valid value of the coefficient.
+func (f EnergyField) InRange(v float64) bool {
+	if math.IsNaN(v) || v > f.Max {
+		return false
+	}
+	if f.Min == 0 {
+		return v > 0
+	}
+	return v >= f.Min
+}
+
+// Bounds describes the coefficient's valid range, e.g. "(0, 100000] mJ".
+func (f EnergyField) Bounds() string {
+	lo := "(0"
+	if f.Min > 0 {
+		lo = "[" + strconv.FormatFloat(f.Min, 'f', -1, 64)
+	}
+	return fmt.Sprintf("%s, %s] %s", lo, strconv.FormatFloat(f.Max, 'f', -1, 64), f.Unit)
+}
+
+// Validate checks every coefficient against its bounds, naming each bad one by its field.
+func (e Energy) Validate() error {
+	var errs []error
+	for _, f := range EnergyFields {
+		if v := *f.Value(&e); !f.InRange(v) {
+			errs = append(errs, fmt.Errorf("energy.%s %v outside %s", f.Field, v, f.Bounds()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Latency is how long friends took to be recognised.
@@ -104,6 +206,8 @@ type Result struct {
 	CrossAdverts int64 `json:"crossAdverts"`
 	CrossBytes   int64 `json:"crossBytes"`
 
+	// Energy is the model the joules were counted with; BatteryJoules is its battery.
+	Energy        Energy  `json:"energy"`
 	BatteryJoules float64 `json:"batteryJ"`
 	CPUSeconds    float64 `json:"cpuS"`
 	WallSeconds   float64 `json:"wallS"`
@@ -205,6 +309,12 @@ func (r *Result) Validate() error {
 	if !(r.BatteryJoules > 0) || r.CPUSeconds < 0 || r.WallSeconds < 0 || math.IsNaN(r.CPUSeconds) || math.IsNaN(r.WallSeconds) {
 		bad("batteryJ %v, cpuS %v, wallS %v", r.BatteryJoules, r.CPUSeconds, r.WallSeconds)
 	}
+	if err := r.Energy.Validate(); err != nil {
+		bad("%v", err)
+	}
+	if r.Energy.BatteryJoules != r.BatteryJoules {
+		bad("batteryJ %v differs from energy.batteryJ %v", r.BatteryJoules, r.Energy.BatteryJoules)
+	}
 	return errors.Join(errs...)
 }
 
@@ -225,7 +335,7 @@ func Merge(parts ...*Result) (*Result, error) {
 	out := &Result{
 		Version: Version, RunID: first.RunID, Scenario: first.Scenario, Seed: first.Seed, Shard: -1,
 		Shards: first.Shards, Devices: first.Devices, Hours: first.Hours, IntervalSeconds: first.IntervalSeconds,
-		Friends: first.Friends, Steps: first.Steps, BatteryJoules: first.BatteryJoules,
+		Friends: first.Friends, Steps: first.Steps, Energy: first.Energy, BatteryJoules: first.BatteryJoules,
 	}
 	seen := map[int]bool{}
 	classes := map[string]*Class{}
@@ -233,7 +343,7 @@ func Merge(parts ...*Result) (*Result, error) {
 	for i, p := range parts {
 		if p.RunID != first.RunID || p.Scenario != first.Scenario || p.Seed != first.Seed || p.Shards != first.Shards ||
 			p.Devices != first.Devices || p.Hours != first.Hours || p.IntervalSeconds != first.IntervalSeconds ||
-			p.Friends != first.Friends || p.Steps != first.Steps || p.BatteryJoules != first.BatteryJoules {
+			p.Friends != first.Friends || p.Steps != first.Steps || p.BatteryJoules != first.BatteryJoules || p.Energy != first.Energy {
 			return nil, fmt.Errorf("contract: part %d belongs to another run or settings", i)
 		}
 		if p.Shard >= 0 {

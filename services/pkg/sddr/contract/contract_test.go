@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -15,7 +16,7 @@ func shard(i, shards int, devices int64) *Result {
 			{Name: "commuter", Devices: devices - 1, DeviceSeconds: (devices - 1) * 86400, Inquiries: 1440 * (devices - 1), Joules: 2205 * float64(devices-1)},
 			{Name: "fan", Devices: 1, DeviceSeconds: 86400, Inquiries: 1440, Joules: 2412},
 		},
-		BatteryJoules: 23328, CPUSeconds: 2, WallSeconds: 3,
+		Energy: PaperEnergy, BatteryJoules: 23328, CPUSeconds: 2, WallSeconds: 3,
 	}
 }
 
@@ -87,18 +88,26 @@ func TestMergeRefuses(t *testing.T) {
 	if _, err := Merge(); err == nil {
 		t.Fatal("nothing merged")
 	}
+	cheaper := shard(1, 2, 50)
+	cheaper.Energy.DiscoveryMillijoules = 1000
+	if _, err := Merge(a, cheaper); err == nil {
+		t.Fatal("shards of another energy model merged")
+	}
 }
 
 func TestValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Result){
-		"version":   func(r *Result) { r.Version = 2 },
-		"shard":     func(r *Result) { r.Shard = 2 },
-		"devices":   func(r *Result) { r.ShardDevices = r.Devices + 1 },
-		"negative":  func(r *Result) { r.Encounters = -1 },
-		"histogram": func(r *Result) { r.Latency.Beacons[3] = 1 },
-		"classes":   func(r *Result) { r.Classes = r.Classes[:1] },
-		"revoked":   func(r *Result) { r.RevokedRecognitions = 1 },
-		"battery":   func(r *Result) { r.BatteryJoules = 0 },
+		"version":         func(r *Result) { r.Version = 2 },
+		"shard":           func(r *Result) { r.Shard = 2 },
+		"devices":         func(r *Result) { r.ShardDevices = r.Devices + 1 },
+		"negative":        func(r *Result) { r.Encounters = -1 },
+		"histogram":       func(r *Result) { r.Latency.Beacons[3] = 1 },
+		"classes":         func(r *Result) { r.Classes = r.Classes[:1] },
+		"revoked":         func(r *Result) { r.RevokedRecognitions = 1 },
+		"battery":         func(r *Result) { r.BatteryJoules = 0 },
+		"no energy":       func(r *Result) { r.Energy = Energy{} },
+		"energy battery":  func(r *Result) { r.Energy.BatteryJoules = 1000 },
+		"energy negative": func(r *Result) { r.Energy.AnswerMillijoules = -1 },
 	} {
 		r := shard(0, 2, 50)
 		mut(r)
@@ -108,5 +117,32 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Parse([]byte(`{"v":1`)); err == nil {
 		t.Fatal("truncated JSON parsed")
+	}
+}
+
+// TestEnergyBounds: every coefficient must be positive and within its bound; the paper's are;
+// WithDefaults fills only the zero ones; an error names the field.
+func TestEnergyBounds(t *testing.T) {
+	if err := PaperEnergy.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := (Energy{DiscoveryMillijoules: 900}).WithDefaults(); got.DiscoveryMillijoules != 900 || got.BatteryJoules != PaperEnergy.BatteryJoules ||
+		got.RecognitionMillijoules != PaperEnergy.RecognitionMillijoules {
+		t.Fatalf("defaults: %+v", got)
+	}
+	for _, f := range EnergyFields {
+		for _, v := range []float64{0, -1, f.Max * 1.001, math.NaN(), math.Inf(1)} {
+			e := PaperEnergy
+			*f.Value(&e) = v
+			err := e.Validate()
+			if err == nil || !strings.Contains(err.Error(), "energy."+f.Field) {
+				t.Errorf("%s = %v: %v", f.Field, v, err)
+			}
+		}
+		e := PaperEnergy
+		*f.Value(&e) = f.Max
+		if err := e.Validate(); err != nil {
+			t.Errorf("%s at its maximum: %v", f.Field, err)
+		}
 	}
 }

@@ -79,8 +79,9 @@ type Config struct {
 	// one interval (defaults 0.1 and 0.5; a negative fraction: nobody).
 	RevokeFraction float64
 	RevokeAt       float64
-	// Energy is the model of spec §5.5 (zero: sddr.PaperEnergyModel).
-	Energy sddr.EnergyModel
+	// Energy is the coefficients of Equation 1 (spec §5.5); each zero one is the paper's
+	// (contract.PaperEnergy, the calibration of sddr.PaperEnergyModel).
+	Energy contract.Energy
 	// Mobility overrides the scenario's.
 	Mobility Mobility
 	// Progress, if set, is called after each step.
@@ -110,9 +111,7 @@ func (c *Config) defaults() {
 	if c.RevokeAt == 0 {
 		c.RevokeAt = 0.5
 	}
-	if c.Energy == (sddr.EnergyModel{}) {
-		c.Energy = sddr.PaperEnergyModel
-	}
+	c.Energy = c.Energy.WithDefaults()
 	if c.GroupSize == 0 {
 		c.GroupSize = 5
 	}
@@ -155,7 +154,24 @@ func (c *Config) Validate() error {
 	if c.GroupSize < 1 || c.GroupSize > 4096 {
 		bad("group size %d outside 1..4096", c.GroupSize)
 	}
+	if err := c.Energy.Validate(); err != nil {
+		bad("%v", err)
+	}
 	return errors.Join(errs...)
+}
+
+// EnergyModel is Equation 1 with the coefficients e (zero ones the paper's), in joules.
+func EnergyModel(e contract.Energy) sddr.EnergyModel {
+	e = e.WithDefaults()
+	return sddr.EnergyModel{
+		IdleBTJoulesPerDay: e.IdleBluetoothJoulesPerDay,
+		EpochChangeJoules:  e.EpochChangeMillijoules / 1000,
+		Epoch:              sddr.DefaultEpoch, // epoch changes are charged at the nominal rate
+		DiscoveryJoules:    e.DiscoveryMillijoules / 1000,
+		PerDeviceJoules:    e.RecognitionMillijoules / 1000,
+		ResponderJoules:    e.AnswerMillijoules / 1000,
+		BatteryJoules:      e.BatteryJoules,
+	}
 }
 
 // ShardRange is the contiguous device range [lo, hi) of a shard.
@@ -946,7 +962,7 @@ func (s *shard) result() (*contract.Result, error) {
 	r.IntervalSeconds = c.Interval.Seconds()
 	r.Friends = c.Friends
 	r.DeviceHours = float64(s.hi-s.lo) * r.Hours
-	r.BatteryJoules = c.Energy.BatteryJoules
+	r.Energy, r.BatteryJoules = c.Energy, c.Energy.BatteryJoules
 	r.Latency.Beacons = s.hist
 	if r.Latency.Beacons == nil {
 		r.Latency.Beacons = []int64{}
@@ -962,7 +978,7 @@ func (s *shard) result() (*contract.Result, error) {
 		}
 	}
 	secs := int64(c.Duration / time.Second)
-	m := c.Energy
+	m := EnergyModel(c.Energy)
 	for i, name := range s.mob.Classes() {
 		cl := contract.Class{
 			Name: name, Devices: s.classDevs[i], DeviceSeconds: s.classDevs[i] * secs,

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -37,7 +39,7 @@ func comparable(t *testing.T, r *contract.Result) contract.Result {
 // comparableJoules recomputes a class's joules from its integer counts (Equation 1).
 func comparableJoules(r *contract.Result, name string) float64 {
 	cl := r.Class(name)
-	m := sddr.PaperEnergyModel
+	m := EnergyModel(r.Energy)
 	ds := float64(cl.DeviceSeconds)
 	return ds/86400*m.IdleBTJoulesPerDay + ds/m.Epoch.Seconds()*m.EpochChangeJoules +
 		float64(cl.Inquiries)*m.DiscoveryJoules + float64(cl.Responses)*m.PerDeviceJoules + float64(cl.Answers)*m.ResponderJoules
@@ -232,6 +234,8 @@ func TestConfigValidate(t *testing.T) {
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Friends: 300},
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Shards: 2, Shard: 2},
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Scenario: "moon"},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Energy: contract.Energy{DiscoveryMillijoules: -1}},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Energy: contract.Energy{BatteryJoules: 2e6}},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
@@ -263,5 +267,160 @@ func TestNATSRefusesBadRunID(t *testing.T) {
 	var nc *nats.Conn
 	if _, err := NewNATS(nc, "a.b", 0, 2); err == nil {
 		t.Fatal("a run id with a dot was accepted")
+	}
+}
+
+// energyGroups is a fixed group of d+1 = 6 devices, every neighbour detected (p_det = 1): each
+// inquiry gets d = 5 responses and each device answers d inquiries an interval, Equation 1's
+// setting of Table 3.
+func energyGroups(interval time.Duration, e contract.Energy) Config {
+	return Config{RunID: "energy", Scenario: ScenarioGroups, Devices: 12, GroupSize: 6, Duration: 2 * time.Hour, Seed: 5,
+		Interval: interval, Friends: 1, PDet: 1, RevokeFraction: -1, Energy: e}
+}
+
+// equation1 is Equation 1 over a class's counts with the coefficients e, in joules.
+func equation1(cl *contract.Class, e contract.Energy) float64 {
+	ds := float64(cl.DeviceSeconds)
+	return ds/86400*e.IdleBluetoothJoulesPerDay + ds/sddr.DefaultEpoch.Seconds()*e.EpochChangeMillijoules/1000 +
+		(float64(cl.Inquiries)*e.DiscoveryMillijoules+float64(cl.Responses)*e.RecognitionMillijoules+float64(cl.Answers)*e.AnswerMillijoules)/1000
+}
+
+// countsOnly strips a result of everything the energy model decides.
+func countsOnly(t *testing.T, r *contract.Result) contract.Result {
+	c := comparable(t, r)
+	c.RunID, c.Energy, c.BatteryJoules = "", contract.Energy{}, 0
+	for i := range c.Classes {
+		c.Classes[i].Joules, c.Classes[i].BatteryPercentPerDay = 0, 0
+	}
+	return c
+}
+
+// TestEnergyCoefficientsChangeBatteryAsEquation1 (property): for random coefficients of
+// Equation 1 (each the paper's times a factor in [1/5, 5]), the simulated protocol is the
+// same — every count equal to the paper's run — and only the energy changes, as Equation 1
+// says: each class's joules are Equation 1 over its counts with those coefficients, battery
+// %/day is joules per device-day over the battery, and the device's figure is Equation 1's
+// closed form at d = 5 within 1 %. Changing one coefficient alone moves battery %/day by
+// Equation 1's partial difference (the battery capacity divides it).
+func TestEnergyCoefficientsChangeBatteryAsEquation1(t *testing.T) {
+	base, err := RunLocal(t.Context(), energyGroups(time.Minute, contract.Energy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Energy != contract.PaperEnergy {
+		t.Fatalf("a zero Config.Energy ran with %+v, want the paper's", base.Energy)
+	}
+	cl := base.Classes[0]
+	if cl.Inquiries == 0 || cl.Responses == 0 || cl.Answers == 0 {
+		t.Fatalf("class %+v: a term of Equation 1 has no count, the test has no power", cl)
+	}
+	rng := rand.New(rand.NewPCG(18, 55))
+	factor := func() float64 { return math.Exp((2*rng.Float64() - 1) * math.Log(5)) }
+	check := func(name string, e contract.Energy) *contract.Result {
+		t.Helper()
+		r, err := RunLocal(t.Context(), energyGroups(time.Minute, e))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Energy != e || r.BatteryJoules != e.BatteryJoules {
+			t.Fatalf("%s: the result reports the model %+v, ran with %+v", name, r.Energy, e)
+		}
+		if !reflect.DeepEqual(countsOnly(t, base), countsOnly(t, r)) {
+			t.Fatalf("%s: the energy model changed the simulated protocol", name)
+		}
+		for i := range r.Classes {
+			c := &r.Classes[i]
+			if want := equation1(c, e); math.Abs(c.Joules-want) > 1e-9*want {
+				t.Fatalf("%s: class %s %v J, Equation 1 over its counts %v J", name, c.Name, c.Joules, want)
+			}
+			if want := 100 * c.Joules / (float64(c.DeviceSeconds) / 86400) / e.BatteryJoules; math.Abs(c.BatteryPercentPerDay-want) > 1e-9*want {
+				t.Fatalf("%s: class %s %v %%/day, want %v", name, c.Name, c.BatteryPercentPerDay, want)
+			}
+		}
+		got, want := r.Classes[0].BatteryPercentPerDay, EnergyModel(e).BatteryPercentPerDay(5, time.Minute)
+		if math.Abs(got-want)/want > 0.01 {
+			t.Fatalf("%s: simulated %.3f %%/day, Equation 1 at d = 5 gives %.3f", name, got, want)
+		}
+		return r
+	}
+	for trial := range 4 {
+		e := contract.PaperEnergy
+		for _, f := range contract.EnergyFields {
+			*f.Value(&e) *= factor()
+		}
+		check(fmt.Sprintf("random model %d", trial), e)
+	}
+	b0 := base.Classes[0].BatteryPercentPerDay
+	days := float64(cl.DeviceSeconds) / 86400
+	for _, f := range contract.EnergyFields {
+		k := factor()
+		if math.Abs(k-1) < 0.1 {
+			k = 2
+		}
+		e := contract.PaperEnergy
+		*f.Value(&e) *= k
+		r := check(f.Field+" alone", e)
+		got := r.Classes[0].BatteryPercentPerDay - b0
+		var want float64
+		if f.Field == "batteryJoules" {
+			want = b0/k - b0 // the same joules over a battery k times as large
+		} else {
+			// Equation 1's partial difference: the coefficient's change times its count.
+			c := contract.Class{Name: cl.Name, DeviceSeconds: cl.DeviceSeconds}
+			one := contract.Energy{}
+			*f.Value(&one) = *f.Value(&e) - *f.Value(&contract.PaperEnergy)
+			switch f.Field {
+			case "discoveryMillijoules":
+				c.Inquiries = cl.Inquiries
+			case "recognitionMillijoules":
+				c.Responses = cl.Responses
+			case "answerMillijoules":
+				c.Answers = cl.Answers
+			}
+			want = 100 * equation1(&c, one) / days / e.BatteryJoules
+		}
+		if math.Abs(got-want) > 1e-9*math.Abs(want) || want == 0 {
+			t.Errorf("%s × %.3f: battery moved %+.6f %%/day, Equation 1 says %+.6f", f.Field, k, got, want)
+		}
+		// And the closed form at d = 5 moves the same way, within 1 % of the whole figure.
+		closed := EnergyModel(e).BatteryPercentPerDay(5, time.Minute) - EnergyModel(contract.PaperEnergy).BatteryPercentPerDay(5, time.Minute)
+		if math.Abs(got-closed) > 0.01*b0 {
+			t.Errorf("%s × %.3f: battery moved %+.4f %%/day, the closed form %+.4f", f.Field, k, got, closed)
+		}
+		t.Logf("%s × %.3f: %.3f → %.3f %%/day (Equation 1: %+.4f)", f.Field, k, b0, r.Classes[0].BatteryPercentPerDay, want)
+	}
+}
+
+// TestDefaultEnergyReproducesTable3: with no coefficient given, the simulator's model is the
+// paper's calibration (sddr.PaperEnergyModel, TestEnergyModelReproducesTable3) and a device
+// among 5 others simulated for two hours spends Table 3's SDDR battery %/day within 5 % at 60
+// and 120 s.
+func TestDefaultEnergyReproducesTable3(t *testing.T) {
+	m, p := EnergyModel(contract.Energy{}), sddr.PaperEnergyModel
+	for name, v := range map[string][2]float64{
+		"idle": {m.IdleBTJoulesPerDay, p.IdleBTJoulesPerDay}, "epoch": {m.EpochChangeJoules, p.EpochChangeJoules},
+		"discovery": {m.DiscoveryJoules, p.DiscoveryJoules}, "per device": {m.PerDeviceJoules, p.PerDeviceJoules},
+		"responder": {m.ResponderJoules, p.ResponderJoules}, "battery": {m.BatteryJoules, p.BatteryJoules},
+	} {
+		if math.Abs(v[0]-v[1]) > 1e-12*v[1] {
+			t.Errorf("%s: default %v, the paper's calibration %v", name, v[0], v[1])
+		}
+	}
+	if m.Epoch != p.Epoch {
+		t.Errorf("epoch %v, the paper's %v", m.Epoch, p.Epoch)
+	}
+	for _, row := range []struct {
+		interval time.Duration
+		percent  float64 // Table 3, SDDR over BT2.1
+	}{{time.Minute, 10.76}, {2 * time.Minute, 5.57}} {
+		r, err := RunLocal(t.Context(), energyGroups(row.interval, contract.Energy{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := r.Classes[0].BatteryPercentPerDay
+		if math.Abs(got-row.percent)/row.percent > 0.05 {
+			t.Errorf("%v: simulated %.2f %%/day, Table 3 %.2f", row.interval, got, row.percent)
+		}
+		t.Logf("%v: simulated %.2f %%/day, Table 3 %.2f", row.interval, got, row.percent)
 	}
 }

@@ -32,6 +32,9 @@ type Sweep struct {
 	Intervals  []time.Duration
 	Friends    []int
 	Duration   time.Duration
+	// Energy is the coefficients of Equation 1 the sweeps and the closed form use (each
+	// zero one the paper's): `sddr simulate --plots` draws with the run's.
+	Energy contract.Energy
 }
 
 // Full is the sweep of `sddr simulate --plots`.
@@ -47,11 +50,11 @@ func Write(ctx context.Context, dir string, seed uint64, sw Sweep) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	model := sddr.PaperEnergyModel
+	model := sim.EnergyModel(sw.Energy)
 	run := func(devices, group, friends int, interval, dur time.Duration) (*contract.Result, error) {
 		return sim.RunLocal(ctx, sim.Config{
 			RunID: "plots", Scenario: sim.ScenarioGroups, Devices: devices, GroupSize: group, Friends: friends,
-			Duration: dur, Seed: seed, Interval: interval, Shards: 1, RevokeFraction: -1,
+			Duration: dur, Seed: seed, Interval: interval, Shards: 1, RevokeFraction: -1, Energy: sw.Energy,
 		})
 	}
 
