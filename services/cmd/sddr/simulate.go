@@ -134,12 +134,17 @@ func (c *simulateConfig) validate() error {
 		bad("--log-level %q must be debug, info, warn or error", c.logLevel)
 	}
 	// Each coefficient as given: sim.Config would take a zero for the paper's default.
+	energyOK := true
 	for _, ef := range contract.EnergyFields {
 		if v := *ef.Value(&c.energy); !ef.InRange(v) {
 			bad("--%s %v outside %s", ef.Flag, v, ef.Bounds())
+			energyOK = false
 		}
 	}
 	cfg := c.sim()
+	if !energyOK {
+		cfg.Energy = contract.Energy{} // said above, once
+	}
 	if err := cfg.Validate(); err != nil {
 		bad("%v", err)
 	}
