@@ -100,8 +100,8 @@ demo: ## run the embedded demo (obscura demo): one process, embedded NATS, every
 	cd services && go run ./cmd/obscura demo $(DEMO_FLAGS)
 
 .PHONY: cluster-up
-cluster-up: ## start a real single-node Kubernetes cluster on 127.0.0.1 (root; docs/cluster.md)
-	@hack/cluster/cluster.sh up
+cluster-up: ## start a real single-node Kubernetes cluster on 127.0.0.1 (root; docs/cluster.md; NODES=3: worker nodes in network namespaces, pod network, NetworkPolicies)
+	@NODES=$(NODES) hack/cluster/cluster.sh up
 
 .PHONY: cluster-down
 cluster-down: ## stop the local cluster and remove every trace of it (CLUSTER_PURGE=1 also deletes hack/cluster/state)
@@ -112,8 +112,8 @@ cluster-status: ## health of the local cluster's components, its node and pods
 	@hack/cluster/cluster.sh status
 
 .PHONY: e2e-cluster
-e2e-cluster: ## cluster e2e: cluster up, images, helm install, samples, load ×1/×4/×8/×1 with capacity classes and autoscaling asserted, upgrade, uninstall, cluster down (E2E_CLUSTER_MODE=smoke for the short one)
-	@hack/e2e-cluster.sh
+e2e-cluster: ## cluster e2e: cluster up, images, helm install, samples, load ×1/×4/×8/×1 with capacity classes and autoscaling asserted, upgrade, uninstall, cluster down (E2E_CLUSTER_MODE=smoke for the short one; NODES=3: the NetworkPolicy matrix on the multi-node cluster)
+	@if [ "$(or $(NODES),1)" -ge 2 ]; then NODES=$(NODES) hack/cluster/e2e-nodes.sh; else hack/e2e-cluster.sh; fi
 
 .PHONY: images
 images: ## build every container image offline, reproducibly, into hack/images/out (docs/images.md; IMAGES_FLAGS, e.g. -force)

@@ -33,6 +33,10 @@ APT_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack soc
 HOST_PATHS=(/var/log/containers /var/log/pods /run/containerd /var/lib/cni /var/lib/kubelet /etc/cni)
 KUBECTL=("$BIN/kube" kubectl --kubeconfig "$KCFG/admin.conf")
 
+# NODES>=2: the multi-node mode (worker nodes in network namespaces, a pod network, kube-proxy,
+# kube-network-policies; hack/cluster/nodes.sh). `down` and `status` know the running mode.
+NODES=${NODES:-1}
+
 T0=$SECONDS
 log() { printf '[cluster %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -171,8 +175,13 @@ certs() {
   local before; before=$(ls "$PKI" | wc -l)
   ca ca obscura-local-ca
   ca front-proxy-ca obscura-local-front-proxy-ca
+  # 10.99.0.1: the relay on the node bridge of the multi-node mode (nodes.sh); a certificate made
+  # before that mode existed is re-issued.
+  if [[ -f $PKI/apiserver.crt ]] && ! openssl x509 -in "$PKI/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:10.99.0.1$\|IP Address:10.99.0.1,'; then
+    rm -f "$PKI/apiserver.crt" "$PKI/apiserver.key"
+  fi
   sign apiserver kube-apiserver "" ca \
-    "DNS:localhost,DNS:$NODE,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
+    "DNS:localhost,DNS:$NODE,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:10.99.0.1"
   sign admin kubernetes-admin system:masters ca
   sign apiserver-kubelet-client kube-apiserver-kubelet-client system:masters ca
   sign kubelet "system:node:$NODE" system:nodes ca
@@ -409,6 +418,7 @@ metrics_server() {
 
 up() {
   need_root
+  (($(nodes_count) >= 2)) && die "a $(nodes_count)-node cluster is running: make cluster-down first"
   mkdir -p "$STATE/bin"
   log "up: state $STATE"
   prereqs
@@ -550,6 +560,8 @@ remove_cgroups() {
 down() {
   need_root
   log "down: state $STATE"
+  local nodes; nodes=$(nodes_count)
+  ((nodes >= 2)) && nodes_down_processes "$nodes"
   stop kubelet
   remove_containers
   stop containerd
@@ -564,6 +576,7 @@ down() {
     log "stray processes: $(echo $strays)"
     term_then_kill $strays
   fi
+  ((nodes >= 2)) && nodes_down_network "$nodes"
   unmount_under "$STATE" /run/containerd /var/lib/kubelet
   remove_cgroups
   if ip route show type blackhole | grep -q "^blackhole $SERVICE_CIDR"; then
@@ -586,9 +599,12 @@ down() {
   log "down in $((SECONDS - T0))s"
 }
 
+# shellcheck source=hack/cluster/nodes.sh
+source "$HERE/nodes.sh"
+
 case "${1:-}" in
-  up) up ;;
+  up) if ((NODES >= 2)); then nodes_up "$NODES"; else up; fi ;;
   down) shift; down "$@" ;;
-  status) status ;;
+  status) if (($(nodes_count) >= 2)); then nodes_status "$(nodes_count)"; else status; fi ;;
   *) echo "usage: $0 up|down [--purge]|status" >&2; exit 2 ;;
 esac
