@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,6 +178,22 @@ func TestValidateSimulationEnergy(t *testing.T) {
 	s.Spec.Energy = nil
 	if o := sddr.SimulationSettingsOf(s); o.Energy != contract.PaperEnergy || len(o.EnergyText) != len(contract.EnergyFields) {
 		t.Fatalf("no spec.energy: %+v %v, want the paper's", o.Energy, o.EnergyText)
+	}
+	// Each field of spec.energy is the contract's coefficient of the same name, and only it.
+	typ := reflect.TypeOf(sddrv1.EnergyModel{})
+	if typ.NumField() != len(contract.EnergyFields) {
+		t.Fatalf("spec.energy has %d fields, the contract %d coefficients", typ.NumField(), len(contract.EnergyFields))
+	}
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		s.Spec.Energy = &sddrv1.EnergyModel{}
+		reflect.ValueOf(s.Spec.Energy).Elem().Field(i).SetString("7.25")
+		o := sddr.SimulationSettingsOf(s)
+		for j, f := range contract.EnergyFields {
+			if got := o.EnergyText[j]; (f.Field == name) != (got == "7.25") || (f.Field == name) != (*f.Value(&o.Energy) == 7.25) {
+				t.Errorf("spec.energy.%s = 7.25: --%s = %q", name, f.Flag, got)
+			}
+		}
 	}
 	for _, c := range []struct {
 		mut  func(e *sddrv1.EnergyModel)
