@@ -52,6 +52,10 @@ type slotSeeds struct {
 	values     map[int]int
 	erased     []uint32 // round seed erased, publisher unknown or round too far (§10 #8)
 	notAllowed []uint32 // the publisher's signed policy does not allow the function (D13)
+	// pairs[s] are slot s's label pairs when derived[s]: derived as each publisher's seeds
+	// arrive (slotSeeds with derive), so the derivation overlaps the other publishers' reads.
+	pairs   [][pps.ValueBits]pps.LabelPair
+	derived []bool
 }
 
 func (s *slotSeeds) zero() {
@@ -59,10 +63,15 @@ func (s *slotSeeds) zero() {
 		s.seeds[k] = pps.Seed{}
 		delete(s.seeds, k)
 	}
+	clear(s.pairs)
 }
 
-// labels derives both labels of every bit of slot s's value (spec §8.2).
+// labels returns both labels of every bit of slot s's value (spec §8.2): the pairs derived
+// while the seeds were read (the caller erases them), or derived now.
 func (s *slotSeeds) labels(slot int) (*[pps.ValueBits]pps.LabelPair, error) {
+	if s.derived != nil && s.derived[slot] {
+		return &s.pairs[slot], nil
+	}
 	seed, ok := s.seeds[slot]
 	if !ok {
 		return nil, fmt.Errorf("slot %d: %w", slot, pps.ErrRoundErased)
@@ -108,8 +117,9 @@ func (s *slotSeeds) labelSource() (source pps.LabelSource, done func()) {
 const maxSeedFetches = 8
 
 // slotSeeds checks the broker's slot inputs and fetches their round seeds, advancing the
-// publishers' ratchets (spec §8.1, D8).
-func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1.SlotInput) (*slotSeeds, error) {
+// publishers' ratchets (spec §8.1, D8); with derive it also derives each valid slot's label
+// pairs as soon as its publisher's seeds are in.
+func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1.SlotInput, derive bool) (*slotSeeds, error) {
 	n := len(cf.f.Layout.Slots)
 	byPub := map[string][]*ppsv1.SlotInput{}
 	seen := make([]bool, n)
@@ -128,6 +138,9 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 		byPub[in.GetPubId()] = append(byPub[in.GetPubId()], in)
 	}
 	out := &slotSeeds{seeds: map[int]pps.Seed{}, values: map[int]int{}}
+	if derive {
+		out.pairs, out.derived = make([][pps.ValueBits]pps.LabelPair, n), make([]bool, n)
+	}
 	ttl := g.retention(cf)
 	pubs := make([]string, 0, len(byPub))
 	for p := range byPub {
@@ -152,6 +165,16 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 					rounds[j] = in.GetRound()
 				}
 				results[i], errs[i] = g.publisherSeeds(ctx, pubs[i], rounds, ttl, allow)
+				if rs := results[i]; derive && errs[i] == nil && !rs.refused {
+					for _, in := range ins {
+						if seed, ok := rs.seeds[in.GetRound()]; ok {
+							s := int(in.GetSlot())
+							out.pairs[s] = pps.ValueLabels(&seed, int(in.GetValue()))
+							out.derived[s] = true
+							seed.Zero()
+						}
+					}
+				}
 			}
 		})
 	}
@@ -205,7 +228,7 @@ func (g *Garbler) CheckConsistency(ctx context.Context, req *ppsv1.CheckConsiste
 			return nil, g.reject(codes.InvalidArgument, "malformed_psi", fmt.Errorf("consistency check: position %d beyond the function's %d slots", p, len(cf.f.Layout.Slots)))
 		}
 	}
-	ss, err := g.slotSeeds(ctx, cf, req.GetSlots())
+	ss, err := g.slotSeeds(ctx, cf, req.GetSlots(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +318,7 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	if len(req.GetSlots())+len(nulls) != n {
 		return g.reject(codes.InvalidArgument, "bad_slots", fmt.Errorf("garble: %d valid and %d nullified slots for a function of %d", len(req.GetSlots()), len(nulls), n))
 	}
-	ss, err := g.slotSeeds(ctx, cf, req.GetSlots())
+	ss, err := g.slotSeeds(ctx, cf, req.GetSlots(), !hardened)
 	if err != nil {
 		return err
 	}
@@ -330,7 +353,7 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 			return status.Errorf(codes.Internal, "garble: %v", err)
 		}
 		// The function round is allocated (a Redis transaction) while the slots' labels are
-		// derived on every core (ss.labels only reads the seeds).
+		// placed (derived as the seeds arrived) on every core.
 		roundCh = make(chan allocatedRound, 1)
 		go func() {
 			var ar allocatedRound

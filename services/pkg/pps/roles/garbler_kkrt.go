@@ -189,7 +189,7 @@ func (g *Garbler) EvaluateKKRT(ctx context.Context, req *ppsv1.EvaluateKKRTReque
 	if !ok {
 		return nil, g.reject(codes.Aborted, "kkrt_session_unknown", fmt.Errorf("kkrt check: unknown KKRT session %x: run SetupKKRT again", kr.OT.Session[:4]))
 	}
-	ss, err := g.slotSeeds(ctx, cf, req.GetSlots())
+	ss, err := g.slotSeeds(ctx, cf, req.GetSlots(), false)
 	if err != nil {
 		return nil, err
 	}
