@@ -99,6 +99,9 @@ func ToIntegrator(v int, t uint64, kind string) string {
 // FromVendors filters every vendor's round messages of kind into the integrator's inbox.
 func FromVendors(kind string) string { return "mohito.i.in.*.r.*." + kind }
 
+// FromVendorsRound filters every vendor's messages of round t into the integrator's inbox.
+func FromVendorsRound(t uint64) string { return fmt.Sprintf("mohito.i.in.*.r.%d.>", t) }
+
 // WorkPart, WorkPlan and WorkLayer are the integrator-internal work subjects of round t.
 func WorkPart(t uint64, v int) string  { return fmt.Sprintf("mohito.r.%d.%s.%d", t, KindPart, v) }
 func WorkPlan(t uint64) string         { return fmt.Sprintf("mohito.r.%d.%s", t, KindPlan) }

@@ -53,6 +53,7 @@ type Coordinator struct {
 	avail  *availability
 	ids    jetstream.KeyValue
 	work   jetstream.Stream // StreamWork: a round's work is purged when the round ends
+	inbox  jetstream.Stream // StreamIntegratorIn: so are the vendors' messages of the round
 	info   *roundInfos
 	lease  *natsx.Lease
 	mu     sync.Mutex
@@ -117,6 +118,9 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 		return nil, err
 	}
 	if c.work, err = cfg.JS.Stream(ctx, contract.StreamWork); err != nil {
+		return nil, err
+	}
+	if c.inbox, err = cfg.JS.Stream(ctx, contract.StreamIntegratorIn); err != nil {
 		return nil, err
 	}
 	if c.status, err = newStatusBook(ctx, cfg.JS, &cfg.Deployment, cfg.Log); err != nil {
@@ -237,13 +241,18 @@ func (c *Coordinator) adopt(ctx context.Context, t uint64) {
 }
 
 // purgeWork removes round t's work (its plan, decrypted parts and response-layer shares) from
-// StreamWork once the round is done or aborted: nothing reads it again, and on memory storage
-// it would hold the NATS servers' memory for WorkTTL. A purge that fails leaves it to WorkTTL.
+// StreamWork, and the vendors' messages of round t from the integrator's inbox, once the round
+// is done or aborted: nothing reads them again, and on memory storage they would hold the NATS
+// servers' memory for WorkTTL (the inbox's own age). A purge that fails leaves them to the age.
+// (The vendors' inboxes are theirs: their round messages go by age.)
 func (c *Coordinator) purgeWork(ctx context.Context, t uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := c.work.Purge(ctx, jetstream.WithPurgeSubject(contract.WorkRound(t))); err != nil {
 		c.cfg.Log.Warn("round work not purged", "t", t, "err", err)
+	}
+	if err := c.inbox.Purge(ctx, jetstream.WithPurgeSubject(contract.FromVendorsRound(t))); err != nil {
+		c.cfg.Log.Warn("round's inbox messages not purged", "t", t, "err", err)
 	}
 }
 

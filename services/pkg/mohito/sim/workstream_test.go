@@ -19,8 +19,9 @@ import (
 )
 
 // TestRoundWorkPurgedWhenRoundEnds: the integrator's work stream (StreamWork, memory storage)
-// holds only the rounds in flight. Every round that ended — done with its commands answered,
-// or aborted — has its plan, parts and layer shares purged, and the stream keeps what no
+// and its inbox's round messages hold only the rounds in flight. Every round that ended — done
+// with its commands answered, or aborted — has its plan, parts and layer shares purged, and the
+// vendors' messages of that round too, and the stream keeps what no
 // coordinator purged for WorkTTL, not natsx.DefaultMaxAge. With ten minutes of every round's
 // decrypted commands kept, a 512-entry capacity class filled the cluster's 256 MB memory store
 // and aborted every round after it (issue 14's ×1-after phase).
@@ -75,9 +76,17 @@ func TestRoundWorkPurgedWhenRoundEnds(t *testing.T) {
 	if s.CachedInfo().Config.Storage != jetstream.MemoryStorage {
 		t.Fatalf("%s on %v, want memory storage", contract.StreamWork, s.CachedInfo().Config.Storage)
 	}
+	in, err := js.Stream(ctx, contract.StreamIntegratorIn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var purged int
-	testenv.Eventually(t, 30*time.Second, "every ended round's work purged", func() error {
+	testenv.Eventually(t, 30*time.Second, "every ended round's work and inbox messages purged", func() error {
 		si, err := s.Info(ctx, jetstream.WithSubjectFilter(contract.WorkSubjects))
+		if err != nil {
+			return err
+		}
+		ii, err := in.Info(ctx, jetstream.WithSubjectFilter(contract.IntegratorRoundSubjects))
 		if err != nil {
 			return err
 		}
@@ -85,7 +94,12 @@ func TestRoundWorkPurgedWhenRoundEnds(t *testing.T) {
 		defer mu.Unlock()
 		var left []string
 		for subj, n := range si.State.Subjects {
-			if r := workRound(t, subj); ended[r] {
+			if r := subjectRound(t, subj, 2); ended[r] {
+				left = append(left, fmt.Sprintf("%s (%d)", subj, n))
+			}
+		}
+		for subj, n := range ii.State.Subjects {
+			if r := subjectRound(t, subj, 5); ended[r] {
 				left = append(left, fmt.Sprintf("%s (%d)", subj, n))
 			}
 		}
@@ -95,17 +109,18 @@ func TestRoundWorkPurgedWhenRoundEnds(t *testing.T) {
 		purged = len(ended)
 		return nil
 	})
-	t.Logf("%d commands; %d ended rounds (%d with commands) left nothing in %s", len(recs), purged, withCommands, contract.StreamWork)
+	t.Logf("%d commands; %d ended rounds (%d with commands) left nothing in %s or %s", len(recs), purged, withCommands, contract.StreamWork, contract.StreamIntegratorIn)
 }
 
-// workRound is the round of a work subject mohito.r.<t>.<kind>[.<v>].
-func workRound(t *testing.T, subj string) uint64 {
+// subjectRound is the round of a subject whose token i is the round: a work subject
+// mohito.r.<t>.<kind>[.<v>] (i = 2) or an inbox subject mohito.i.in.<v>.r.<t>.<kind> (i = 5).
+func subjectRound(t *testing.T, subj string, i int) uint64 {
 	t.Helper()
 	f := strings.Split(subj, ".")
-	if len(f) < 4 || f[0] != "mohito" || f[1] != "r" {
-		t.Fatalf("unexpected work subject %q", subj)
+	if len(f) <= i+1 || f[0] != "mohito" || f[i-1] != "r" {
+		t.Fatalf("unexpected round subject %q", subj)
 	}
-	r, err := strconv.ParseUint(f[2], 10, 64)
+	r, err := strconv.ParseUint(f[i], 10, 64)
 	if err != nil {
 		t.Fatalf("work subject %q: %v", subj, err)
 	}
