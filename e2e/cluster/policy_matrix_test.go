@@ -85,6 +85,7 @@ func TestPolicyMatrix(t *testing.T) {
 		{name: "pda-proxy", ns: nsProxy, labels: workload("pda", "scaling", "proxy"), node: node(2)},
 		{name: "pda-db-shard", ns: nsDB, labels: workload("pda", "scaling", "db-shard"), node: node(1)},
 		{name: "stranger", ns: nsOther, labels: map[string]string{"obscura-matrix": "stranger"}, node: node(1)},
+		{name: "pps-garbler", ns: nsOther, labels: workload("pps", "parking", "garbler"), node: node(2)},
 	}
 	for _, p := range append(append([]matrixPod{}, servers...), clients...) {
 		e.matrixPod(p)
@@ -138,6 +139,7 @@ func TestPolicyMatrix(t *testing.T) {
 		{"coordinator", "redis-pda-db", 6381, false, "the integrator never reaches the database's Redis"},
 		{"vendor", "nats", 4222, true, "operator workloads of any namespace are NATS clients"},
 		{"stranger", "nats", 4222, false, "a pod of no domain is no NATS client"},
+		{"pps-garbler", "nats", 4222, false, "the PPS garbler holds no NATS credentials and never reaches NATS"},
 		{"stranger", "nats", 1883, true, "MQTT (devices) from anywhere"},
 		{"edge", "gateway", 7443, true, "the edge reaches the integrator's gateway"},
 		{"vendor", "gateway", 7443, false, "a vendor's workload never reaches the integrator's gateway"},
