@@ -89,9 +89,7 @@ func natsNodeHealthy(i int) error {
 func (e *env) killNATSNodeUnderLoad() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for i := range natsNodes {
-		testenv.Eventually(e.t, 2*time.Minute, fmt.Sprintf("NATS node %d healthy", i), func() error { return natsNodeHealthy(i) })
-	}
+	e.natsSettled()
 	pw := string(e.secretData(e.ns, release+"-nats-operator", "operator"))
 	e.secrets["NATS password of the operator"] = pw
 	e.secrets["NATS route password"] = string(e.secretData(e.ns, release+"-nats-config", "route-password"))
@@ -249,4 +247,41 @@ func natsServerPid(pod string) (int, error) {
 		return 0, fmt.Errorf("nats-server processes of pod %s on this machine: %v; want one", pod, found)
 	}
 	return found[0], nil
+}
+
+// natsSettled waits until every NATS node has been healthy, with no container restarted, for
+// 30 s, and every workload is available. A change of the accounts' shape (an account added or
+// removed: the EncounterSimulation deleted just before) makes every node's reloader restart its
+// nats-server (docs/chart.md), all within the kubelet's Secret sync period: the cluster is down
+// for a moment, and a drive started then fails its devices' MQTT connects.
+func (e *env) natsSettled() {
+	var last string
+	since := time.Now()
+	testenv.Eventually(e.t, 4*time.Minute, "the NATS cluster settled (healthy, no restart for 30 s)", func() error {
+		var pods corev1.PodList
+		if err := e.k.List(context.Background(), &pods, client.InNamespace(e.ns), client.MatchingLabels{"app.kubernetes.io/component": "nats"}); err != nil {
+			return err
+		}
+		var state []string
+		for _, p := range pods.Items {
+			for _, c := range p.Status.ContainerStatuses {
+				state = append(state, fmt.Sprintf("%s/%s:%s:%d", p.Name, c.Name, p.UID, c.RestartCount))
+			}
+		}
+		slices.Sort(state)
+		now := strings.Join(state, " ")
+		for i := range natsNodes {
+			if err := natsNodeHealthy(i); err != nil {
+				last = ""
+				return err
+			}
+		}
+		if now != last {
+			last, since = now, time.Now()
+		}
+		if len(pods.Items) != natsNodes || time.Since(since) < 30*time.Second {
+			return fmt.Errorf("%d NATS pods, unchanged for %s: %s", len(pods.Items), time.Since(since).Round(time.Second), now)
+		}
+		return e.allAvailable()
+	})
 }
