@@ -156,6 +156,41 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 	return n, nil
 }
 
+// Restart shuts the server down and starts it again with the same options, ports and store,
+// as a nats-server container restarts (the NATS reloader restarts it for a changed account):
+// file-stored streams come back, memory-stored ones do not, and clients reconnect.
+func (n *NATS) Restart() error {
+	o, err := n.cfg.options(n.dir)
+	if err != nil {
+		return fmt.Errorf("testenv: restart NATS: %w", err)
+	}
+	o.Port = n.Server.Addr().(*net.TCPAddr).Port
+	if o.MQTT.Port != 0 {
+		o.MQTT.Port = n.MQTTPort
+	}
+	n.stop() // the old server and its log file
+	logger, err := newFileLogger(n.LogPath)
+	if err != nil {
+		return fmt.Errorf("testenv: restart NATS: %w", err)
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		return fmt.Errorf("testenv: restart NATS: %w", err)
+	}
+	s.SetLogger(logger, false, false)
+	s.Start()
+	n.Server = s
+	n.stop = func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		logger.close()
+	}
+	if !s.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("testenv: restarted NATS not ready for connections in 10s\n%s", logTail(n.LogPath, 30))
+	}
+	return nil
+}
+
 // Reload replaces the configuration text given with WithNATSConfig by conf and reloads the
 // running server, as nats-server does on SIGHUP after the operator re-renders the accounts
 // (the NATS reloader): the same ports, store and other options.
@@ -250,7 +285,7 @@ type fileLogger struct {
 }
 
 func newFileLogger(path string) (*fileLogger, error) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // appended to by a restart
 	if err != nil {
 		return nil, fmt.Errorf("create NATS log: %w", err)
 	}

@@ -67,3 +67,43 @@ func TestAccountsReloadMidRun(t *testing.T) {
 	}
 	t.Logf("%d commands over %d rounds through %d reloads, no round aborted", len(recs), h.planned.Load(), len(layouts))
 }
+
+// TestNATSRestartMidRun: a single NATS server restarts under load (the NATS reloader restarts
+// it when an account is added or removed) and comes back without its memory streams, buckets
+// and object stores. The roles re-create them as they reconnect: the rounds in flight may
+// abort, the series then runs on, and every command is answered exactly once.
+func TestNATSRestartMidRun(t *testing.T) {
+	h := start(t, []int{3, 4}, 8, 1, nil)
+	var atRestart int64
+	stop := make(chan struct{})
+	go func() {
+		defer close(stop)
+		target := h.planned.Load() + 3
+		waitFor(t, 60*time.Second, "first rounds", func() bool { return h.planned.Load() >= target })
+		atRestart = int64(len(h.Reports()))
+		if err := h.nats.Restart(); err != nil {
+			t.Error(err)
+			return
+		}
+		target = h.planned.Load() + 6
+		waitFor(t, 90*time.Second, "rounds after the restart", func() bool { return h.planned.Load() >= target })
+	}()
+	recs := sim.Workload{PayloadSize: 32}.Run(t.Context(), h.cluster, stop)
+	if err := sim.Check(h.cluster, recs, 8); err != nil {
+		t.Fatal(err)
+	}
+	var aborted []string
+	for _, r := range h.Reports()[atRestart:] {
+		if r.Aborted {
+			aborted = append(aborted, fmt.Sprintf("%d (%s)", r.T, r.Reason))
+		}
+	}
+	// Recovered: the last rounds of the run ran to the end.
+	reps := h.Reports()
+	for _, r := range reps[max(int(atRestart), len(reps)-4):] {
+		if r.Aborted {
+			t.Errorf("round %d aborted (%s) among the last rounds: the series did not recover from the restart", r.T, r.Reason)
+		}
+	}
+	t.Logf("%d commands; after the restart %d rounds planned, %d aborted (the last: %v)", len(recs), h.planned.Load(), len(aborted), aborted[max(0, len(aborted)-5):])
+}
