@@ -165,23 +165,25 @@ func TestBrokerRefusesFunctionWhoseCircuitDiffers(t *testing.T) {
 			r.CircuitHash[0] ^= 1
 		}
 	}})
-	testenv.Eventually(t, 2*time.Minute, "function refused", func() error {
+	// The status the broker answers is set before the store, the metric and the log line are
+	// written: wait for all of them.
+	testenv.Eventually(t, 2*time.Minute, "function refused, recorded, counted and logged", func() error {
 		if _, st, reason, _ := w.b.FunctionStatus(w.p.Name); st != FunctionRefused || !strings.Contains(reason, "circuit hash") {
 			return fmt.Errorf("status %q %q", st, reason)
+		}
+		if st, reason, err := w.b.Store().FunctionStatus(w.ctx(), w.f.ID); err != nil || st != FunctionRefused || reason == "" {
+			return fmt.Errorf("recorded status %q %q %v", st, reason, err)
+		}
+		if v := testutil.ToFloat64(w.b.m.Functions.WithLabelValues(w.p.Name, FunctionRefused)); v != 1 {
+			return fmt.Errorf("function state metric %v", v)
+		}
+		if !strings.Contains(w.b.log.String(), "function refused") {
+			return errors.New("the refusal is not logged")
 		}
 		return nil
 	})
 	if v := rejected(w.b, stageFunction, reasonHashMismatch); v < 1 {
 		t.Errorf("%v circuit-hash refusals counted", v)
-	}
-	if st, reason, err := w.b.Store().FunctionStatus(w.ctx(), w.f.ID); err != nil || st != FunctionRefused || reason == "" {
-		t.Errorf("recorded status %q %q %v", st, reason, err)
-	}
-	if !strings.Contains(w.b.log.String(), "function refused") {
-		t.Error("the refusal is not logged")
-	}
-	if v := testutil.ToFloat64(w.b.m.Functions.WithLabelValues(w.p.Name, FunctionRefused)); v != 1 {
-		t.Errorf("function state metric %v", v)
 	}
 	// The broker is up (readiness: every pipeline has the garbler's answer) and schedules
 	// nothing for the refused function.
