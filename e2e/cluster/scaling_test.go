@@ -80,7 +80,7 @@ type ScalePhase struct {
 	ExactlyOnce bool     `json:"exactly_once"`
 	Aborted     int64    `json:"aborted_rounds"`
 	Completed   int64    `json:"completed_rounds"`
-	RoundSecs   float64  `json:"round_seconds"`  // mean lastRoundSeconds over the phase's second half
+	RoundSecs   float64  `json:"round_seconds"`  // mean lastRoundSeconds once scaled: the second half, after the last scale-out decision
 	RoundToBase float64  `json:"round_to_base"`  // RoundSecs ÷ the first ×1 phase's
 	WorkSecs    float64  `json:"work_seconds"`   // mean lastRoundWork over the second half
 	WorkersMax  int32    `json:"workers_max"`    // ready decryption workers
@@ -124,7 +124,7 @@ func (e *env) scalingPhases() {
 		name string
 		mult int
 		d    time.Duration
-	}{{"x1", 1, 60 * time.Second}, {"x4", 4, 100 * time.Second}, {"x8", 8, 100 * time.Second}, {"x1-after", 1, 240 * time.Second}} {
+	}{{"x1", 1, 60 * time.Second}, {"x4", 4, 100 * time.Second}, {"x8", 8, 140 * time.Second}, {"x1-after", 1, 240 * time.Second}} {
 		users := scaleBaseUsers * p.mult
 		e.phase(fmt.Sprintf("load %s (%d users, %s)", p.name, users, p.d), func() {
 			start := time.Now()
@@ -135,8 +135,8 @@ func (e *env) scalingPhases() {
 			ph := ScalePhase{Name: p.name, Users: users, Seconds: time.Since(start).Seconds(), CapStart: cap0,
 				Commands: int(num(sum["commands"])), Aborted: e.counter("abortedRounds") - ab0, Completed: e.counter("completedRounds") - c0}
 			ph.ExactlyOnce, _ = sum["exactly_once"].(bool)
-			s.summarise(&ph, start)
 			ph.Events = e.roundEventsSince(start)
+			s.summarise(&ph, start, e.lastScaleOut(start))
 			ph.AbortReasons = e.abortReasonsSince(start)
 			if len(phases) > 0 && phases[0].RoundSecs > 0 {
 				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
@@ -225,6 +225,30 @@ func hasEvent(a, b ScalePhase, reason string) bool {
 		}
 	}
 	return false
+}
+
+// lastScaleOut is when the Round's last scale-out decision since t was made (ScaleUp or
+// CapacityRaised), or the zero time.
+func (e *env) lastScaleOut(t time.Time) time.Time {
+	var evs eventsv1.EventList
+	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
+		e.t.Logf("events: %v", err)
+		return time.Time{}
+	}
+	var last time.Time
+	for _, x := range evs.Items {
+		if x.Regarding.Kind != "Round" || x.Regarding.Name != roundName || x.Reason != "ScaleUp" && x.Reason != "CapacityRaised" {
+			continue
+		}
+		at := x.EventTime.Time
+		if x.Series != nil {
+			at = x.Series.LastObservedTime.Time
+		}
+		if !at.Before(t) && at.After(last) {
+			last = at
+		}
+	}
+	return last
 }
 
 // roundEventsSince lists the Round's scaling and capacity Events since t, oldest first, as
@@ -346,11 +370,20 @@ func (s *scaleSampler) last() ScaleSample {
 }
 
 // summarise fills a phase's figures from the samples taken since start.
-func (s *scaleSampler) summarise(p *ScalePhase, start time.Time) {
+// summarise fills p from the samples since start; round and work times are the phase's once
+// scaled: from the later of its half-way point and ten seconds (a rollout) after its last
+// scale-out decision (scaledAt, zero for none), or its last quarter if that leaves less.
+func (s *scaleSampler) summarise(p *ScalePhase, start, scaledAt time.Time) {
 	s.take()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	half := start.Add(time.Since(start) / 2)
+	if settled := scaledAt.Add(10 * time.Second); settled.After(half) {
+		half = settled
+		if q := start.Add(3 * time.Since(start) / 4); q.Before(half) {
+			half = q
+		}
+	}
 	var round, work float64
 	var n int
 	p.CapMax = p.CapStart
