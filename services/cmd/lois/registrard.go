@@ -114,7 +114,7 @@ func runRegistrar(args []string) error {
 	f.String(&c.vault.TokenFile, "vault-token-file", "", "file holding a Vault token allowed transit encrypt/decrypt with the seed key")
 	f.String(&c.vault.Role, "vault-role", "", "Kubernetes auth role (instead of --vault-token-file)")
 	f.String(&c.vault.AuthPath, "vault-auth-path", "kubernetes", "Kubernetes auth mount")
-	f.String(&c.vault.Mount, "vault-transit-mount", "transit", "Transit engine mount")
+	f.String(&c.vault.TransitMount, "vault-transit-mount", "transit", "Transit engine mount")
 	f.String(&c.vault.Key, "vault-transit-key", "lois-seeds", "Transit key the seeds are wrapped under")
 	f.Duration(&c.rekeyAfter, "rekey-after", 24*time.Hour, "a seed's age at which a grant is refused and the device must HELLO again")
 	f.Int(&c.rekeyStreams, "rekey-streams", 1<<32, "keystreams derived from one seed after which the device must HELLO again")

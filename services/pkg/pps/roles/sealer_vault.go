@@ -5,208 +5,31 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
-	k8sauth "github.com/hashicorp/vault/api/auth/kubernetes"
 
 	"github.com/obscura-iot/obscura/services/pkg/keys"
 )
 
-// VaultConfig is how the garbler reaches its domain's Vault (spec §5.3–§5.4: its own Vault,
-// Transit for sealing and signing). It logs in the way package keys does: Kubernetes auth
-// with Role (the pod's service account token from JWTFile), else the token in TokenFile —
-// never a token from a flag or a variable.
-type VaultConfig struct {
-	Addr      string
-	TokenFile string
-	Role      string
-	AuthPath  string // Kubernetes auth mount (default "kubernetes")
-	JWTFile   string // service account token (default keys.DefaultJWTFile)
-	// TransitMount is the Transit engine's mount (default "transit").
-	TransitMount string
-	Timeout      time.Duration // per call (default 30 s)
+// VaultConfig, VaultTransit and NewVaultTransit are package keys' Transit client: the
+// garbler's sealer and signer share one login.
+type (
+	VaultConfig  = keys.TransitConfig
+	VaultTransit = keys.Transit
+)
+
+// NewVaultTransit logs in to Vault (keys.NewTransit).
+func NewVaultTransit(ctx context.Context, cfg VaultConfig) (*VaultTransit, error) {
+	return keys.NewTransit(ctx, cfg)
 }
 
 // DefaultTransitMount is where the Transit engine is mounted unless configured.
-const DefaultTransitMount = "transit"
-
-func (c VaultConfig) withDefaults() VaultConfig {
-	if c.AuthPath == "" {
-		c.AuthPath = keys.DefaultAuthPath
-	}
-	if c.JWTFile == "" {
-		c.JWTFile = keys.DefaultJWTFile
-	}
-	if c.TransitMount == "" {
-		c.TransitMount = DefaultTransitMount
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = keys.DefaultTimeout
-	}
-	c.TransitMount = strings.Trim(c.TransitMount, "/")
-	c.AuthPath = strings.Trim(c.AuthPath, "/")
-	return c
-}
-
-// Validate checks the settings without any I/O.
-func (c VaultConfig) Validate() error {
-	var errs []error
-	if !strings.HasPrefix(c.Addr, "http://") && !strings.HasPrefix(c.Addr, "https://") {
-		errs = append(errs, errors.New("--vault-addr must be an http:// or https:// URL"))
-	}
-	if (c.Role == "") == (c.TokenFile == "") {
-		errs = append(errs, errors.New("exactly one of --vault-role (Kubernetes auth) and --vault-token-file (token auth) is needed for Vault"))
-	}
-	return errors.Join(errs...)
-}
-
-// VaultTransit is a logged-in client of the Transit engine, shared by VaultSealer and
-// VaultSigner. A call refused with 403 (the token expired or was rotated) logs in again once.
-type VaultTransit struct {
-	cfg    VaultConfig
-	mu     sync.Mutex
-	client *vault.Client
-}
-
-// NewVaultTransit logs in to Vault.
-func NewVaultTransit(ctx context.Context, cfg VaultConfig) (*VaultTransit, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	v := &VaultTransit{cfg: cfg}
-	if err := v.login(ctx); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-func (v *VaultTransit) String() string {
-	return fmt.Sprintf("vault %s %s/", v.cfg.Addr, v.cfg.TransitMount)
-}
-
-func (v *VaultTransit) login(ctx context.Context) error {
-	cfg := vault.DefaultConfig() // honours VAULT_CACERT and friends for TLS
-	if cfg.Error != nil {
-		return fmt.Errorf("%s: client config: %w", v, cfg.Error)
-	}
-	cfg.Address = v.cfg.Addr
-	cfg.Timeout = v.cfg.Timeout
-	client, err := vault.NewClient(cfg)
-	if err != nil {
-		return fmt.Errorf("%s: %w", v, err)
-	}
-	client.ClearToken() // never an ambient VAULT_TOKEN
-	if v.cfg.Role == "" {
-		b, err := os.ReadFile(v.cfg.TokenFile)
-		if err != nil {
-			return fmt.Errorf("%s: --vault-token-file: %w", v, err)
-		}
-		tok := strings.TrimSpace(string(b))
-		clear(b)
-		if tok == "" {
-			return fmt.Errorf("%s: token file %s is empty", v, v.cfg.TokenFile)
-		}
-		client.SetToken(tok)
-	} else {
-		jwt, err := os.ReadFile(v.cfg.JWTFile)
-		if err != nil {
-			return fmt.Errorf("%s: service account token for kubernetes auth: %w", v, err)
-		}
-		auth, err := k8sauth.NewKubernetesAuth(v.cfg.Role, k8sauth.WithMountPath(v.cfg.AuthPath),
-			k8sauth.WithServiceAccountToken(strings.TrimSpace(string(jwt))))
-		if err != nil {
-			return fmt.Errorf("%s: kubernetes auth: %w", v, err)
-		}
-		lctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
-		secret, err := auth.Login(lctx, client)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%s: kubernetes auth login (role %q, auth/%s): %w", v, v.cfg.Role, v.cfg.AuthPath, err)
-		}
-		if secret == nil || secret.Auth == nil || secret.Auth.ClientToken == "" {
-			return fmt.Errorf("%s: kubernetes auth login (role %q) returned no token", v, v.cfg.Role)
-		}
-		client.SetToken(secret.Auth.ClientToken)
-	}
-	v.mu.Lock()
-	v.client = client
-	v.mu.Unlock()
-	return nil
-}
-
-// call runs f with the client, logging in again once if Vault answers 403.
-func (v *VaultTransit) call(ctx context.Context, f func(ctx context.Context, c *vault.Client) (*vault.Secret, error)) (*vault.Secret, error) {
-	for attempt := 0; ; attempt++ {
-		v.mu.Lock()
-		c := v.client
-		v.mu.Unlock()
-		cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
-		s, err := f(cctx, c)
-		cancel()
-		var re *vault.ResponseError
-		if err != nil && attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
-			if lerr := v.login(ctx); lerr != nil {
-				return nil, errors.Join(err, lerr)
-			}
-			continue
-		}
-		return s, err
-	}
-}
-
-func (v *VaultTransit) write(ctx context.Context, path string, data map[string]any) (*vault.Secret, error) {
-	full := v.cfg.TransitMount + "/" + path
-	s, err := v.call(ctx, func(ctx context.Context, c *vault.Client) (*vault.Secret, error) {
-		return c.Logical().WriteWithContext(ctx, full, data)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("vault %s %s: %w", v.cfg.Addr, full, err)
-	}
-	if s == nil || s.Data == nil {
-		return nil, fmt.Errorf("vault %s %s: empty answer", v.cfg.Addr, full)
-	}
-	return s, nil
-}
-
-func (v *VaultTransit) read(ctx context.Context, path string) (*vault.Secret, error) {
-	full := v.cfg.TransitMount + "/" + path
-	s, err := v.call(ctx, func(ctx context.Context, c *vault.Client) (*vault.Secret, error) {
-		return c.Logical().ReadWithContext(ctx, full)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("vault %s %s: %w", v.cfg.Addr, full, err)
-	}
-	if s == nil || s.Data == nil {
-		return nil, fmt.Errorf("vault %s %s: not found", v.cfg.Addr, full)
-	}
-	return s, nil
-}
-
-// Ping is a readiness check: Vault answers, is initialised and unsealed.
-func (v *VaultTransit) Ping(ctx context.Context) error {
-	v.mu.Lock()
-	c := v.client
-	v.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
-	defer cancel()
-	h, err := c.Sys().HealthWithContext(cctx)
-	if err != nil {
-		return fmt.Errorf("vault %s: %w", v.cfg.Addr, err)
-	}
-	if !h.Initialized || h.Sealed {
-		return fmt.Errorf("vault %s: initialized=%v sealed=%v", v.cfg.Addr, h.Initialized, h.Sealed)
-	}
-	return nil
-}
+const DefaultTransitMount = keys.DefaultTransitMount
 
 func stringField(s *vault.Secret, name string) (string, error) {
 	raw, ok := s.Data[name].(string)
@@ -272,7 +95,7 @@ func NewVaultSealer(ctx context.Context, t *VaultTransit, name string, opt Vault
 	if opt.Rand == nil {
 		opt.Rand = rand.Reader
 	}
-	if _, err := t.read(ctx, "keys/"+name); err != nil {
+	if _, err := t.Read(ctx, "keys/"+name); err != nil {
 		return nil, fmt.Errorf("transit seal key: %w", err)
 	}
 	return &VaultSealer{transit: t, key: name, opt: opt, cache: map[string]*list.Element{}, lru: list.New()}, nil
@@ -318,7 +141,7 @@ func (s *VaultSealer) sealingKey(ctx context.Context) ([32]byte, string, error) 
 	}
 	s.mu.Unlock()
 	var none [32]byte
-	sec, err := s.transit.write(ctx, "datakey/plaintext/"+s.key, map[string]any{"bits": 256})
+	sec, err := s.transit.Write(ctx, "datakey/plaintext/"+s.key, map[string]any{"bits": 256})
 	if err != nil {
 		return none, "", fmt.Errorf("new data key: %w", err)
 	}
@@ -355,7 +178,7 @@ func (s *VaultSealer) unwrap(ctx context.Context, wrapped string) ([32]byte, err
 	if !strings.HasPrefix(wrapped, "vault:v") {
 		return none, fmt.Errorf("%w: wrapped data key is not a Transit ciphertext", ErrSealed)
 	}
-	sec, err := s.transit.write(ctx, "decrypt/"+s.key, map[string]any{"ciphertext": wrapped})
+	sec, err := s.transit.Write(ctx, "decrypt/"+s.key, map[string]any{"ciphertext": wrapped})
 	if err != nil {
 		return none, fmt.Errorf("unwrap data key: %w", err)
 	}

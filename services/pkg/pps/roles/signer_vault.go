@@ -27,7 +27,7 @@ func NewVaultSigner(ctx context.Context, t *VaultTransit, name string) (*VaultSi
 	if name == "" || strings.ContainsAny(name, "/ ") {
 		return nil, fmt.Errorf("transit identity key %q: want a key name", name)
 	}
-	sec, err := t.read(ctx, "keys/"+name)
+	sec, err := t.Read(ctx, "keys/"+name)
 	if err != nil {
 		return nil, fmt.Errorf("transit identity key: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *VaultSigner) Public() ed25519.PublicKey { return s.pub }
 // Sign implements Signer. The signature is checked against the pinned public key before it
 // is returned, so a misconfigured Vault never makes the garbler send an ack devices refuse.
 func (s *VaultSigner) Sign(ctx context.Context, msg []byte) ([]byte, error) {
-	sec, err := s.transit.write(ctx, "sign/"+s.key, map[string]any{
+	sec, err := s.transit.Write(ctx, "sign/"+s.key, map[string]any{
 		"input":       base64.StdEncoding.EncodeToString(msg),
 		"key_version": s.version,
 	})
