@@ -252,7 +252,7 @@ func simulate(ctx context.Context, c *simulateConfig, log *slog.Logger) error {
 		if c.natsUser != "" {
 			opts = append(opts, nats.UserInfo(c.natsUser, c.natsPassword))
 		}
-		nc, err := nats.Connect(c.natsURL, opts...)
+		nc, err := connectRetrying(ctx, log, c.natsURL, natsConnectPatience, opts...)
 		if err != nil {
 			return fmt.Errorf("connect to NATS: %w", err)
 		}
@@ -319,4 +319,31 @@ func writePlots(ctx context.Context, dir string, cfg sim.Config, log *slog.Logge
 	}
 	log.Info("plots written", "dir", dir, "files", plots.Files, "seconds", time.Since(start).Seconds())
 	return nil
+}
+
+// natsConnectPatience is how long a shard keeps trying to reach NATS at start. Creating an
+// EncounterSimulation adds its account, and the NATS reloader restarts the servers to load it:
+// a shard started that moment finds no server, or a server without its account yet.
+const natsConnectPatience = 2 * time.Minute
+
+// connectRetrying connects to NATS, retrying with backoff for up to patience.
+func connectRetrying(ctx context.Context, log *slog.Logger, url string, patience time.Duration, opts ...nats.Option) (*nats.Conn, error) {
+	deadline := time.Now().Add(patience)
+	wait := 250 * time.Millisecond
+	for {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			return nc, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		log.Warn("NATS not reachable yet, retrying", "err", err, "in", wait.String())
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }

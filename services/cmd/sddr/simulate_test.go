@@ -2,14 +2,21 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
 	"github.com/obscura-iot/obscura/services/pkg/telemetry"
+	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 // TestSimulateConfigErrors: every bad setting is a configuration error (exit status 2).
@@ -137,5 +144,29 @@ func TestSimulateEnergyFlags(t *testing.T) {
 	}
 	if got, want := b.Classes[0].BatteryPercentPerDay, a.Classes[0].BatteryPercentPerDay/2; math.Abs(got-want) > 1e-9*want {
 		t.Fatalf("a battery twice as large: %v %%/day, want %v", got, want)
+	}
+}
+
+// TestShardWaitsForNATS: a shard started while NATS is down (the reloader restarting it for the
+// simulation's new account) keeps trying and connects once the server is up, instead of
+// exiting and using up the Job's retries.
+func TestShardWaitsForNATS(t *testing.T) {
+	l, err := net.Listen("tcp", testenv.Host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	go func() {
+		time.Sleep(time.Second) // the server comes up after the shard started
+		testenv.StartNATS(t, testenv.WithNATSOptions(func(o *server.Options) { o.Port = port }))
+	}()
+	nc, err := connectRetrying(t.Context(), slog.New(slog.DiscardHandler), fmt.Sprintf("nats://%s:%d", testenv.Host, port), time.Minute)
+	if err != nil {
+		t.Fatalf("shard gave up: %v", err)
+	}
+	nc.Close()
+	if _, err := connectRetrying(t.Context(), slog.New(slog.DiscardHandler), "nats://127.0.0.1:1", 300*time.Millisecond); err == nil {
+		t.Fatal("connected to nothing")
 	}
 }
