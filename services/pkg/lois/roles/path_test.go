@@ -213,10 +213,14 @@ func TestRolesRoundTrip(t *testing.T) {
 	if !lois.ChecksumsValid(back) || !bytes.Equal(back[12:34], wantBack[12:34]) {
 		t.Fatalf("recovered download\n got %x\nwant %x", back[:40], wantBack[:40])
 	}
-	// A role counts a packet after writing it out: wait for the last count.
-	testEventually(t, func() bool { return p.count("di", "down", "ok") == 1 })
-	if p.count("di", "up", "ok") != 1 || p.count("ci", "up", "ok") != 1 || p.count("si", "up", "ok") != 1 ||
-		p.count("si", "down", "ok") != 1 || p.count("di", "down", "ok") != 1 {
+	// A role counts a packet after writing it out: wait for every count (make test once
+	// read the SI's before it was written).
+	counted := func() bool {
+		return p.count("di", "up", "ok") == 1 && p.count("ci", "up", "ok") == 1 && p.count("si", "up", "ok") == 1 &&
+			p.count("si", "down", "ok") == 1 && p.count("di", "down", "ok") == 1
+	}
+	testEventually(t, counted)
+	if !counted() {
 		t.Fatal("every role should have counted one packet ok per direction")
 	}
 }
