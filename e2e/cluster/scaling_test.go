@@ -135,8 +135,9 @@ func (e *env) scalingPhases() {
 			ph := ScalePhase{Name: p.name, Users: users, Seconds: time.Since(start).Seconds(), CapStart: cap0,
 				Commands: int(num(sum["commands"])), Aborted: e.counter("abortedRounds") - ab0, Completed: e.counter("completedRounds") - c0}
 			ph.ExactlyOnce, _ = sum["exactly_once"].(bool)
-			ph.Events = e.roundEventsSince(start)
-			s.summarise(&ph, start, e.lastScaleOut(start))
+			evs := e.roundEventsSince(start)
+			ph.Events = eventTexts(evs)
+			s.summarise(&ph, start, lastScaleOut(evs))
 			ph.AbortReasons = e.abortReasonsSince(start)
 			if len(phases) > 0 && phases[0].RoundSecs > 0 {
 				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
@@ -227,43 +228,32 @@ func hasEvent(a, b ScalePhase, reason string) bool {
 	return false
 }
 
-// lastScaleOut is when the Round's last scale-out decision since t was made (ScaleUp or
+// lastScaleOut is when the last scale-out decision among evs was made (ScaleUp or
 // CapacityRaised), or the zero time.
-func (e *env) lastScaleOut(t time.Time) time.Time {
-	var evs eventsv1.EventList
-	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
-		e.t.Logf("events: %v", err)
-		return time.Time{}
-	}
+func lastScaleOut(evs []roundEvent) time.Time {
 	var last time.Time
-	for _, x := range evs.Items {
-		if x.Regarding.Kind != "Round" || x.Regarding.Name != roundName || x.Reason != "ScaleUp" && x.Reason != "CapacityRaised" {
-			continue
-		}
-		at := x.EventTime.Time
-		if x.Series != nil {
-			at = x.Series.LastObservedTime.Time
-		}
-		if !at.Before(t) && at.After(last) {
-			last = at
+	for _, x := range evs {
+		if x.reason == "ScaleUp" || x.reason == "CapacityRaised" {
+			last = x.at
 		}
 	}
 	return last
 }
 
-// roundEventsSince lists the Round's scaling and capacity Events since t, oldest first, as
-// "<reason>: <note>".
-func (e *env) roundEventsSince(t time.Time) []string {
+// roundEvent is one of the Round's scaling and capacity Events.
+type roundEvent struct {
+	at           time.Time
+	reason, note string
+}
+
+// roundEventsSince lists the Round's scaling and capacity Events since t, oldest first.
+func (e *env) roundEventsSince(t time.Time) []roundEvent {
 	var evs eventsv1.EventList
 	if err := e.k.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
 		e.t.Logf("events: %v", err)
 		return nil
 	}
-	type ev struct {
-		at   time.Time
-		text string
-	}
-	var out []ev
+	var out []roundEvent
 	for _, x := range evs.Items {
 		if x.Regarding.Kind != "Round" || x.Regarding.Name != roundName {
 			continue
@@ -280,12 +270,17 @@ func (e *env) roundEventsSince(t time.Time) []string {
 		if at.Before(t) {
 			continue
 		}
-		out = append(out, ev{at, x.Reason + ": " + x.Note})
+		out = append(out, roundEvent{at, x.Reason, x.Note})
 	}
-	slices.SortFunc(out, func(a, b ev) int { return a.at.Compare(b.at) })
-	texts := make([]string, len(out))
-	for i, x := range out {
-		texts[i] = x.text
+	slices.SortFunc(out, func(a, b roundEvent) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// eventTexts are evs as "<reason>: <note>".
+func eventTexts(evs []roundEvent) []string {
+	texts := make([]string, len(evs))
+	for i, x := range evs {
+		texts[i] = x.reason + ": " + x.note
 	}
 	return texts
 }
