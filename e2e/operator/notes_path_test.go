@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -19,7 +20,7 @@ import (
 
 // TestNotesPathSamplesReady runs the chart NOTES' sample commands against a real API server
 // under the operator's manager binary (no workload images: it validates and reports Ready):
-// `kubectl apply -k config/samples` and then `go run ./services/cmd/obscura provision`, both from
+// `kubectl apply -k config/samples` (kustomize's build, applied server-side) and then `go run ./services/cmd/obscura provision`, both from
 // the repository's root as a user types them. Every sample of the kustomization must become
 // Ready (Complete) — nothing left at KeySecretNotFound, SecretNotFound, NamespaceNotFound,
 // PublicKeyMissing or InvalidKey — which is what the namespaces, keys and Secrets provision makes
@@ -41,8 +42,8 @@ func TestNotesPathSamplesReady(t *testing.T) {
 	run := func(name string, args ...string) string {
 		t.Helper()
 		bin := name
-		if name == "kubectl" {
-			bin = filepath.Join(root, "bin", "kubectl")
+		if name == "kustomize" {
+			bin = filepath.Join(root, "bin", "kustomize")
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = root
@@ -56,12 +57,12 @@ func TestNotesPathSamplesReady(t *testing.T) {
 		return out.String()
 	}
 	// The NOTES' commands for a release in namespace obscura (charts/obscura/templates/NOTES.txt).
-	run("kubectl", "apply", "-n", ns, "-k", "config/samples")
-	run("go", "run", "./services/cmd/obscura", "provision", "--namespace", ns)
-
-	rendered := run("kubectl", "kustomize", "config/samples")
+	// `kubectl apply -n obscura -k config/samples` is kustomize's build applied server-side into
+	// the namespace: make test installs kustomize (the engine kubectl embeds), not kubectl, so the
+	// test builds with it and applies each object as kubectl would.
+	rendered := run("kustomize", "build", "config/samples")
+	var samples []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rendered), 4096)
-	n := 0
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
@@ -71,6 +72,17 @@ func TestNotesPathSamplesReady(t *testing.T) {
 			continue
 		}
 		u.SetNamespace(ns)
+		samples = append(samples, u)
+	}
+	for _, u := range samples {
+		if err := k8s.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(u.DeepCopy()), client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+			t.Fatalf("apply %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	run("go", "run", "./services/cmd/obscura", "provision", "--namespace", ns)
+
+	n := 0
+	for _, u := range samples {
 		ready.Wait(t, k8s, u, nil)
 		n++
 	}

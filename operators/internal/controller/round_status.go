@@ -114,7 +114,15 @@ func (r *RoundReconciler) scaleEncoders(ctx context.Context, rd *mohitov1.Round,
 	log := logf.FromContext(ctx)
 	e := rd.Spec.Encoders
 	lag, err := r.Services.EncoderLag(ctx, int(e.Partitions))
-	if err != nil && !errors.Is(err, mohitostatus.ErrNotReported) {
+	if errors.Is(err, mohitostatus.ErrNotReported) {
+		// The consumers are named by partition count: right after a rescale the new count's
+		// encoders have not started, and an absent backlog is no evidence of idleness (read as
+		// zero, it scaled 1→4 partitions back to 3 whenever the status update recording the
+		// scale-out lost a conflict, since no cooldown then applied).
+		log.V(1).Info("encoders of this partition count have not reported; not scaling encoders", "partitions", e.Partitions)
+		return
+	}
+	if err != nil {
 		log.Info("encoder backlog unavailable; not scaling encoders", "err", err.Error())
 		return
 	}
