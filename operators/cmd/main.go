@@ -72,6 +72,9 @@ type Config struct {
 	ScrapeAnnotations bool
 	// CPURequest replaces every workload's CPU request when set (small clusters).
 	CPURequest string
+	// TopologySpread is how decrypt workers, encoders and PDA database shards spread over the
+	// nodes: ScheduleAnyway, DoNotSchedule or none (specs.Runtime.TopologySpread).
+	TopologySpread string
 	// KeyActivationDelay is every key-holding role's --key-activation-delay (0: the services'
 	// default).
 	KeyActivationDelay string
@@ -98,6 +101,23 @@ type PDAConfig struct {
 func (c Config) pdaProxyPort() int {
 	p, _ := strconv.Atoi(c.PDA.ProxyPort)
 	return p
+}
+
+// topologySpread parses --topology-spread: ScheduleAnyway (also when empty), DoNotSchedule, or
+// none ("": no constraint).
+func (c Config) topologySpread() (corev1.UnsatisfiableConstraintAction, error) {
+	switch c.TopologySpread {
+	case "":
+		return corev1.ScheduleAnyway, nil
+	case "none":
+		return "", nil
+	}
+	for _, v := range specs.TopologySpreads {
+		if v != "" && string(v) == c.TopologySpread {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("--topology-spread %q: want ScheduleAnyway, DoNotSchedule or none", c.TopologySpread)
 }
 
 // natsReplicas parses --nats-replicas: 1, 3 or 5 (natsx.ValidateReplicas).
@@ -151,6 +171,9 @@ func (c Config) validate() error {
 	}
 	if _, err := c.keyActivationDelay(); err != nil {
 		errs = append(errs, fmt.Errorf("--key-activation-delay %q: %w", c.KeyActivationDelay, err))
+	}
+	if _, err := c.topologySpread(); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.ImagePullPolicy {
 	case "Always", "IfNotPresent", "Never":
@@ -227,6 +250,7 @@ func main() {
 	flag.StringVar(&cfg.NATSUser, "nats-user", envOr("OBSCURA_NATS_USER", ""), "the operator's NATS user in the integrator account (env OBSCURA_NATS_USER)")
 	flag.StringVar(&cfg.NATSPasswordFile, "nats-password-file", envOr("OBSCURA_NATS_PASSWORD_FILE", ""), "file holding that user's password (env OBSCURA_NATS_PASSWORD_FILE)")
 	flag.StringVar(&cfg.CPURequest, "workload-cpu-request", envOr("OBSCURA_WORKLOAD_CPU_REQUEST", ""), "CPU request of every workload the operator runs, replacing each role's default (e.g. 10m on a small cluster); empty keeps the defaults")
+	flag.StringVar(&cfg.TopologySpread, "topology-spread", envOr("OBSCURA_TOPOLOGY_SPREAD", "ScheduleAnyway"), "how decrypt workers, encoders and PDA database shards spread over the nodes (maxSkew 1 by kubernetes.io/hostname): ScheduleAnyway (prefer; never leaves a pod pending), DoNotSchedule (require), none (env OBSCURA_TOPOLOGY_SPREAD)")
 	flag.StringVar(&cfg.KeyActivationDelay, "key-activation-delay", envOr("OBSCURA_KEY_ACTIVATION_DELAY", ""), "how long the workloads wait after loading a new key epoch before naming it; must exceed the time a Secret update takes to reach every pod (0: the services' default, 3m) (env OBSCURA_KEY_ACTIVATION_DELAY)")
 	flag.BoolVar(&cfg.ScrapeAnnotations, "scrape-annotations", envOr("OBSCURA_SCRAPE_ANNOTATIONS", "false") == "true", "add prometheus.io/scrape, /port and /path to the workloads' pods, for a Prometheus that discovers pods by annotation (not with --host-network) (env OBSCURA_SCRAPE_ANNOTATIONS)")
 	flag.BoolVar(&cfg.HostNetwork, "host-network", envOr("OBSCURA_HOST_NETWORK", "false") == "true", "run the workloads with hostNetwork on 127.0.0.1: dynamic metrics/health ports, exec probes, SO_REUSEPORT listeners (env OBSCURA_HOST_NETWORK)")
@@ -291,9 +315,10 @@ func run(cfg Config) error {
 	}
 	activation, _ := cfg.keyActivationDelay() // validated at start
 	replicas, _ := cfg.natsReplicas()         // validated at start
+	spread, _ := cfg.topologySpread()         // validated at start
 	rt := specs.Runtime{ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy), NATSURL: cfg.NATSURL, NATSReplicas: replicas,
 		VaultAddress: cfg.VaultAddress, HostNetwork: cfg.HostNetwork, CPURequest: cfg.CPURequest, KeyActivationDelay: activation,
-		ScrapeAnnotations: cfg.ScrapeAnnotations}
+		ScrapeAnnotations: cfg.ScrapeAnnotations, TopologySpread: spread}
 	if err := controller.SetupAll(mgr, controller.Options{
 		Runtime: rt,
 		Mohito:  controller.MohitoOptions{Image: cfg.Mohito.Image, IntegratorRedis: cfg.Mohito.IntegratorRedis, Services: mohitoServices},

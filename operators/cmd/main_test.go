@@ -54,3 +54,27 @@ func TestNATSReplicasFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologySpreadFlag: --topology-spread is ScheduleAnyway (also when empty: the default),
+// DoNotSchedule or none (no constraint); anything else stops the operator at start with the flag
+// named.
+func TestTopologySpreadFlag(t *testing.T) {
+	base := Config{MetricsAddr: ":8080", ProbeAddr: ":8081", ImagePullPolicy: "IfNotPresent"}
+	for in, want := range map[string]string{"": "ScheduleAnyway", "ScheduleAnyway": "ScheduleAnyway", "DoNotSchedule": "DoNotSchedule", "none": ""} {
+		c := base
+		c.TopologySpread = in
+		if err := c.validate(); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+		if v, _ := c.topologySpread(); string(v) != want {
+			t.Errorf("%q parsed as %q, want %q", in, v, want)
+		}
+	}
+	for _, in := range []string{"scheduleanyway", "always", "None"} {
+		c := base
+		c.TopologySpread = in
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--topology-spread") {
+			t.Errorf("%q: %v, want an error naming --topology-spread", in, err)
+		}
+	}
+}

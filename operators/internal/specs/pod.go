@@ -37,6 +37,12 @@ type Runtime struct {
 	// every pod (--scrape-annotations: for a Prometheus that discovers pods by annotation, when
 	// no PodMonitor covers them). Not on the host network, where the metrics port is dynamic.
 	ScrapeAnnotations bool
+	// TopologySpread is the whenUnsatisfiable of the spread constraint of the roles that run as
+	// many interchangeable pods (Pod.Spread: decrypt workers, encoders, PDA database shards):
+	// maxSkew 1 over kubernetes.io/hostname. ScheduleAnyway (the operator's default) only
+	// prefers spreading and never leaves a pod pending (one node, or too few); DoNotSchedule
+	// requires it; "" adds no constraint (--topology-spread).
+	TopologySpread corev1.UnsatisfiableConstraintAction
 }
 
 // Pod is one role's pod as a system's builder describes it; Template is the one place that
@@ -79,6 +85,9 @@ type Pod struct {
 	// Resources, when set, replace the requests and limits made of CPU and Memory (a
 	// resource's own spec.…resources).
 	Resources *corev1.ResourceRequirements
+	// Spread, when set, selects the pods of the role's workload (its selector): they are spread
+	// over the nodes as Runtime.TopologySpread says.
+	Spread map[string]string
 }
 
 // ConfigFile is a ConfigMap entry mounted as Dir/Key and named by the variable Env.
@@ -220,11 +229,20 @@ func (p Pod) Template(rt Runtime) corev1.PodTemplateSpec {
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 		},
 	}
+	if p.Spread != nil && rt.TopologySpread != "" {
+		t.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: rt.TopologySpread,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(p.Spread)},
+		}}
+	}
 	if rt.HostNetwork {
 		onHostNetwork(&t.Spec, p.Binary)
 	}
 	return t
 }
+
+// TopologySpreads are the values of Runtime.TopologySpread (--topology-spread): "" is none.
+var TopologySpreads = []corev1.UnsatisfiableConstraintAction{corev1.ScheduleAnyway, corev1.DoNotSchedule, ""}
 
 // annotations are the caller's, with the prometheus.io ones when the runtime asks for them.
 func (p Pod) annotations(rt Runtime) map[string]string {

@@ -218,6 +218,7 @@ func GatewayService(rd *mohitov1.Round) *corev1.Service {
 // stateless and scaled by the operator or through the Round's scale subresource.
 func DecryptWorkers(rd *mohitov1.Round, pl Platform, configHash string, replicas int32) *appsv1.Deployment {
 	p := pod{key: &rd.Spec.Keys, Pod: specs.Pod{CPU: "500m", Memory: "256Mi", Resources: rd.Spec.DecryptWorkers.Resources}}.forRound(rd, contract.RoleDecryptWorker, configHash)
+	p.Spread = specs.Selector(p.Labels)
 	return deployment(rd.Name+"-"+contract.RoleDecryptWorker, rd.Namespace, replicas, p, pl, appsv1.RollingUpdateDeploymentStrategyType)
 }
 
@@ -233,6 +234,7 @@ func Responder(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.Deplo
 func Encoders(rd *mohitov1.Round, pl Platform, configHash string) *appsv1.StatefulSet {
 	p := pod{Pod: specs.Pod{Redis: pl.IntegratorRedis, CPU: "500m", Memory: "512Mi", Resources: rd.Spec.Encoders.Resources,
 		Env: []corev1.EnvVar{{Name: EnvPartition, Value: "auto"}}}}.forRound(rd, contract.RoleEncoder, configHash)
+	p.Spread = specs.Selector(p.Labels)
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: rd.Name + "-" + contract.RoleEncoder, Namespace: rd.Namespace, Labels: p.Labels},
 		Spec: appsv1.StatefulSetSpec{

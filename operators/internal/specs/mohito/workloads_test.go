@@ -1,6 +1,7 @@
 package mohito
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -361,6 +362,51 @@ func TestScalableStagesTakeResourcesFromTheRound(t *testing.T) {
 	} {
 		if got.Requests.Cpu().String() != "250m" || got.Limits.Cpu().String() != "1" {
 			t.Errorf("%s: requests %v limits %v, want the Round's", name, got.Requests, got.Limits)
+		}
+	}
+}
+
+// TestScalableStagesSpreadOverNodes: decrypt workers and encoders (the stages that run many
+// interchangeable pods) carry one topology spread constraint by hostname, maxSkew 1, selecting
+// exactly their own workload's pods, with the runtime's whenUnsatisfiable (the operator's
+// default ScheduleAnyway never leaves a pod pending on one node); the single-replica roles carry
+// none, and none of them without a runtime setting.
+func TestScalableStagesSpreadOverNodes(t *testing.T) {
+	rd, v, s := samples(t)
+	for _, mode := range []corev1.UnsatisfiableConstraintAction{corev1.ScheduleAnyway, corev1.DoNotSchedule, ""} {
+		for _, hostNetwork := range []bool{false, true} {
+			pl := platform
+			pl.TopologySpread, pl.HostNetwork = mode, hostNetwork
+			dw, enc := DecryptWorkers(rd, pl, "h", 3), Encoders(rd, pl, "h")
+			spread := map[string]struct {
+				tpl      corev1.PodTemplateSpec
+				selector map[string]string
+			}{
+				"decrypt-worker": {dw.Spec.Template, dw.Spec.Selector.MatchLabels},
+				"encoder":        {enc.Spec.Template, enc.Spec.Selector.MatchLabels},
+			}
+			for name, w := range spread {
+				c := w.tpl.Spec.TopologySpreadConstraints
+				if mode == "" {
+					if len(c) != 0 {
+						t.Errorf("%s without --topology-spread: %+v", name, c)
+					}
+					continue
+				}
+				if len(c) != 1 || c[0].MaxSkew != 1 || c[0].TopologyKey != corev1.LabelHostname || c[0].WhenUnsatisfiable != mode ||
+					c[0].LabelSelector == nil || !reflect.DeepEqual(c[0].LabelSelector.MatchLabels, w.selector) {
+					t.Errorf("%s (%s, hostNetwork %v): %+v, want maxSkew 1 by hostname over %v", name, mode, hostNetwork, c, w.selector)
+				}
+			}
+			for name, tpl := range map[string]corev1.PodTemplateSpec{
+				"coordinator": Coordinator(rd, pl, "h").Spec.Template, "gateway": Gateway(rd, pl, "h").Spec.Template,
+				"responder": Responder(rd, pl, "h").Spec.Template, "vendor-agent": VendorAgent(v, rd, pl, "h").Spec.Template,
+				"shuffler": Shuffler(s, v, rd, pl, "h").Spec.Template,
+			} {
+				if c := tpl.Spec.TopologySpreadConstraints; len(c) != 0 {
+					t.Errorf("%s is spread: %+v", name, c)
+				}
+			}
 		}
 	}
 }

@@ -387,6 +387,7 @@ func Shards(job *pdav1.AggregationJob, pl Platform, hash string, shards int32) *
 		}}))
 	p.Image, p.Binary = pl.Image, Binary
 	l := p.Labels
+	p.Spread = selector(l)
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: Name(job, RoleShard), Namespace: job.Spec.Database.Namespace, Labels: l},
 		Spec: appsv1.StatefulSetSpec{

@@ -1,6 +1,7 @@
 package pda
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -304,6 +305,35 @@ func TestHostNetworkMode(t *testing.T) {
 			t.Errorf("proxy listens on %q reuse %v", env[specs.EnvListen], reuse)
 		} else if role != RoleProxy && reuse {
 			t.Errorf("%s sets %s without a fixed listener", role, specs.EnvReusePort)
+		}
+	}
+}
+
+// TestShardsSpreadOverNodes: the database shards carry one topology spread constraint by
+// hostname, maxSkew 1, over exactly their StatefulSet's pods, with the runtime's
+// whenUnsatisfiable; the single-replica roles carry none, and the shards none without a runtime
+// setting.
+func TestShardsSpreadOverNodes(t *testing.T) {
+	job, _, _ := sample(t)
+	for _, mode := range []corev1.UnsatisfiableConstraintAction{corev1.ScheduleAnyway, corev1.DoNotSchedule, ""} {
+		pl := platform
+		pl.TopologySpread = mode
+		sts := Shards(job, pl, "h", 3)
+		c := sts.Spec.Template.Spec.TopologySpreadConstraints
+		switch {
+		case mode == "" && len(c) != 0:
+			t.Errorf("shards without --topology-spread: %+v", c)
+		case mode != "" && (len(c) != 1 || c[0].MaxSkew != 1 || c[0].TopologyKey != corev1.LabelHostname || c[0].WhenUnsatisfiable != mode ||
+			c[0].LabelSelector == nil || !reflect.DeepEqual(c[0].LabelSelector.MatchLabels, sts.Spec.Selector.MatchLabels)):
+			t.Errorf("shards (%s): %+v, want maxSkew 1 by hostname over %v", mode, c, sts.Spec.Selector.MatchLabels)
+		}
+		for name, tpl := range map[string]corev1.PodTemplateSpec{
+			"proxy": Proxy(job, pl, "h").Spec.Template, "mixer": Mixer(job, pl, "h").Spec.Template,
+			"oracle": Oracle(job, pl, "h").Spec.Template, "frontend": Frontend(job, pl, "h").Spec.Template,
+		} {
+			if c := tpl.Spec.TopologySpreadConstraints; len(c) != 0 {
+				t.Errorf("%s is spread: %+v", name, c)
+			}
 		}
 	}
 }
