@@ -50,6 +50,20 @@ type natsNode struct {
 // meta leader and is current) and stops every node at cleanup.
 func StartNATSCluster(t testing.TB, nodes int, conf string) *NATSCluster {
 	t.Helper()
+	return startNATSCluster(t, nodes, conf, "")
+}
+
+// StartNATSClusterIncluding starts a cluster as StartNATSCluster does whose nodes include
+// accountsFile (`include "accounts.conf"`, a symlink to it in each node's directory), as the
+// chart's nodes include the operator's accounts Secret: a change of the file is what a node
+// loads on its next reload or restart.
+func StartNATSClusterIncluding(t testing.TB, nodes int, accountsFile string) *NATSCluster {
+	t.Helper()
+	return startNATSCluster(t, nodes, `include "accounts.conf"`, accountsFile)
+}
+
+func startNATSCluster(t testing.TB, nodes int, conf, accountsFile string) *NATSCluster {
+	t.Helper()
 	if nodes < 1 {
 		t.Fatalf("testenv: start NATS cluster: %d nodes", nodes)
 	}
@@ -74,6 +88,11 @@ func StartNATSCluster(t testing.TB, nodes int, conf string) *NATSCluster {
 				clientPort: ports[3*i], routePort: ports[3*i+1], httpPt: ports[3*i+2]}
 			if err := os.MkdirAll(n.dir, 0o755); err != nil {
 				t.Fatalf("testenv: start NATS cluster: %v", err)
+			}
+			if accountsFile != "" {
+				if err := os.Symlink(accountsFile, filepath.Join(n.dir, "accounts.conf")); err != nil {
+					t.Fatalf("testenv: start NATS cluster: %v", err)
+				}
 			}
 			n.conf = filepath.Join(n.dir, "nats.conf")
 			if err := os.WriteFile(n.conf, []byte(clusterNodeConf(c.Name, n, routes, conf)), 0o600); err != nil {
@@ -198,6 +217,54 @@ func natsHealthz(ctx context.Context, url string) error {
 		return fmt.Errorf("%w: /healthz %d %s", errNotYet, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// MonitorURL returns node i's monitoring base URL, "http://127.0.0.1:<port>".
+func (c *NATSCluster) MonitorURL(i int) string {
+	return fmt.Sprintf("http://%s:%d", Host, c.nodes[i].httpPt)
+}
+
+// Supervise plays the kubelet until the test ends: a node whose nats-server exits (a SIGTERM
+// from a reloader, a crash) is started again on its ports, store and configuration, and
+// started is called with its new pid. A node taken down by Kill stays down.
+func (c *NATSCluster) Supervise(t testing.TB, started func(i, pid int)) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c.mu.Lock()
+				p := c.nodes[i].proc
+				c.mu.Unlock()
+				if p == nil {
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-p.done:
+				}
+				c.mu.Lock()
+				killed := c.nodes[i].proc != p
+				c.mu.Unlock()
+				if killed {
+					return
+				}
+				if err := c.start(i); err != nil {
+					t.Errorf("testenv: supervise NATS node %d: %v", i, err)
+					return
+				}
+				started(i, c.Pid(i))
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+	})
 }
 
 // Nodes is the number of nodes.

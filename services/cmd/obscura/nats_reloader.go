@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -29,6 +32,14 @@ type NATSReloaderConfig struct {
 	Interval time.Duration
 	Addr     string
 	LogLevel string
+
+	// In a JetStream cluster the restarts take turns (restartTurn): Peers are every node's
+	// monitoring URL by ordinal, Ordinal is this node's, Slot the length of one node's turn and
+	// MaxWait how long a restart waits for unhealthy peers before it goes ahead anyway.
+	Peers   []string
+	Ordinal int
+	Slot    time.Duration
+	MaxWait time.Duration
 }
 
 func parseNATSReloader(args []string) (*NATSReloaderConfig, error) {
@@ -39,10 +50,35 @@ func parseNATSReloader(args []string) (*NATSReloaderConfig, error) {
 	f.Duration(&c.Interval, "interval", 2*time.Second, "how often to hash the file", "OBSCURA_NATS_RELOADER_INTERVAL")
 	f.String(&c.Addr, "metrics-addr", ":9090", "/metrics, /healthz and /readyz listen address (empty: off)")
 	f.String(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	var peers string
+	f.String(&peers, "peers", "", "in a NATS cluster: every node's monitoring URL (http://host:port), comma-separated in ordinal order; restarts then take turns", "OBSCURA_NATS_RELOADER_PEERS")
+	f.Int(&c.Ordinal, "ordinal", -1, "this node's ordinal in --peers (the StatefulSet pod index)", "OBSCURA_NATS_RELOADER_ORDINAL")
+	f.Duration(&c.Slot, "slot", 20*time.Second, "with --peers: the length of each node's restart turn (node k restarts only in turn k of every len(peers) turns)", "OBSCURA_NATS_RELOADER_SLOT")
+	f.Duration(&c.MaxWait, "max-wait", 5*time.Minute, "with --peers: how long a restart waits for every peer to be healthy before it goes ahead anyway", "OBSCURA_NATS_RELOADER_MAX_WAIT")
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return nil, err
 	}
 	var errs []error
+	if peers != "" {
+		c.Peers = strings.Split(peers, ",")
+		for _, p := range c.Peers {
+			if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("--peers: %q is not an http(s)://host:port monitoring URL", p))
+			}
+		}
+		if c.Ordinal < 0 || c.Ordinal >= len(c.Peers) {
+			errs = append(errs, fmt.Errorf("--ordinal %d must name one of the %d --peers (0 to %d)", c.Ordinal, len(c.Peers), len(c.Peers)-1))
+		}
+		if c.Slot < time.Second || c.Slot > 10*time.Minute {
+			errs = append(errs, fmt.Errorf("--slot %s must be between 1s and 10m", c.Slot))
+		}
+		if c.MaxWait < time.Duration(len(c.Peers))*c.Slot {
+			errs = append(errs, fmt.Errorf("--max-wait %s must be at least one round of turns (%d × --slot %s)", c.MaxWait, len(c.Peers), c.Slot))
+		}
+		if c.Interval > c.Slot/4 {
+			errs = append(errs, fmt.Errorf("--interval %s must be at most a quarter of --slot %s, or a turn can pass unseen", c.Interval, c.Slot))
+		}
+	}
 	if c.Watch == "" {
 		errs = append(errs, errors.New("--watch is required"))
 	}
@@ -97,6 +133,13 @@ type natsReloader struct {
 	signals    *prometheus.CounterVec // by signal: hup (reload), term (restart)
 	failures   prometheus.Counter
 	lastSignal prometheus.Gauge
+	pending    prometheus.Gauge
+
+	// A restart waiting for its turn: the hash it is for and since when it waits.
+	pendingHash  string
+	pendingSince time.Time
+	now          func() time.Time
+	http         *http.Client
 }
 
 func newNATSReloader(c *NATSReloaderConfig, log *slog.Logger, reg prometheus.Registerer, h *telemetry.Health) *natsReloader {
@@ -104,8 +147,11 @@ func newNATSReloader(c *NATSReloaderConfig, log *slog.Logger, reg prometheus.Reg
 		signals:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "obscura_nats_reloader_signals_total", Help: "Signals sent to nats-server after a configuration change (hup: reload users; term: restart on new accounts, imports or exports)."}, []string{"signal"}),
 		failures:   prometheus.NewCounter(prometheus.CounterOpts{Name: "obscura_nats_reloader_failures_total", Help: "Changes not signalled yet: file or pid unreadable, process gone (retried every interval)."}),
 		lastSignal: prometheus.NewGauge(prometheus.GaugeOpts{Name: "obscura_nats_reloader_last_signal_timestamp_seconds", Help: "When nats-server was last signalled."}),
+		pending:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "obscura_nats_reloader_restart_pending", Help: "1 while a restart for changed accounts waits for this node's turn and healthy peers (a NATS cluster), else 0."}),
+		now:        time.Now,
+		http:       &http.Client{Timeout: 2 * time.Second},
 	}
-	reg.MustRegister(r.signals, r.failures, r.lastSignal)
+	reg.MustRegister(r.signals, r.failures, r.lastSignal, r.pending)
 	return r
 }
 
@@ -154,15 +200,81 @@ func (r *natsReloader) check() error {
 	sig, what, label := syscall.SIGHUP, "reload", "hup"
 	if r.appliedShape != "" && shape != r.appliedShape {
 		sig, what, label = syscall.SIGTERM, "restart", "term"
+		if !r.restartTurn(hash) {
+			return nil
+		}
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return fmt.Errorf("signal nats-server (pid %d): %w", pid, err)
 	}
 	r.log.Info("configuration changed: nats-server signalled to "+what, "hash", hash, "previous", r.applied, "pid", pid)
 	r.applied, r.appliedShape = hash, shape
+	r.pendingHash = ""
+	r.pending.Set(0)
 	r.signals.WithLabelValues(label).Inc()
 	r.lastSignal.SetToCurrentTime()
 	r.health.SetReady(true, "")
+	return nil
+}
+
+// restartTurn reports whether a restart for hash may happen now. A single server restarts at
+// once. In a JetStream cluster every node sees the accounts change within the same kubelet
+// sync, and restarting them together loses the quorum and every memory stream (observed in the
+// cluster e2e: all three nodes restarted within 2 s, the round-info bucket vanished and the
+// gateways' watches never resumed). So the nodes take turns: time is cut into slots of
+// cfg.Slot, node k restarts only in the first half of slots ≡ k (mod nodes) — two nodes never
+// share a slot, whatever the skew between their syncs — and only when every other node
+// answers /healthz?js-server-only=true (the node restarted in the previous turn is back and
+// current with the meta leader). After cfg.MaxWait of unhealthy peers it restarts anyway in its
+// turn: accounts that are never loaded are worse than one more node down.
+func (r *natsReloader) restartTurn(hash string) bool {
+	c := r.cfg
+	if len(c.Peers) < 2 {
+		return true
+	}
+	now := r.now()
+	if r.pendingHash != hash {
+		r.pendingHash, r.pendingSince = hash, now
+		r.pending.Set(1)
+		r.log.Info("accounts changed shape: restart waits for this node's turn", "hash", hash, "ordinal", c.Ordinal, "nodes", len(c.Peers), "slot", c.Slot)
+	}
+	slot := now.UnixNano() / int64(c.Slot)
+	inSlot := time.Duration(now.UnixNano() % int64(c.Slot))
+	if int(slot%int64(len(c.Peers))) != c.Ordinal || inSlot >= c.Slot/2 {
+		return false
+	}
+	var sick []string
+	for i, p := range c.Peers {
+		if i == c.Ordinal {
+			continue
+		}
+		if err := r.peerHealthy(p); err != nil {
+			sick = append(sick, fmt.Sprintf("node %d: %v", i, err))
+		}
+	}
+	if len(sick) == 0 {
+		return true
+	}
+	if waited := now.Sub(r.pendingSince); waited >= c.MaxWait {
+		r.log.Warn("restarting without every peer healthy: the accounts have waited too long", "waited", waited.Round(time.Second), "peers", strings.Join(sick, "; "))
+		return true
+	}
+	r.log.Info("restart turn skipped: a peer is not healthy", "peers", strings.Join(sick, "; "))
+	return false
+}
+
+// peerHealthy asks a peer's monitoring endpoint whether it runs and is current with the
+// JetStream meta leader.
+func (r *natsReloader) peerHealthy(base string) error {
+	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?js-server-only=true")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz %d", resp.StatusCode)
+	}
 	return nil
 }
 

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/bcrypt"
@@ -260,5 +264,179 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 	}
 	if strings.Contains(out, "$2a$") || strings.Contains(out, "pw-") {
 		t.Errorf("log leaks configuration content:\n%s", out)
+	}
+}
+
+// TestNATSReloaderClusterRestartsTakeTurns runs a real three-node JetStream cluster whose
+// nodes include one accounts file, a reloader beside each node and a supervisor that restarts
+// a node whose server exits (the kubelet). When the accounts change shape every reloader sees
+// it at once — the worst case of a kubelet sync — yet no two nodes are ever down together:
+// each node's downtime (exit until /healthz answers again) overlaps no other's, so the cluster
+// keeps its quorum and an R3 stream every message. Restarting together (the reloader before
+// turns) lost the quorum and every memory stream in the cluster e2e.
+func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
+	const nodes = 3
+	dir := t.TempDir()
+	vol := &secretVolume{t: t, dir: filepath.Join(dir, "accounts")}
+	if err := os.Mkdir(vol.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pw := func(u string) string { return "pw-" + u }
+	vol.write("accounts.conf", accounts(t, pw, 0))
+	c := testenv.StartNATSClusterIncluding(t, nodes, filepath.Join(vol.dir, "accounts.conf"))
+
+	pidFile := func(i int) string { return filepath.Join(dir, fmt.Sprintf("nats-%d.pid", i)) }
+	writePID := func(i, pid int) {
+		if err := os.WriteFile(pidFile(i), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	healthy := func(i int) bool {
+		cl := http.Client{Timeout: time.Second}
+		resp, err := cl.Get(c.MonitorURL(i) + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	// Each restart's downtime: from the server's exit (the supervisor starts it at once) until
+	// it is healthy again.
+	type downtime struct {
+		node       int
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var downs []downtime
+	var wg sync.WaitGroup
+	for i := range nodes {
+		writePID(i, c.Pid(i))
+	}
+	c.Supervise(t, func(i, pid int) {
+		start := time.Now()
+		writePID(i, pid)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for deadline := time.Now().Add(2 * time.Minute); !healthy(i); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("node %d not healthy 2 minutes after its restart", i)
+					return
+				}
+			}
+			mu.Lock()
+			downs = append(downs, downtime{i, start, time.Now()})
+			mu.Unlock()
+		}()
+	})
+
+	// A replicated stream with acknowledged messages before the change.
+	js := c.JetStream(t, nats.UserInfo(contract.IntegratorUser, pw(contract.IntegratorUser)))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: nodes}); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 20 {
+		if _, err := js.Publish(ctx, "r3.x", []byte(strconv.Itoa(n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var logs syncBuffer
+	reloaders := make([]*natsReloader, nodes)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, nodes)
+	peers := make([]string, nodes)
+	for i := range nodes {
+		peers[i] = c.MonitorURL(i)
+	}
+	for i := range nodes {
+		cfg, err := parseNATSReloader([]string{"--watch", filepath.Join(vol.dir, "accounts.conf"), "--pid-file", pidFile(i),
+			"--interval", "100ms", "--metrics-addr", "", "--peers", strings.Join(peers, ","), "--ordinal", strconv.Itoa(i),
+			"--slot", "2s", "--max-wait", "3m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reloaders[i] = newNATSReloader(cfg, slog.New(slog.NewJSONHandler(&logs, nil)).With("node", i), prometheus.NewRegistry(), &telemetry.Health{})
+		go func() { done <- reloaders[i].run(rctx) }()
+	}
+	defer func() {
+		stop()
+		for range nodes {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "every reloader's first reload", func() error {
+		for i, r := range reloaders {
+			if n := testutil.ToFloat64(r.signals.WithLabelValues("hup")); n != 1 {
+				return fmt.Errorf("node %d: %v reloads", i, n)
+			}
+		}
+		return nil
+	})
+
+	// vendor1 joins: the accounts change shape on every node at the same moment.
+	vol.write("accounts.conf", accounts(t, pw, 0, 1))
+	testenv.Eventually(t, 3*time.Minute, "every node restarted once and healthy", func() error {
+		mu.Lock()
+		n := len(downs)
+		mu.Unlock()
+		for i, r := range reloaders {
+			if term := testutil.ToFloat64(r.signals.WithLabelValues("term")); term != 1 {
+				return fmt.Errorf("node %d: %v restarts", i, term)
+			}
+		}
+		if n != nodes {
+			return fmt.Errorf("%d of %d restarts healthy again", n, nodes)
+		}
+		return nil
+	})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int]bool{}
+	for a, x := range downs {
+		seen[x.node] = true
+		t.Logf("node %d down %s → %s (%s)", x.node, x.start.Format("15:04:05.000"), x.end.Format("15:04:05.000"), x.end.Sub(x.start).Round(time.Millisecond))
+		for _, y := range downs[a+1:] {
+			if x.start.Before(y.end) && y.start.Before(x.end) {
+				t.Errorf("nodes %d and %d were down together (%s–%s and %s–%s): the cluster lost its quorum",
+					x.node, y.node, x.start.Format("15:04:05.000"), x.end.Format("15:04:05.000"), y.start.Format("15:04:05.000"), y.end.Format("15:04:05.000"))
+			}
+		}
+	}
+	if len(seen) != nodes {
+		t.Errorf("restarted nodes %v, want every one of %d", seen, nodes)
+	}
+	// One at a time: a restart here takes milliseconds on 127.0.0.1, so downtimes could miss
+	// each other by luck; turns are distinct slots, at least half a slot apart (asserted with room
+	// for the time a server takes to exit: 500 ms; restarting together they are milliseconds apart).
+	sort.Slice(downs, func(a, b int) bool { return downs[a].start.Before(downs[b].start) })
+	for a := 1; a < len(downs); a++ {
+		if gap := downs[a].start.Sub(downs[a-1].start); gap < 500*time.Millisecond {
+			t.Errorf("nodes %d and %d restarted %s apart: not in turns of a 2s slot", downs[a-1].node, downs[a].node, gap)
+		}
+	}
+	for i := range nodes {
+		nc, err := nats.Connect(c.URL(i), nats.UserInfo(contract.VendorUser(1), pw(contract.VendorUser(1))), nats.Timeout(2*time.Second))
+		if err != nil {
+			t.Errorf("vendor1 on node %d after the restarts: %v", i, err)
+			continue
+		}
+		nc.Close()
+	}
+	s, err := js.Stream(ctx, "R3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State.Msgs != 20 {
+		t.Fatalf("R3 after the restarts: %v, %+v; want its 20 messages", err, info)
+	}
+	if strings.Contains(logs.String(), "without every peer healthy") {
+		t.Errorf("a reloader gave up waiting for its peers:\n%s", logs.String())
 	}
 }

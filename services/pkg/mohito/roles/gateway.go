@@ -80,7 +80,7 @@ func NewGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	}()
 	go g.rel.backstop(life, releaseBackstop)
 	go g.fwd.run(life)
-	go g.cur.follow(life, rounds.kv)
+	go g.cur.follow(life, rounds.kv, roundInfoPoll, cfg.Log)
 	return g, nil
 }
 

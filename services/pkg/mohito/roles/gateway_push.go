@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -255,18 +256,80 @@ func (c *currentRound) since() uint64 {
 	return c.first
 }
 
-// follow watches the bucket's current key until ctx ends, re-watching after an error.
-func (c *currentRound) follow(ctx context.Context, kv jetstream.KeyValue) {
+// roundInfoPoll is how often a gateway reads the current round besides watching it (follow).
+const roundInfoPoll = time.Second
+
+// follow watches the bucket's current key until ctx ends, re-watching after an error, and
+// backs the watch up with a read of the key every pollEvery: when the bucket's stream was
+// recreated (a memory stream after every NATS node restarted at once), the client library
+// resumes its ordered consumer at the old stream's next sequence, which the new stream reaches
+// only after as many puts — the cluster e2e saw the gateways stay on one round for over two
+// minutes while the coordinator ran ~70 more. A read newer than anything the watch delivered,
+// twice in a row, restarts the watch; the read's round is served meanwhile.
+func (c *currentRound) follow(ctx context.Context, kv jetstream.KeyValue, pollEvery time.Duration, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var (
+		mu      sync.Mutex
+		watched uint64             // the newest round the current watch delivered
+		restart context.CancelFunc // stops the current watch
+	)
+	go func() {
+		tick := time.NewTicker(pollEvery)
+		defer tick.Stop()
+		behind := 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			e, err := kv.Get(ctx, roundInfoCurrent)
+			if err != nil {
+				continue
+			}
+			t, ok := mohito.EnvelopeRound(e.Value())
+			if !ok {
+				continue
+			}
+			c.set(e.Value())
+			mu.Lock()
+			if t > watched {
+				behind++
+			} else {
+				behind = 0
+			}
+			if behind >= 2 && restart != nil {
+				log.Warn("round-info watch stalled; watching again", "watched", watched, "current", t)
+				restart()
+				restart, behind = nil, 0
+			}
+			mu.Unlock()
+		}
+	}()
 	for ctx.Err() == nil {
-		w, err := kv.Watch(ctx, roundInfoCurrent)
+		wctx, cancel := context.WithCancel(ctx)
+		w, err := kv.Watch(wctx, roundInfoCurrent)
 		if err == nil {
+			mu.Lock()
+			restart = cancel
+			mu.Unlock()
+			stopped := context.AfterFunc(wctx, func() { _ = w.Stop() })
 			for e := range w.Updates() {
 				if e != nil && e.Operation() == jetstream.KeyValuePut {
 					c.set(e.Value())
+					if t, ok := mohito.EnvelopeRound(e.Value()); ok {
+						mu.Lock()
+						watched = max(watched, t)
+						mu.Unlock()
+					}
 				}
 			}
+			stopped()
 			_ = w.Stop()
 		}
+		cancel()
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			select {
 			case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
@@ -361,4 +362,59 @@ func wellFormedM0(t *testing.T, p mohito.Params, round uint64) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestCurrentRoundFollowedAfterBucketRecreated: a memory bucket lost with its stream (every
+// NATS node restarted at once) is created again by the coordinator with sequences from 1, while
+// the gateway's watch resumes at the old stream's next sequence and would see nothing for as
+// many puts — in the cluster e2e the gateways served one round for over two minutes. The
+// gateway's read of the current key catches the new round and restarts the watch.
+func TestCurrentRoundFollowedAfterBucketRecreated(t *testing.T) {
+	e := startPushGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	p := e.g.cfg.Deployment.Params
+	ik, err := mohito.GenerateKey(p.Suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0 := func(round uint64) []byte {
+		b, err := (&mohito.RoundInfo{T: round, Params: p, IntegratorKey: ik.PublicKey(), ShufflerKey: ik.PublicKey()}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	current := func(want uint64) func() error {
+		return func() error {
+			if got, _, _ := e.g.cur.get(); got != want {
+				return fmt.Errorf("current round %d, want %d", got, want)
+			}
+			return nil
+		}
+	}
+	for r := uint64(1); r <= 30; r++ {
+		if err := e.g.rounds.put(ctx, r, m0(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, "round 30 followed", current(30))
+
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, contract.BucketRoundInfo); err != nil {
+		t.Fatal(err)
+	}
+	rounds, err := openRoundInfos(ctx, js) // the coordinator's re-creation
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := uint64(31); r <= 33; r++ {
+		if err := rounds.put(ctx, r, m0(r)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("round %d followed from the recreated bucket", r), current(r))
+	}
 }
