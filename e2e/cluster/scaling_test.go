@@ -30,14 +30,16 @@ const (
 
 // scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 64
 // commands per round (δ 8, jitter 8, so the largest draw 8 × 64 + 16 = 528 fits K_v = 544), a
-// hold of ten periods, and decryption workers of 50 millicores that scale on one pending
-// message (256 entries) each. Users wait for each answer, so they fall into every other round:
+// hold of ten periods, and decryption workers and encoders of 50 millicores that scale on one
+// pending message each (encoders from one partition, between 1 and 3). Users wait for each answer, so they fall into every other round:
 // ×1 (64 users, ≤ 64 real commands a round) fits the base class; ×4 (≤ 256) and ×8 (≤ 320, one
 // per device) burst until the class holds them; back at ×1 every round is mostly fakes and
 // the class comes down.
 const scaleRound = `{"spec":{"delta":8,
   "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
   "decryptWorkers":{"min":1,"max":3,"targetLag":1,"autoscaler":"Operator",
+    "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}},
+  "encoders":{"partitions":1,"autoscale":true,"min":1,"max":3,"targetLag":1,
     "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
 
 const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
@@ -85,6 +87,8 @@ type ScalePhase struct {
 	WorkSecs    float64  `json:"work_seconds"`   // mean lastRoundWork over the second half
 	WorkersMax  int32    `json:"workers_max"`    // ready decryption workers
 	WorkersEnd  int32    `json:"workers_end"`    // at the phase's end
+	EncodersMax int32    `json:"encoders_max"`   // spec.encoders.partitions
+	EncodersEnd int32    `json:"encoders_end"`
 	CapStart    int32    `json:"capacity_start"` // capacity class (percent) at the start
 	CapMax      int32    `json:"capacity_max"`
 	CapEnd      int32    `json:"capacity_end"`
@@ -143,9 +147,9 @@ func (e *env) scalingPhases() {
 				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
 			}
 			phases = append(phases, ph)
-			e.t.Logf("load %s: %d users, %d commands, exactly once %v, %d completed / %d aborted rounds, round %.2fs (%.2f× ×1), work %.3fs, workers max %d end %d, capacity %d%%→%d%% (max %d%%), events %q, aborted by reason %v",
+			e.t.Logf("load %s: %d users, %d commands, exactly once %v, %d completed / %d aborted rounds, round %.2fs (%.2f× ×1), work %.3fs, workers max %d end %d, encoders max %d end %d, capacity %d%%→%d%% (max %d%%), events %q, aborted by reason %v",
 				ph.Name, users, ph.Commands, ph.ExactlyOnce, ph.Completed, ph.Aborted, ph.RoundSecs, ph.RoundToBase, ph.WorkSecs,
-				ph.WorkersMax, ph.WorkersEnd, ph.CapStart, ph.CapEnd, ph.CapMax, ph.Events, ph.AbortReasons)
+				ph.WorkersMax, ph.WorkersEnd, ph.EncodersMax, ph.EncodersEnd, ph.CapStart, ph.CapEnd, ph.CapMax, ph.Events, ph.AbortReasons)
 		})
 	}
 	samples := s.stop()
@@ -179,6 +183,10 @@ func (e *env) checkScaling(ph []ScalePhase) {
 		e.t.Errorf("decryption workers did not scale out with the load: %d at the end of ×1, at most %d/%d during ×4/×8 (events %q %q)",
 			x1.WorkersEnd, x4.WorkersMax, x8.WorkersMax, x4.Events, x8.Events)
 	}
+	if max(x4.EncodersMax, x8.EncodersMax) <= x1.EncodersEnd || !hasEventText(x4, x8, "encoder partitions") {
+		e.t.Errorf("encoders did not scale out with the load: %d partitions at the end of ×1, at most %d/%d during ×4/×8 (events %q %q)",
+			x1.EncodersEnd, x4.EncodersMax, x8.EncodersMax, x4.Events, x8.Events)
+	}
 	// Scaled, the largest load's rounds take no longer than 1.2× the ×1 rounds.
 	if x8.RoundToBase > 1.2 {
 		e.t.Errorf("×8 round time %.2fs is %.2f× the ×1 round time %.2fs (want ≤ 1.2× once scaled)", x8.RoundSecs, x8.RoundToBase, x1.RoundSecs)
@@ -189,6 +197,9 @@ func (e *env) checkScaling(ph []ScalePhase) {
 	}
 	if after.WorkersEnd >= max(x4.WorkersMax, x8.WorkersMax) || !hasEvent(after, after, "ScaleDown") {
 		e.t.Errorf("decryption workers did not scale in after the load: %d at the end (max %d; events %q)", after.WorkersEnd, max(x4.WorkersMax, x8.WorkersMax), after.Events)
+	}
+	if after.EncodersEnd >= max(x4.EncodersMax, x8.EncodersMax) {
+		e.t.Errorf("encoders did not scale in after the load: %d partitions at the end (max %d; events %q)", after.EncodersEnd, max(x4.EncodersMax, x8.EncodersMax), after.Events)
 	}
 }
 
@@ -222,6 +233,16 @@ func (e *env) abortReasonsSince(t time.Time) map[string]int {
 func hasEvent(a, b ScalePhase, reason string) bool {
 	for _, ev := range append(append([]string(nil), a.Events...), b.Events...) {
 		if strings.HasPrefix(ev, reason+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasEventText reports whether a or b saw an Event whose text contains sub.
+func hasEventText(a, b ScalePhase, sub string) bool {
+	for _, e := range append(append([]string(nil), a.Events...), b.Events...) {
+		if strings.Contains(e, sub) {
 			return true
 		}
 	}
@@ -387,12 +408,13 @@ func (s *scaleSampler) summarise(p *ScalePhase, start, scaledAt time.Time) {
 			continue
 		}
 		p.WorkersMax, p.CapMax = max(p.WorkersMax, x.Workers), max(p.CapMax, x.Capacity)
+		p.EncodersMax = max(p.EncodersMax, x.Encoders)
 		if !s.at[i].Before(half) && x.RoundSecs > 0 {
 			round, work, n = round+x.RoundSecs, work+x.WorkSecs, n+1
 		}
 	}
 	last := s.samples[len(s.samples)-1]
-	p.WorkersEnd, p.CapEnd = last.Workers, last.Capacity
+	p.WorkersEnd, p.CapEnd, p.EncodersEnd = last.Workers, last.Capacity, last.Encoders
 	if n > 0 {
 		p.RoundSecs, p.WorkSecs = round/float64(n), work/float64(n)
 	}
