@@ -82,12 +82,12 @@ type ScalePhase struct {
 	ExactlyOnce bool     `json:"exactly_once"`
 	Aborted     int64    `json:"aborted_rounds"`
 	Completed   int64    `json:"completed_rounds"`
-	RoundSecs   float64  `json:"round_seconds"`  // mean lastRoundSeconds once scaled: the second half, after the last scale-out decision
-	RoundToBase float64  `json:"round_to_base"`  // RoundSecs ÷ the first ×1 phase's
-	WorkSecs    float64  `json:"work_seconds"`   // mean lastRoundWork over the second half
-	WorkersMax  int32    `json:"workers_max"`    // ready decryption workers
-	WorkersEnd  int32    `json:"workers_end"`    // at the phase's end
-	EncodersMax int32    `json:"encoders_max"`   // spec.encoders.partitions
+	RoundSecs   float64  `json:"round_seconds"` // mean lastRoundSeconds once scaled: the second half, after the last scale-out decision
+	RoundToBase float64  `json:"round_to_base"` // RoundSecs ÷ the first ×1 phase's
+	WorkSecs    float64  `json:"work_seconds"`  // mean lastRoundWork over the second half
+	WorkersMax  int32    `json:"workers_max"`   // ready decryption workers
+	WorkersEnd  int32    `json:"workers_end"`   // at the phase's end
+	EncodersMax int32    `json:"encoders_max"`  // spec.encoders.partitions
 	EncodersEnd int32    `json:"encoders_end"`
 	CapStart    int32    `json:"capacity_start"` // capacity class (percent) at the start
 	CapMax      int32    `json:"capacity_max"`
