@@ -72,6 +72,12 @@ var chartCases = []chartCase{
 		want: []string{"StatefulSet/obscura-nats", "Secret/obscura-nats-config", "PodDisruptionBudget/obscura-nats"},
 	},
 	{
+		name: "values-nodes", namespace: chartNamespace,
+		args: []string{"-f", "charts/obscura/values-nodes.yaml"},
+		want: []string{"StatefulSet/obscura-nats", "Service/obscura-nats-headless", "Deployment/obscura-redis-pda-proxy",
+			"Deployment/obscura-redis-pda-db", "NetworkPolicy/obscura-nats", "NetworkPolicy/obscura-redis-pda-db"},
+	},
+	{
 		name: "cert-manager", namespace: chartNamespace,
 		args: []string{"--api-versions", "cert-manager.io/v1", "--set", "tests.tokenSecret.name=smoke-token",
 			"--set-json", `redis.instances=[{"name":"integrator","port":6379},{"name":"pda-db","port":6380}]`},
