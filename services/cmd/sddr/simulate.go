@@ -18,6 +18,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
+	"github.com/obscura-iot/obscura/services/pkg/sddr"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/contract"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/sim"
 	"github.com/obscura-iot/obscura/services/pkg/sddr/sim/plots"
@@ -39,6 +40,10 @@ type simulateConfig struct {
 	seed             uint64
 	seedText         string
 	interval         time.Duration
+	epoch            time.Duration
+	epochJitter      time.Duration
+	revokeFraction   float64
+	revokeAt         float64
 	friends          int
 	shards           int
 	shardIndex       int
@@ -66,6 +71,10 @@ func (c *simulateConfig) bind(f *envflag.Set) {
 	f.Float64(&c.hours, "hours", 24, "simulated hours (whole seconds)")
 	f.String(&c.seedText, "seed", "1", "seed (uint64): the run is a function of it")
 	f.Duration(&c.interval, "interval", 60*time.Second, "discovery interval (23 s … 15 min)")
+	f.Duration(&c.epoch, "epoch", sddr.DefaultEpoch, "every device's epoch length: key and address rotate (1 min … 24 h, 1 … 255 discovery intervals, whole seconds)")
+	f.Duration(&c.epochJitter, "epoch-jitter", sddr.DefaultEpochJitter, "uniform extra length of each epoch (0 … --epoch, whole seconds; 0: none)")
+	f.Float64(&c.revokeFraction, "revoke-fraction", 0.1, "share of devices that revoke one friend (RevokeNow), [0, 1]; 0: nobody")
+	f.Float64(&c.revokeAt, "revoke-at", 0.5, "when they revoke, as a fraction of the run (0, 1), plus up to one interval")
 	f.Int(&c.friends, "friends", 5, "friends per device (0…256)")
 	f.Int(&c.shards, "shards", 1, "shards of the run (one process each); > 1 needs --nats-url")
 	f.String(&c.shardIndexText, "shard-index", "", "this shard's index (default: $JOB_COMPLETION_INDEX of an Indexed Job, else 0)", "OBSCURA_SHARD_INDEX", "JOB_COMPLETION_INDEX")
@@ -120,6 +129,18 @@ func (c *simulateConfig) validate() error {
 	if (c.natsUser == "") != (c.natsPasswordFile == "") {
 		bad("--nats-user and --nats-password-file go together")
 	}
+	if c.epoch <= 0 {
+		bad("--epoch %v must be positive", c.epoch)
+	}
+	if c.epochJitter < 0 {
+		bad("--epoch-jitter %v must not be negative", c.epochJitter)
+	}
+	if math.IsNaN(c.revokeFraction) || c.revokeFraction < 0 || c.revokeFraction > 1 {
+		bad("--revoke-fraction %v outside [0, 1]", c.revokeFraction)
+	}
+	if math.IsNaN(c.revokeAt) || c.revokeAt <= 0 || c.revokeAt >= 1 {
+		bad("--revoke-at %v outside (0, 1)", c.revokeAt)
+	}
 	if c.readyTimeout <= 0 {
 		bad("--ready-timeout must be positive")
 	}
@@ -167,12 +188,20 @@ func validRunID(s string) bool {
 }
 
 func (c *simulateConfig) sim() sim.Config {
-	return sim.Config{
+	cfg := sim.Config{
 		RunID: c.runID, Scenario: c.scenario, Devices: c.devices,
 		Duration: time.Duration(math.Round(c.hours*3600)) * time.Second,
 		Seed:     c.seed, Interval: c.interval, Friends: c.friends, GroupSize: c.groupSize,
 		Shards: c.shards, Shard: c.shardIndex, PDet: c.pDet, Energy: c.energy,
+		Epoch: c.epoch, EpochJitter: c.epochJitter, RevokeFraction: c.revokeFraction, RevokeAt: c.revokeAt,
 	}
+	if c.epochJitter == 0 {
+		cfg.EpochJitter = -1 // none (sim.Config takes zero for the default)
+	}
+	if c.revokeFraction == 0 {
+		cfg.RevokeFraction = -1 // nobody
+	}
+	return cfg
 }
 
 // loadSecrets reads the NATS password file; errors name the file, never its contents.

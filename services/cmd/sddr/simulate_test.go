@@ -41,6 +41,18 @@ func TestSimulateConfigErrors(t *testing.T) {
 		"epoch":         {"--epoch-change-mj", "1e9"},
 		"battery small": {"--battery-joules", "0.5"},
 		"battery text":  {"--battery-joules", "big"},
+		"epoch short":   {"--epoch", "30s"},
+		"epoch < ival":  {"--epoch", "90s", "--interval", "2m"},
+		"epoch long":    {"--epoch", "25h"},
+		"epoch 256":     {"--epoch", "5h", "--interval", "1m"},
+		"epoch frac":    {"--epoch", "15m0.5s"},
+		"epoch neg":     {"--epoch", "-15m"},
+		"jitter neg":    {"--epoch-jitter", "-1s"},
+		"jitter long":   {"--epoch", "10m", "--epoch-jitter", "11m"},
+		"revoke frac":   {"--revoke-fraction", "1.5"},
+		"revoke NaN":    {"--revoke-fraction", "NaN"},
+		"revoke at 0":   {"--revoke-at", "0"},
+		"revoke at 1":   {"--revoke-at", "1"},
 	} {
 		if _, err := parseSimulate(args); !errors.Is(err, daemon.ErrConfig) {
 			t.Errorf("%s: %v, want a configuration error", name, err)
@@ -168,5 +180,46 @@ func TestShardWaitsForNATS(t *testing.T) {
 	nc.Close()
 	if _, err := connectRetrying(t.Context(), slog.New(slog.DiscardHandler), "nats://127.0.0.1:1", 300*time.Millisecond); err == nil {
 		t.Fatal("connected to nothing")
+	}
+}
+
+// TestSimulateEpochAndRevocationFlags: --epoch, --epoch-jitter, --revoke-fraction and
+// --revoke-at (or their OBSCURA_<FLAG> variables, as the operator passes them) reach the run
+// and its result: a 5-minute epoch without jitter starts ≈ 3× the epoch keys of the default,
+// and a revocation fraction of 0 leaves no revoked encounter.
+func TestSimulateEpochAndRevocationFlags(t *testing.T) {
+	run := func(args ...string) *contract.Result {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "result.json")
+		c, err := parseSimulate(append([]string{"--devices", "12", "--hours", "2", "--scenario", "groups", "--group-size", "6",
+			"--friends", "2", "--p-det", "1", "--result-file", out}, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := contract.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	def := run()
+	if def.EpochSeconds != 900 || def.EpochJitterSeconds != 60 || def.RevokeFraction != 0.1 || def.RevokeAt != 0.5 {
+		t.Fatalf("defaults reported as epoch %v s, jitter %v s, revoke %v at %v", def.EpochSeconds, def.EpochJitterSeconds, def.RevokeFraction, def.RevokeAt)
+	}
+	t.Setenv("OBSCURA_EPOCH_JITTER", "0s")
+	t.Setenv("OBSCURA_REVOKE_FRACTION", "0")
+	short := run("--epoch", "5m")
+	if short.EpochSeconds != 300 || short.EpochJitterSeconds != 0 || short.RevokeFraction != 0 || short.RevokedEncounters != 0 {
+		t.Fatalf("--epoch 5m, no jitter, nobody revokes: %+v", short)
+	}
+	if ratio := float64(short.EpochKeys) / float64(def.EpochKeys); ratio < 2.5 || ratio > 3.5 {
+		t.Fatalf("epoch keys %d at 5 min vs %d at 15 min (+ ≤ 60 s jitter): ratio %.2f, want ≈ 3", short.EpochKeys, def.EpochKeys, ratio)
 	}
 }

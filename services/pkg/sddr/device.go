@@ -32,8 +32,10 @@ var (
 
 // Config holds a device's timing and randomness. Zero fields take the [REC] defaults.
 type Config struct {
-	Epoch       time.Duration // nominal epoch length, 15 min
-	EpochJitter time.Duration // uniform extra length per epoch, 60 s (§7 item 10)
+	Epoch time.Duration // nominal epoch length, 15 min
+	// EpochJitter is a uniform extra length per epoch, 60 s by default (§7 item 10); a negative
+	// value means none (every epoch lasts exactly Epoch).
+	EpochJitter time.Duration
 	Interval    time.Duration // discovery interval, 60 s
 	// CountMax is the number of distinct beacons per epoch, ceil(Epoch/Interval) by default.
 	CountMax int
@@ -56,8 +58,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
 	}
-	if c.Epoch < 0 || c.EpochJitter < 0 || c.Interval <= 0 || c.Interval > c.Epoch {
-		return c, fmt.Errorf("sddr config: need 0 < interval %v ≤ epoch %v, jitter %v ≥ 0", c.Interval, c.Epoch, c.EpochJitter)
+	if c.EpochJitter < 0 {
+		c.EpochJitter = 0
+	}
+	if c.Epoch < 0 || c.Interval <= 0 || c.Interval > c.Epoch {
+		return c, fmt.Errorf("sddr config: need 0 < interval %v ≤ epoch %v", c.Interval, c.Epoch)
 	}
 	if c.CountMax == 0 {
 		c.CountMax = int((c.Epoch + c.Interval - 1) / c.Interval)

@@ -171,6 +171,13 @@ type Result struct {
 	IntervalSeconds float64 `json:"intervalS"`
 	Friends         int     `json:"friends"`
 	Steps           int64   `json:"steps"`
+	// EpochSeconds and EpochJitterSeconds are the devices' epoch length and its uniform
+	// jitter (0: none); RevokeFraction of the devices revoked one friend at RevokeAt of the
+	// run (0: nobody). Zero in results of versions that did not report them.
+	EpochSeconds       float64 `json:"epochS,omitempty"`
+	EpochJitterSeconds float64 `json:"jitterS,omitempty"`
+	RevokeFraction     float64 `json:"revokeFraction,omitempty"`
+	RevokeAt           float64 `json:"revokeAt,omitempty"`
 
 	// DeviceHours is simulated time summed over the devices of this result.
 	DeviceHours float64 `json:"deviceHours"`
@@ -309,6 +316,9 @@ func (r *Result) Validate() error {
 	if !(r.BatteryJoules > 0) || r.CPUSeconds < 0 || r.WallSeconds < 0 || math.IsNaN(r.CPUSeconds) || math.IsNaN(r.WallSeconds) {
 		bad("batteryJ %v, cpuS %v, wallS %v", r.BatteryJoules, r.CPUSeconds, r.WallSeconds)
 	}
+	if r.EpochSeconds < 0 || r.EpochJitterSeconds < 0 || !(r.RevokeFraction >= 0 && r.RevokeFraction <= 1) || !(r.RevokeAt >= 0 && r.RevokeAt < 1) {
+		bad("epochS %v, jitterS %v, revokeFraction %v, revokeAt %v out of range", r.EpochSeconds, r.EpochJitterSeconds, r.RevokeFraction, r.RevokeAt)
+	}
 	if err := r.Energy.Validate(); err != nil {
 		bad("%v", err)
 	}
@@ -336,6 +346,8 @@ func Merge(parts ...*Result) (*Result, error) {
 		Version: Version, RunID: first.RunID, Scenario: first.Scenario, Seed: first.Seed, Shard: -1,
 		Shards: first.Shards, Devices: first.Devices, Hours: first.Hours, IntervalSeconds: first.IntervalSeconds,
 		Friends: first.Friends, Steps: first.Steps, Energy: first.Energy, BatteryJoules: first.BatteryJoules,
+		EpochSeconds: first.EpochSeconds, EpochJitterSeconds: first.EpochJitterSeconds,
+		RevokeFraction: first.RevokeFraction, RevokeAt: first.RevokeAt,
 	}
 	seen := map[int]bool{}
 	classes := map[string]*Class{}
@@ -343,7 +355,9 @@ func Merge(parts ...*Result) (*Result, error) {
 	for i, p := range parts {
 		if p.RunID != first.RunID || p.Scenario != first.Scenario || p.Seed != first.Seed || p.Shards != first.Shards ||
 			p.Devices != first.Devices || p.Hours != first.Hours || p.IntervalSeconds != first.IntervalSeconds ||
-			p.Friends != first.Friends || p.Steps != first.Steps || p.BatteryJoules != first.BatteryJoules || p.Energy != first.Energy {
+			p.Friends != first.Friends || p.Steps != first.Steps || p.BatteryJoules != first.BatteryJoules || p.Energy != first.Energy ||
+			p.EpochSeconds != first.EpochSeconds || p.EpochJitterSeconds != first.EpochJitterSeconds ||
+			p.RevokeFraction != first.RevokeFraction || p.RevokeAt != first.RevokeAt {
 			return nil, fmt.Errorf("contract: part %d belongs to another run or settings", i)
 		}
 		if p.Shard >= 0 {

@@ -67,6 +67,10 @@ type Config struct {
 	Duration time.Duration
 	Seed     uint64
 	Interval time.Duration // discovery interval
+	// Epoch is every device's nominal epoch length (sddr.Config.Epoch; default 15 min) and
+	// EpochJitter its uniform extra length per epoch (default 60 s, negative: none).
+	Epoch       time.Duration
+	EpochJitter time.Duration
 	// Friends is each device's number of friends: its clique of Friends+1 consecutive ids,
 	// one link value per pair, advertised and listened for.
 	Friends   int
@@ -93,6 +97,12 @@ const (
 	MaxDevices  = 1 << 24
 	MaxShards   = 1024
 	MinInterval = 23 * time.Second
+	MaxInterval = 15 * time.Minute
+	// MinEpoch and MaxEpoch bound Config.Epoch; an epoch holds at most MaxBeaconsPerEpoch
+	// discovery intervals (the beacon counter is one byte, sddr.Config.CountMax).
+	MinEpoch           = time.Minute
+	MaxEpoch           = 24 * time.Hour
+	MaxBeaconsPerEpoch = 255
 )
 
 func (c *Config) defaults() {
@@ -101,6 +111,12 @@ func (c *Config) defaults() {
 	}
 	if c.Shards == 0 {
 		c.Shards = 1
+	}
+	if c.Epoch == 0 {
+		c.Epoch = sddr.DefaultEpoch
+	}
+	if c.EpochJitter == 0 {
+		c.EpochJitter = sddr.DefaultEpochJitter
 	}
 	if c.PDet == 0 {
 		c.PDet = 0.95
@@ -133,8 +149,16 @@ func (c *Config) Validate() error {
 	if c.Duration < time.Minute || c.Duration%time.Second != 0 {
 		bad("duration %v must be at least a minute, in whole seconds", c.Duration)
 	}
-	if c.Interval < MinInterval || c.Interval > sddr.DefaultEpoch || c.Interval%time.Millisecond != 0 {
-		bad("interval %v outside %v..%v (whole milliseconds): an inquiry (10.24 s) and the ±1 s jitter must fit twice in a step", c.Interval, MinInterval, sddr.DefaultEpoch)
+	if c.Interval < MinInterval || c.Interval > MaxInterval || c.Interval%time.Millisecond != 0 {
+		bad("interval %v outside %v..%v (whole milliseconds): an inquiry (10.24 s) and the ±1 s jitter must fit twice in a step", c.Interval, MinInterval, MaxInterval)
+	}
+	if c.Epoch < MinEpoch || c.Epoch > MaxEpoch || c.Epoch%time.Second != 0 {
+		bad("epoch %v outside %v..%v (whole seconds)", c.Epoch, MinEpoch, MaxEpoch)
+	} else if c.Epoch < c.Interval || c.Epoch > MaxBeaconsPerEpoch*c.Interval {
+		bad("epoch %v must hold 1..%d discovery intervals of %v (a beacon count is one byte)", c.Epoch, MaxBeaconsPerEpoch, c.Interval)
+	}
+	if c.EpochJitter > c.Epoch || max(c.EpochJitter, 0)%time.Second != 0 {
+		bad("epoch jitter %v outside 0..epoch %v (whole seconds)", c.EpochJitter, c.Epoch)
 	}
 	if c.Friends < 0 || c.Friends > sddr.MaxAdvertised {
 		bad("friends %d outside 0..%d (the Bloom filter's advertised capacity)", c.Friends, sddr.MaxAdvertised)
@@ -166,7 +190,7 @@ func EnergyModel(e contract.Energy) sddr.EnergyModel {
 	return sddr.EnergyModel{
 		IdleBTJoulesPerDay: e.IdleBluetoothJoulesPerDay,
 		EpochChangeJoules:  e.EpochChangeMillijoules / 1000,
-		Epoch:              sddr.DefaultEpoch, // epoch changes are charged at the nominal rate
+		Epoch:              sddr.DefaultEpoch, // a run charges its own epoch (Config.Epoch)
 		DiscoveryJoules:    e.DiscoveryMillijoules / 1000,
 		PerDeviceJoules:    e.RecognitionMillijoules / 1000,
 		ResponderJoules:    e.AnswerMillijoules / 1000,
@@ -519,7 +543,7 @@ func (s *shard) device(dev int32, t int64) (*devState, error) {
 	for i := range 4 {
 		binary.LittleEndian.PutUint64(seed[8*i:], mix(s.cfg.Seed, saltRand, uint64(dev), uint64(i), 0))
 	}
-	d, err := sddr.New(sddr.Config{Interval: s.cfg.Interval, Rand: rand.NewChaCha8(seed)})
+	d, err := sddr.New(sddr.Config{Interval: s.cfg.Interval, Epoch: s.cfg.Epoch, EpochJitter: s.cfg.EpochJitter, Rand: rand.NewChaCha8(seed)})
 	if err != nil {
 		return nil, err
 	}
@@ -707,7 +731,7 @@ func (s *shard) advance(dev int32, lo, hi int64, awake bool, step int64) error {
 }
 
 func (s *shard) prune(ds *devState, now int64) {
-	horizon := now - 2*int64(sddr.DefaultEpoch+sddr.DefaultEpochJitter)
+	horizon := now - 2*int64(s.cfg.Epoch+max(s.cfg.EpochJitter, 0))
 	for k, h := range ds.heard {
 		if h.last < horizon {
 			delete(ds.heard, k)
@@ -963,6 +987,8 @@ func (s *shard) result() (*contract.Result, error) {
 	r.Friends = c.Friends
 	r.DeviceHours = float64(s.hi-s.lo) * r.Hours
 	r.Energy, r.BatteryJoules = c.Energy, c.Energy.BatteryJoules
+	r.EpochSeconds, r.EpochJitterSeconds = c.Epoch.Seconds(), max(c.EpochJitter, 0).Seconds()
+	r.RevokeFraction, r.RevokeAt = max(c.RevokeFraction, 0), c.RevokeAt
 	r.Latency.Beacons = s.hist
 	if r.Latency.Beacons == nil {
 		r.Latency.Beacons = []int64{}
@@ -979,6 +1005,7 @@ func (s *shard) result() (*contract.Result, error) {
 	}
 	secs := int64(c.Duration / time.Second)
 	m := EnergyModel(c.Energy)
+	m.Epoch = c.Epoch // epoch changes are charged at the run's nominal rate
 	for i, name := range s.mob.Classes() {
 		cl := contract.Class{
 			Name: name, Devices: s.classDevs[i], DeviceSeconds: s.classDevs[i] * secs,

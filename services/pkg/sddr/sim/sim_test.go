@@ -236,6 +236,13 @@ func TestConfigValidate(t *testing.T) {
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Scenario: "moon"},
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Energy: contract.Energy{DiscoveryMillijoules: -1}},
 		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Energy: contract.Energy{BatteryJoules: 2e6}},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Epoch: 30 * time.Second},
+		{Devices: 10, Duration: time.Hour, Interval: 2 * time.Minute, Epoch: time.Minute},
+		{Devices: 10, Duration: time.Hour, Interval: 23 * time.Second, Epoch: 2 * time.Hour},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Epoch: 90 * time.Second, EpochJitter: 91 * time.Second},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, Epoch: 90*time.Second + 500*time.Millisecond},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, RevokeFraction: 1.5},
+		{Devices: 10, Duration: time.Hour, Interval: time.Minute, RevokeAt: 1},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
@@ -422,5 +429,80 @@ func TestDefaultEnergyReproducesTable3(t *testing.T) {
 			t.Errorf("%v: simulated %.2f %%/day, Table 3 %.2f", row.interval, got, row.percent)
 		}
 		t.Logf("%v: simulated %.2f %%/day, Table 3 %.2f", row.interval, got, row.percent)
+	}
+}
+
+// TestEpochLengthChangesRotationsAndRecognition: the epoch length is a run's setting, and the
+// simulated protocol follows it as the model says. Without jitter an epoch of E holds
+// ceil(E/I) beacons, so over a duration D a device starts ≈ D/E + 1 epoch keys; a friend is
+// recognised after 3 beacons of one key (|LS| = 2, P_fp³ ≤ 10⁻³), i.e. 2 intervals after its
+// first beacon whatever E, once per key heard whole, so recognitions scale as 1/E; and an
+// epoch of fewer than 3 intervals never lets a friend be recognised (its key rotates first).
+func TestEpochLengthChangesRotationsAndRecognition(t *testing.T) {
+	const devices, dur, ival = 12, 4 * time.Hour, time.Minute
+	run := func(epoch time.Duration) *contract.Result {
+		t.Helper()
+		cfg := Config{RunID: "epoch", Scenario: ScenarioGroups, Devices: devices, GroupSize: 6, Duration: dur, Seed: 21,
+			Interval: ival, Friends: 2, PDet: 1, RevokeFraction: -1, Epoch: epoch, EpochJitter: -1}
+		r, err := RunLocal(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.EpochSeconds != epoch.Seconds() || r.EpochJitterSeconds != 0 || r.RevokeFraction != 0 {
+			t.Fatalf("result reports epoch %v s, jitter %v s, revoke fraction %v", r.EpochSeconds, r.EpochJitterSeconds, r.RevokeFraction)
+		}
+		keys := float64(r.EpochKeys) / devices
+		if want := dur.Seconds()/epoch.Seconds() + 1; math.Abs(keys-want) > 1.5 {
+			t.Fatalf("epoch %v: %.2f epoch keys per device, the model says %.1f", epoch, keys, want)
+		}
+		return r
+	}
+	long, short, tooShort := run(15*time.Minute), run(5*time.Minute), run(2*time.Minute)
+	for _, r := range []*contract.Result{long, short} {
+		if r.Recognitions == 0 || r.Missed != 0 || r.Latency.Beacons[3] != r.Recognitions {
+			t.Fatalf("epoch %v s: %d friend encounters, %d recognised (%v by beacons), %d missed",
+				r.EpochSeconds, r.FriendEncounters, r.Recognitions, r.Latency.Beacons, r.Missed)
+		}
+		mean := time.Duration(r.Latency.MillisSum/r.Recognitions) * time.Millisecond
+		if d := mean - 2*ival; d < -5*time.Second || d > 5*time.Second {
+			t.Fatalf("epoch %v s: mean latency %v, the model says 2 intervals (%v)", r.EpochSeconds, mean, 2*ival)
+		}
+	}
+	if ratio := float64(short.Recognitions) / float64(long.Recognitions); ratio < 2.5 || ratio > 3.5 {
+		t.Fatalf("recognitions %d at 5 min vs %d at 15 min: ratio %.2f, the model says ≈ 3", short.Recognitions, long.Recognitions, ratio)
+	}
+	if tooShort.Recognitions != 0 || tooShort.FriendEncounters != 0 {
+		t.Fatalf("2-beacon epochs: %d friend encounters, %d recognitions; no key lasts the 3 beacons recognition needs",
+			tooShort.FriendEncounters, tooShort.Recognitions)
+	}
+	t.Logf("epoch keys per device %.1f / %.1f / %.1f; recognitions %d (15 min) vs %d (5 min), 0 at 2 min",
+		float64(long.EpochKeys)/devices, float64(short.EpochKeys)/devices, float64(tooShort.EpochKeys)/devices, long.Recognitions, short.Recognitions)
+}
+
+// TestRevocationSettings: the share of revoking devices and the time are a run's settings.
+func TestRevocationSettings(t *testing.T) {
+	base := Config{RunID: "rev", Scenario: ScenarioGroups, Devices: 60, GroupSize: 6, Duration: 2 * time.Hour, Seed: 4,
+		Interval: time.Minute, Friends: 2}
+	none := base
+	none.RevokeFraction = -1
+	all := base
+	all.RevokeFraction, all.RevokeAt = 1, 0.25
+	rn, err := RunLocal(t.Context(), none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err := RunLocal(t.Context(), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rn.RevokedEncounters != 0 || rn.RevokeFraction != 0 {
+		t.Fatalf("nobody revokes: %d revoked encounters (fraction %v)", rn.RevokedEncounters, rn.RevokeFraction)
+	}
+	if ra.RevokedEncounters == 0 || ra.RevokedRecognitions != 0 || ra.RevokeFraction != 1 || ra.RevokeAt != 0.25 {
+		t.Fatalf("everybody revokes at 1/4: %d revoked encounters, %d recognised, reported %v at %v",
+			ra.RevokedEncounters, ra.RevokedRecognitions, ra.RevokeFraction, ra.RevokeAt)
+	}
+	if ra.Recognitions >= rn.Recognitions {
+		t.Fatalf("revocations did not reduce recognitions: %d vs %d", ra.Recognitions, rn.Recognitions)
 	}
 }
