@@ -40,7 +40,9 @@ var natsServer *testenv.NATS
 
 // testRuntime makes the reconcilers run workloads (with an image per system). envtest runs no
 // kube-controller-manager, so no pod ever starts: tests play its part with markAvailable.
-var testRuntime = specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222"}
+// The operator's default spread (--topology-spread ScheduleAnyway): the API server takes every
+// scalable stage's constraint.
+var testRuntime = specs.Runtime{ImagePullPolicy: corev1.PullNever, NATSURL: "nats://127.0.0.1:4222", TopologySpread: corev1.ScheduleAnyway}
 
 // pdaServices is the AggregationJob reconciler's connection to the PDA services' KV on
 // natsServer (one account for both domains here).

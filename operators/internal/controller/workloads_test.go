@@ -100,6 +100,21 @@ func TestRoundRunsItsWorkloads(t *testing.T) {
 	if *enc.Spec.Replicas != 3 {
 		t.Errorf("encoder partitions = %d, want 3", *enc.Spec.Replicas)
 	}
+	// The scalable stages spread by hostname as the API server stored them (testRuntime:
+	// ScheduleAnyway); the coordinator does not.
+	dw := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-decrypt-worker"}}
+	get(t, dw)
+	coordinator := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "home-coordinator"}}
+	get(t, coordinator)
+	for name, c := range map[string][]corev1.TopologySpreadConstraint{"home-decrypt-worker": dw.Spec.Template.Spec.TopologySpreadConstraints,
+		"home-encoder": enc.Spec.Template.Spec.TopologySpreadConstraints} {
+		if len(c) != 1 || c[0].TopologyKey != corev1.LabelHostname || c[0].WhenUnsatisfiable != corev1.ScheduleAnyway || c[0].MaxSkew != 1 {
+			t.Errorf("%s spread constraints %+v: want maxSkew 1 by hostname, ScheduleAnyway", name, c)
+		}
+	}
+	if c := coordinator.Spec.Template.Spec.TopologySpreadConstraints; len(c) != 0 {
+		t.Errorf("the coordinator is spread: %+v", c)
+	}
 	for _, name := range []string{"home-gateway", "home-decrypt-worker", "home-encoder"} {
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		get(t, pdb)
