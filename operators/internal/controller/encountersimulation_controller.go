@@ -271,6 +271,11 @@ func checkShardResult(s *sddrv1.EncounterSimulation, res *contract.Result, idx i
 	case res.Energy != o.Energy:
 		return fmt.Errorf("the energy model (%s) differs from the spec's (%s)", sddr.EnergySummary(res.Energy), sddr.EnergySummary(o.Energy))
 	}
+	ep, jit, frac, at, ok := o.Protocol()
+	if !ok || res.EpochSeconds != ep || res.EpochJitterSeconds != jit || res.RevokeFraction != frac || res.RevokeAt != at {
+		return fmt.Errorf("the protocol settings (epoch %v s, jitter %v s, revocation by %v at %v) differ from the spec's (epoch %s, jitter %s, revocation by %s at %s)",
+			res.EpochSeconds, res.EpochJitterSeconds, res.RevokeFraction, res.RevokeAt, o.Epoch, o.EpochJitter, o.RevokeFraction, o.RevokeAt)
+	}
 	return nil
 }
 
@@ -317,6 +322,8 @@ func simulationResults(m *contract.Result) *sddrv1.SimulationResults {
 		DeviceHoursPerCPUSecond: decimal(m.SimulatedDeviceHoursPerCPUSecond()),
 	}
 	out.EnergyModel = sddr.StatusEnergyModel(m.Energy)
+	out.EpochKeys = m.EpochKeys
+	out.Protocol = sddr.StatusProtocol(m)
 	for _, c := range m.Classes {
 		out.Energy = append(out.Energy, sddrv1.SimulationEnergy{Class: c.Name, Devices: c.Devices,
 			Joules: decimal(c.Joules), BatteryPercentPerDay: decimal(c.BatteryPercentPerDay)})

@@ -159,6 +159,8 @@ func TestEncounterSimulationRunsTheSample(t *testing.T) {
 		specs.EnvNATSURL: testRuntime.NATSURL, specs.EnvNATSPasswordFile: specs.NATSDir + "/" + specs.NATSPasswordKey,
 		"OBSCURA_IDLE_BT_JOULES_PER_DAY": "188", "OBSCURA_EPOCH_CHANGE_MJ": "568", "OBSCURA_DISCOVERY_MJ": "1363",
 		"OBSCURA_RECOGNITION_MJ": "20.2", "OBSCURA_ANSWER_MJ": "8.5", "OBSCURA_BATTERY_JOULES": "23328",
+		specs.Env(sddr.FlagEpoch): "15m0s", specs.Env(sddr.FlagEpochJitter): "1m0s",
+		specs.Env(sddr.FlagRevokeFrac): "0.1", specs.Env(sddr.FlagRevokeAt): "0.5",
 	} {
 		if e[k] != want {
 			t.Errorf("%s = %q, want %q", k, e[k], want)
@@ -246,6 +248,7 @@ func TestEncounterSimulationRunsTheSample(t *testing.T) {
 		"falseRecognitions": {got.FalseRecognitions, sum(func(r *contract.Result) int64 { return r.FalseRecognitions })},
 		"inquiries":         {got.Inquiries, sum(func(r *contract.Result) int64 { return r.Inquiries })},
 		"crossAdverts":      {got.CrossAdverts, sum(func(r *contract.Result) int64 { return r.CrossAdverts })},
+		"epochKeys":         {got.EpochKeys, sum(func(r *contract.Result) int64 { return r.EpochKeys })},
 	} {
 		if c[0] != c[1] || c[0] == 0 {
 			t.Errorf("%s = %d, the shards' sum %d (and not 0)", name, c[0], c[1])
@@ -264,6 +267,9 @@ func TestEncounterSimulationRunsTheSample(t *testing.T) {
 	}
 	if len(got.Energy) == 0 {
 		t.Error("no energy figures")
+	}
+	if p := got.Protocol; p == nil || *p != (sddrv1.SimulationProtocol{Epoch: "15m0s", EpochJitter: "1m0s", RevokeFraction: "0.1", RevokeAt: "0.5"}) {
+		t.Errorf("protocol settings in status: %+v", p)
 	}
 	if em := got.EnergyModel; em == nil || *em != (sddrv1.SimulationEnergyModel{IdleBluetoothJoulesPerDay: "188", EpochChangeMillijoules: "568",
 		DiscoveryMillijoules: "1363", RecognitionMillijoules: "20.2", AnswerMillijoules: "8.5", BatteryJoules: "23328"}) {
@@ -412,6 +418,29 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 		{"huge-battery", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.BatteryJoules = "1000000.1" }, "batteryJoules must be within [1, 1000000] J"},
 		{"exponent", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.DiscoveryMillijoules = "1e3" }, "discoveryMillijoules"},
 		{"not-a-number", func(s *sddrv1.EncounterSimulation) { s.Spec.Energy.BatteryJoules = "NaN" }, "batteryJoules"},
+		{"short-epoch", func(s *sddrv1.EncounterSimulation) { s.Spec.Epoch = &metav1.Duration{Duration: 30 * time.Second} }, "epoch must be within [1m, 24h], in whole seconds"},
+		{"long-epoch", func(s *sddrv1.EncounterSimulation) { s.Spec.Epoch = &metav1.Duration{Duration: 25 * time.Hour} }, "epoch must be within [1m, 24h], in whole seconds"},
+		{"fractional-epoch", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.Epoch = &metav1.Duration{Duration: 15*time.Minute + 500*time.Millisecond}
+		}, "epoch must be within [1m, 24h], in whole seconds"},
+		{"epoch-below-interval", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.Epoch = &metav1.Duration{Duration: 2 * time.Minute}
+			s.Spec.DiscoveryInterval = &metav1.Duration{Duration: 3 * time.Minute}
+		}, "epoch must hold 1 to 255 discovery intervals"},
+		{"epoch-of-256-beacons", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.Epoch = &metav1.Duration{Duration: 256 * time.Minute}
+		}, "epoch must hold 1 to 255 discovery intervals"},
+		{"jitter-over-epoch", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.Epoch = &metav1.Duration{Duration: 5 * time.Minute}
+			s.Spec.EpochJitter = &metav1.Duration{Duration: 6 * time.Minute}
+		}, "epochJitter must not exceed the epoch"},
+		{"fractional-jitter", func(s *sddrv1.EncounterSimulation) {
+			s.Spec.EpochJitter = &metav1.Duration{Duration: 1500 * time.Millisecond}
+		}, "epochJitter must be within [0s, 24h], in whole seconds"},
+		{"everyone-twice", func(s *sddrv1.EncounterSimulation) { s.Spec.Revocation.Fraction = "1.5" }, "fraction"},
+		{"revoke-at-start", func(s *sddrv1.EncounterSimulation) { s.Spec.Revocation.At = "0" }, "revocation.at"},
+		{"revoke-at-end", func(s *sddrv1.EncounterSimulation) { s.Spec.Revocation.At = "1" }, "revocation.at"},
+		{"revoke-negative", func(s *sddrv1.EncounterSimulation) { s.Spec.Revocation.Fraction = "-0.1" }, "fraction"},
 	} {
 		s := sampleSimulation(t, ns)
 		s.Name = c.name
@@ -429,6 +458,10 @@ func TestEncounterSimulationRefusals(t *testing.T) {
 	if sp.Scenario != "city" || sp.Devices != 1000 || *sp.Friends != 5 || sp.Duration.Duration != 24*time.Hour || sp.Shards != 1 ||
 		*sp.Seed != 1 || sp.DetectionProbability != "0.95" || sp.DiscoveryInterval.Duration != time.Minute || sp.Timeout.Duration != 6*time.Hour {
 		t.Errorf("defaults %+v", sp)
+	}
+	if sp.Epoch == nil || sp.Epoch.Duration != 15*time.Minute || sp.EpochJitter == nil || sp.EpochJitter.Duration != time.Minute ||
+		sp.Revocation == nil || *sp.Revocation != (sddrv1.SimulationRevocation{Fraction: "0.1", At: "0.5"}) {
+		t.Errorf("epoch and revocation defaults: epoch %v jitter %v revocation %+v", sp.Epoch, sp.EpochJitter, sp.Revocation)
 	}
 	if e := sp.Energy; e == nil || *e != (sddrv1.EnergyModel{IdleBluetoothJoulesPerDay: "188", EpochChangeMillijoules: "568",
 		DiscoveryMillijoules: "1363", RecognitionMillijoules: "20.2", AnswerMillijoules: "8.5", BatteryJoules: "23328"}) {
@@ -498,5 +531,47 @@ func TestEncounterSimulationEnergy(t *testing.T) {
 	}
 	if s.Status.Results != nil {
 		t.Errorf("results of another energy model: %+v", s.Status.Results)
+	}
+}
+
+// TestEncounterSimulationProtocolSettings: spec.epoch, spec.epochJitter and spec.revocation
+// other than the defaults are admitted (a 5-minute epoch without jitter, everybody revoking
+// at a quarter of the run; a 255-interval epoch at the CEL bound), reach every shard's pod as
+// the `sddr simulate` flags and the Running condition; a shard whose result ran with other
+// settings (the sample's defaults, here) fails the simulation with InvalidResult.
+func TestEncounterSimulationProtocolSettings(t *testing.T) {
+	ns := namespace(t)
+	bound := sampleSimulation(t, ns)
+	bound.Name = "epoch-bound"
+	bound.Spec.Epoch = &metav1.Duration{Duration: 255 * time.Minute}
+	bound.Spec.EpochJitter = &metav1.Duration{Duration: 0}
+	create(t, bound)
+
+	s := sampleSimulation(t, ns)
+	s.Name = "protocol"
+	s.Spec.Epoch = &metav1.Duration{Duration: 5 * time.Minute}
+	s.Spec.EpochJitter = &metav1.Duration{Duration: 0}
+	s.Spec.Revocation = &sddrv1.SimulationRevocation{Fraction: "1", At: "0.25"}
+	create(t, s)
+	waitSimCondition(t, s, sddrv1.SimulationRunning, ReasonShardsRunning)
+	waitSimMessage(t, s, sddrv1.SimulationRunning, "epoch 5m0s + up to 0s jitter, revocation by 1 of the devices at 0.25 of the run")
+	job := simJob(t, s)
+	e := env(job.Spec.Template.Spec.Containers[0])
+	for k, want := range map[string]string{
+		specs.Env(sddr.FlagEpoch): "5m0s", specs.Env(sddr.FlagEpochJitter): "0s",
+		specs.Env(sddr.FlagRevokeFrac): "1", specs.Env(sddr.FlagRevokeAt): "0.25",
+	} {
+		if e[k] != want {
+			t.Errorf("%s = %q, want %q", k, e[k], want)
+		}
+	}
+	shardPod(t, job, 0, 0, 0, recordedShard(t, 0, string(s.UID)))
+	waitSimCondition(t, s, sddrv1.SimulationFailed, ReasonInvalidResult)
+	if m := meta.FindStatusCondition(s.Status.Conditions, sddrv1.SimulationFailed).Message; !strings.Contains(m, "protocol settings") ||
+		!strings.Contains(m, "epoch 900 s") || !strings.Contains(m, "epoch 5m0s") {
+		t.Errorf("message %q: want the shard's and the spec's protocol settings", m)
+	}
+	if s.Status.Results != nil {
+		t.Errorf("results of other protocol settings: %+v", s.Status.Results)
 	}
 }

@@ -32,6 +32,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an EncounterSimulation's spec is immutable: create another to run again"
 // +kubebuilder:validation:XValidation:rule="self.shards <= self.devices",message="shards must not exceed devices"
 // +kubebuilder:validation:XValidation:rule="self.scenario == 'groups' || !has(self.groupSize)",message="groupSize applies to the groups scenario only"
+// +kubebuilder:validation:XValidation:rule="!has(self.epoch) || !has(self.discoveryInterval) || (duration(self.discoveryInterval) <= duration(self.epoch) && duration(self.epoch).getMilliseconds() <= 255 * duration(self.discoveryInterval).getMilliseconds())",message="epoch must hold 1 to 255 discovery intervals (the beacon counter is one byte)"
+// +kubebuilder:validation:XValidation:rule="!has(self.epoch) || !has(self.epochJitter) || duration(self.epochJitter) <= duration(self.epoch)",message="epochJitter must not exceed the epoch"
 type EncounterSimulationSpec struct {
 	// Scenario is the mobility model (`--scenario`): city (a city's day of homes, work and
 	// places), crowd (the paper's worst case, 255 new devices per inquiry) or groups (fixed
@@ -77,6 +79,33 @@ type EncounterSimulationSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('23s') && duration(self) <= duration('15m')",message="discoveryInterval must be within [23s, 15m]"
 	DiscoveryInterval *metav1.Duration `json:"discoveryInterval,omitempty"`
+
+	// Epoch is every device's epoch length (`--epoch`): for an epoch a device keeps one DH
+	// key, radio address and beacon counter, then rotates them (spec §3.3; the paper's 15
+	// minutes). Whole seconds from 1m to 24h, holding 1 to 255 discovery intervals. A friend
+	// is recognised after 3 or more beacons of one key, so an epoch shorter than that many
+	// intervals recognises nobody.
+	// +optional
+	// +kubebuilder:default="15m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h') && duration(self).getMilliseconds() % 1000 == 0",message="epoch must be within [1m, 24h], in whole seconds"
+	Epoch *metav1.Duration `json:"epoch,omitempty"`
+
+	// EpochJitter is the uniform extra length drawn for each epoch (`--epoch-jitter`, spec
+	// §7 item 10: rotations of one device are not periodic), whole seconds from 0s (none) to
+	// the epoch.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h') && duration(self).getMilliseconds() % 1000 == 0",message="epochJitter must be within [0s, 24h], in whole seconds"
+	EpochJitter *metav1.Duration `json:"epochJitter,omitempty"`
+
+	// Revocation is who revokes a friend during the run and when.
+	// +optional
+	// +kubebuilder:default={}
+	Revocation *SimulationRevocation `json:"revocation,omitempty"`
 
 	// DetectionProbability is the probability that a device in range answers an inquiry
 	// (`--p-det`), a decimal in (0, 1].
@@ -129,6 +158,27 @@ type EncounterSimulationSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Energy *EnergyModel `json:"energy,omitempty"`
+}
+
+// SimulationRevocation: a share of the devices each revoke one friend at once (RevokeNow:
+// stop advertising its link value and rotate the epoch), at a fraction of the run plus up to
+// one discovery interval; the results count the revoked friend's later encounters and
+// recognitions (revokedEncounters, revokedRecognitions).
+type SimulationRevocation struct {
+	// Fraction of the devices that revoke one friend (`--revoke-fraction`), a decimal in
+	// [0, 1]; 0: nobody.
+	// +optional
+	// +kubebuilder:default="0.1"
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:Pattern=`^(0|0\.[0-9]+|1|1\.0+)$`
+	Fraction string `json:"fraction,omitempty"`
+
+	// At is when, as a fraction of the run's duration (`--revoke-at`), a decimal in (0, 1).
+	// +optional
+	// +kubebuilder:default="0.5"
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:Pattern=`^0\.[0-9]*[1-9][0-9]*$`
+	At string `json:"at,omitempty"`
 }
 
 // EnergyModel is the coefficients of Equation 1 (shared/specs/sddr.md §5.5, docs/sddr.md
@@ -263,6 +313,13 @@ type SimulationResults struct {
 	// Energy is Equation 1 per device class.
 	// +optional
 	Energy []SimulationEnergy `json:"energy,omitempty"`
+	// EpochKeys counts the epochs the devices started (key and address rotations).
+	// +optional
+	EpochKeys int64 `json:"epochKeys,omitempty"`
+	// Protocol is the epoch and revocation settings the shards ran with (spec.epoch,
+	// spec.epochJitter, spec.revocation, every shard's checked against them).
+	// +optional
+	Protocol *SimulationProtocol `json:"protocol,omitempty"`
 	// EnergyModel is the coefficients the shards counted Energy with (spec.energy, every
 	// shard's checked against it).
 	// +optional
@@ -281,6 +338,14 @@ type SimulationEnergy struct {
 	Joules  string `json:"joules"`
 	// BatteryPercentPerDay is the share of the battery a device of the class spends a day.
 	BatteryPercentPerDay string `json:"batteryPercentPerDay"`
+}
+
+// SimulationProtocol is the protocol settings a run used.
+type SimulationProtocol struct {
+	Epoch          string `json:"epoch"`
+	EpochJitter    string `json:"epochJitter"`
+	RevokeFraction string `json:"revokeFraction"`
+	RevokeAt       string `json:"revokeAt"`
 }
 
 // SimulationEnergyModel is the coefficients of Equation 1 a run used, as decimal strings in
@@ -304,6 +369,7 @@ type SimulationEnergyModel struct {
 // +kubebuilder:printcolumn:name="Scenario",type=string,JSONPath=`.spec.scenario`
 // +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.spec.devices`
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.spec.shards`
+// +kubebuilder:printcolumn:name="Epoch",type=string,JSONPath=`.spec.epoch`,priority=1
 // +kubebuilder:printcolumn:name="Done",type=integer,JSONPath=`.status.shardsDone`
 // +kubebuilder:printcolumn:name="Complete",type=string,JSONPath=`.status.conditions[?(@.type=="Complete")].status`
 // +kubebuilder:printcolumn:name="Encounters",type=integer,JSONPath=`.status.results.encounters`,priority=1

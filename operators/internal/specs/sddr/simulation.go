@@ -32,6 +32,10 @@ const (
 	FlagScenario     = "scenario"
 	FlagGroupSize    = "group-size"
 	FlagPDet         = "p-det"
+	FlagEpoch        = "epoch"
+	FlagEpochJitter  = "epoch-jitter"
+	FlagRevokeFrac   = "revoke-fraction"
+	FlagRevokeAt     = "revoke-at"
 	FlagRunID        = "run-id"
 	FlagReadyTimeout = "ready-timeout"
 	FlagResultFile   = "result-file"
@@ -72,6 +76,10 @@ type SimulationSettings struct {
 	ReadyTimeout, Timeout       time.Duration
 	PDet                        string
 	Seed                        uint64
+	// Epoch and EpochJitter are the devices' epoch (spec.epoch, spec.epochJitter; 0 jitter:
+	// none); RevokeFraction and RevokeAt spec.revocation's decimals.
+	Epoch, EpochJitter       time.Duration
+	RevokeFraction, RevokeAt string
 	// EnergyText is spec.energy's coefficients in contract.EnergyFields' order, each the
 	// spec's decimal string (the paper's value when unset), passed verbatim as the flag;
 	// Energy is the same parsed, what a shard's result must report (0 where unparsable).
@@ -145,6 +153,20 @@ func SimulationSettingsOf(s *sddrv1.EncounterSimulation) SimulationSettings {
 	if o.PDet == "" {
 		o.PDet = "0.95"
 	}
+	o.Epoch, o.EpochJitter = dur(sp.Epoch), time.Minute
+	def(&o.Epoch, 15*time.Minute)
+	if sp.EpochJitter != nil {
+		o.EpochJitter = sp.EpochJitter.Duration
+	}
+	o.RevokeFraction, o.RevokeAt = "0.1", "0.5"
+	if rv := sp.Revocation; rv != nil {
+		if rv.Fraction != "" {
+			o.RevokeFraction = rv.Fraction
+		}
+		if rv.At != "" {
+			o.RevokeAt = rv.At
+		}
+	}
 	given := energyFields(sp.Energy)
 	for _, f := range contract.EnergyFields {
 		v := given[f.Field]
@@ -202,6 +224,20 @@ func ValidateSimulation(s *sddrv1.EncounterSimulation) error {
 	}
 	if p, err := strconv.ParseFloat(o.PDet, 64); err != nil || !(p > 0 && p <= 1) {
 		bad("detectionProbability %q must be a decimal in (0, 1]", o.PDet)
+	}
+	if o.Epoch < time.Minute || o.Epoch > 24*time.Hour || o.Epoch%time.Second != 0 {
+		bad("epoch %s must be within [1m, 24h], in whole seconds", o.Epoch)
+	} else if o.Epoch < o.Interval || o.Epoch > 255*o.Interval {
+		bad("epoch %s must hold 1 to 255 discovery intervals of %s", o.Epoch, o.Interval)
+	}
+	if o.EpochJitter < 0 || o.EpochJitter > o.Epoch || o.EpochJitter%time.Second != 0 {
+		bad("epochJitter %s must be within [0s, epoch], in whole seconds", o.EpochJitter)
+	}
+	if f, err := strconv.ParseFloat(o.RevokeFraction, 64); err != nil || !(f >= 0 && f <= 1) {
+		bad("revocation.fraction %q must be a decimal in [0, 1]", o.RevokeFraction)
+	}
+	if a, err := strconv.ParseFloat(o.RevokeAt, 64); err != nil || !(a > 0 && a < 1) {
+		bad("revocation.at %q must be a decimal in (0, 1)", o.RevokeAt)
 	}
 	if s.Spec.Seed != nil && *s.Spec.Seed < 0 {
 		bad("seed %d must not be negative", *s.Spec.Seed)
@@ -279,6 +315,10 @@ func SimulationJob(s *sddrv1.EncounterSimulation, pl Platform) *batchv1.Job {
 		{Name: specs.Env(FlagInterval), Value: o.Interval.String()},
 		{Name: specs.Env(FlagFriends), Value: strconv.Itoa(int(o.Friends))},
 		{Name: specs.Env(FlagPDet), Value: o.PDet},
+		{Name: specs.Env(FlagEpoch), Value: o.Epoch.String()},
+		{Name: specs.Env(FlagEpochJitter), Value: o.EpochJitter.String()},
+		{Name: specs.Env(FlagRevokeFrac), Value: o.RevokeFraction},
+		{Name: specs.Env(FlagRevokeAt), Value: o.RevokeAt},
 		{Name: specs.Env(FlagSeed), Value: strconv.FormatUint(o.Seed, 10)},
 		{Name: specs.Env(FlagShards), Value: strconv.Itoa(int(o.Shards))},
 		{Name: specs.Env(FlagRunID), Value: RunID(s)},
@@ -341,9 +381,28 @@ func SimulationSummary(s *sddrv1.EncounterSimulation) string {
 	return strings.Join([]string{
 		fmt.Sprintf("%s scenario, %d devices, %d friends each", o.Scenario, o.Devices, o.Friends),
 		fmt.Sprintf("%s simulated, discovery every %s", o.Duration, o.Interval),
+		fmt.Sprintf("epoch %s + up to %s jitter, revocation by %s of the devices at %s of the run", o.Epoch, o.EpochJitter, o.RevokeFraction, o.RevokeAt),
 		fmt.Sprintf("%d shards, seed %d", o.Shards, o.Seed),
 		EnergySummary(o.Energy),
 	}, "; ")
+}
+
+// Protocol is the epoch and revocation settings a result reports, parsed as the spec's
+// (what a shard's result must report: ok is false when the spec's decimals do not parse).
+func (o SimulationSettings) Protocol() (epochS, jitterS, revokeFraction, revokeAt float64, ok bool) {
+	f, err1 := strconv.ParseFloat(o.RevokeFraction, 64)
+	a, err2 := strconv.ParseFloat(o.RevokeAt, 64)
+	return o.Epoch.Seconds(), o.EpochJitter.Seconds(), f, a, err1 == nil && err2 == nil
+}
+
+// StatusProtocol is a result's protocol settings as status.results.protocol.
+func StatusProtocol(r *contract.Result) *sddrv1.SimulationProtocol {
+	return &sddrv1.SimulationProtocol{
+		Epoch:          (time.Duration(r.EpochSeconds * float64(time.Second))).String(),
+		EpochJitter:    (time.Duration(r.EpochJitterSeconds * float64(time.Second))).String(),
+		RevokeFraction: EnergyDecimal(r.RevokeFraction),
+		RevokeAt:       EnergyDecimal(r.RevokeAt),
+	}
 }
 
 // EnergySummary names the coefficients of Equation 1, e.g. for a condition's message.
