@@ -137,6 +137,11 @@ func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.
 	if err := ensureSecret(ctx, r.Client, g, lois.FlowKeySecret(g)); err != nil {
 		return outcome{}, err
 	}
+	if lois.GeneratesNATSSecret(g) {
+		if err := ensureSecret(ctx, r.Client, g, lois.GeneratedNATSSecret(g, newPassword())); err != nil {
+			return outcome{}, err
+		}
+	}
 	ci := lois.CloudInterface(g, r.Platform)
 	reg := lois.Registrar(g, r.Platform)
 	for _, o := range []client.Object{lois.RegistrarConfigMap(g, r.Platform), lois.CloudService(g), ci,

@@ -80,6 +80,42 @@ func TestHeaderGatewayRunsCloudInterfaces(t *testing.T) {
 	if b, err := hex.DecodeString(string(key.Data[lois.FlowKeyFile])); err != nil || len(b) != 16 {
 		t.Fatalf("flow key is not 16 bytes of hex: %v", err)
 	}
+	// On the operator's NATS (the sample names no natsURL or natsSecret) the gateway gets its
+	// own account and user, rendered into the server's accounts; the CI and the registrar
+	// connect with it, its password only as a file.
+	var creds corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-nats"}, &creds); err != nil {
+		t.Fatal(err)
+	}
+	if creds.Annotations[specs.AnnotationNATSAccount] != "LOIS_"+ns+"_edge" || string(creds.Data[specs.NATSUserKey]) != "lois."+ns+".edge" ||
+		len(creds.Data[specs.NATSPasswordKey]) != 64 || !metav1.IsControlledBy(&creds, g) {
+		t.Errorf("credentials Secret: account %q user %q owners %v", creds.Annotations[specs.AnnotationNATSAccount], creds.Data[specs.NATSUserKey], creds.OwnerReferences)
+	}
+	eventually(t, "the gateway's NATS user rendered", func() error {
+		users, err := renderedHashes()
+		if err != nil {
+			return err
+		}
+		return hasUser(users, string(creds.Data[specs.NATSUserKey]), creds.Data[specs.NATSPasswordKey])
+	})
+	if e[specs.EnvNATSUser] != "secret:edge-lois-nats/user" || e[specs.EnvNATSPasswordFile] == "" {
+		t.Errorf("CI NATS user %q password file %q", e[specs.EnvNATSUser], e[specs.EnvNATSPasswordFile])
+	}
+	var regDep appsv1.Deployment
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &regDep); err != nil {
+		t.Fatal(err)
+	}
+	if re := env(regDep.Spec.Template.Spec.Containers[0]); re[specs.EnvNATSUser] != "secret:edge-lois-nats/user" {
+		t.Errorf("registrar NATS user %q", re[specs.EnvNATSUser])
+	}
+	for _, c := range append(ss.Spec.Template.Spec.Containers, regDep.Spec.Template.Spec.Containers...) {
+		for _, v := range c.Env {
+			if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil && v.ValueFrom.SecretKeyRef.Key == specs.NATSPasswordKey {
+				t.Errorf("%s: the NATS password reaches the environment", c.Name)
+			}
+		}
+	}
+
 	var cm corev1.ConfigMap
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &cm); err != nil {
 		t.Fatal(err)

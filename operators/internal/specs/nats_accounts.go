@@ -61,6 +61,10 @@ const (
 	// An EncounterSimulation's credentials Secret names its own account, SDDRSimAccountPrefix
 	// and the simulation's namespace and name, with the one user its shards share.
 	SDDRSimAccountPrefix = "SDDR_SIM_"
+
+	// A HeaderGateway on the operator's NATS gets its own account, LOISAccountPrefix and the
+	// gateway's namespace and name, with the one user its cloud interfaces and registrar share.
+	LOISAccountPrefix = "LOIS_"
 )
 
 // NATSSecret is a party's NATS credentials, user in account with password, marked for the
@@ -101,7 +105,7 @@ var natsUserName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
 
 // natsAccountRank orders the accounts: INTEGRATOR, VENDOR<v> by index, PDA_PROXY, PDA_DB,
 // then every pipeline's PPS_<namespace>_<name> and every simulation's
-// SDDR_SIM_<namespace>_<name> (by name); ok is false for an account the operator does not
+// SDDR_SIM_<namespace>_<name> and every gateway's LOIS_<namespace>_<name> (by name); ok is false for an account the operator does not
 // render.
 func natsAccountRank(account string) (rank int, ok bool) {
 	switch account {
@@ -117,6 +121,9 @@ func natsAccountRank(account string) (rank int, ok bool) {
 	}
 	if rest, found := strings.CutPrefix(account, SDDRSimAccountPrefix); found {
 		return 1<<17 + 3, natsUserName.MatchString(rest)
+	}
+	if rest, found := strings.CutPrefix(account, LOISAccountPrefix); found {
+		return 1<<17 + 4, natsUserName.MatchString(rest)
 	}
 	s, found := strings.CutPrefix(account, "VENDOR")
 	v, err := strconv.Atoi(s)
@@ -310,6 +317,10 @@ func NATSAccounts(operator []NATSUser, secrets []corev1.Secret, hash func(user, 
 			// A simulation's account stands alone too: its shards exchange adverts with each
 			// other on core NATS (no JetStream) and reach nothing else.
 			layout.Accounts = append(layout.Accounts, natsx.Account{Name: n, Users: a.users})
+		case strings.HasPrefix(n, LOISAccountPrefix):
+			// A LOIS cloud's account stands alone, with JetStream: its session stream and
+			// the registrar's store.
+			layout.Accounts = append(layout.Accounts, natsx.Account{Name: n, JetStream: true, Users: a.users})
 		default:
 			v, _ := natsAccountRank(n)
 			layout.Accounts = append(layout.Accounts, contract.VendorAccountFor(v, a.users, a.devices))

@@ -150,12 +150,19 @@ func runRegistrar(args []string) error {
 	}
 	// Ready once serving (ServeControl) and while NATS is connected.
 	var serving atomic.Bool
+	var reensure atomic.Value // func(): ensure the session stream again
 	up := func(*nats.Conn) {
 		if serving.Load() {
 			health.SetReady(true, "")
 		}
 	}
-	js, closeNC, err := c.connect(nats.ConnectHandler(up), nats.ReconnectHandler(up),
+	reconnected := func(nc *nats.Conn) {
+		if f, ok := reensure.Load().(func()); ok {
+			go f()
+		}
+		up(nc)
+	}
+	js, closeNC, err := c.connect(nats.ConnectHandler(up), nats.ReconnectHandler(reconnected),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { health.SetReady(false, "NATS not connected") }))
 	if err != nil {
 		return err
@@ -187,15 +194,32 @@ func runRegistrar(args []string) error {
 		health.SetReady(false, "restoring sessions")
 		sctx, cancel := context.WithTimeout(ctx, c.timeout+30*time.Second)
 		defer cancel()
-		if err := roles.EnsureSessionStream(sctx, js, c.streamReplicas, c.storeTTL); err != nil {
+		// NATS may be restarting (the reloader restarts it to load the gateway's account):
+		// the stream and the store are ensured until they are there or the start times out.
+		if err := untilDone(sctx, js.Conn(), func(ctx context.Context) error {
+			return roles.EnsureSessionStream(ctx, js, c.streamReplicas, c.storeTTL)
+		}); err != nil {
 			return err
 		}
 		if wrapper != nil {
-			if r.Store, err = roles.EnsureRegistrarStore(sctx, js, c.storeTTL); err != nil {
+			if err := untilDone(sctx, js.Conn(), func(ctx context.Context) (err error) {
+				r.Store, err = roles.EnsureRegistrarStore(ctx, js, c.storeTTL)
+				return err
+			}); err != nil {
 				return err
 			}
 			r.Wrapper = wrapper
 		}
+		// The session stream is on memory storage: a NATS server that restarts comes back
+		// without it, so every reconnect ensures it again (records published since are kept;
+		// the replicas rebuild from what the stream then holds).
+		reensure.Store(func() {
+			if err := untilDone(ctx, js.Conn(), func(ctx context.Context) error {
+				return roles.EnsureSessionStream(ctx, js, c.streamReplicas, c.storeTTL)
+			}); err != nil && ctx.Err() == nil {
+				log.Warn("session stream not ensured after a reconnect", "err", err)
+			}
+		})
 		n, err := r.Restore(sctx, log)
 		if err != nil {
 			return err
@@ -215,6 +239,27 @@ func runRegistrar(args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// untilDone runs ensure until it succeeds, once a second (each try bounded by 10 s), until
+// ctx ends; a closed connection (refused credentials) ends it at once.
+func untilDone(ctx context.Context, nc *nats.Conn, ensure func(context.Context) error) error {
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ensure(tctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case nc.IsClosed():
+			return fmt.Errorf("%w (the NATS connection is closed: are the credentials accepted?)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // runHello is a device's HELLO to the registrar daemon: it writes the device's keys file

@@ -286,6 +286,41 @@ func FlowKeySecret(g *loisv1.HeaderGateway) *corev1.Secret {
 	}
 }
 
+// NATSSecretName is the Secret the cloud interfaces and the registrar connect to NATS with:
+// spec.registrar.natsSecret, or on the operator's NATS (no registrar.natsURL) the one the
+// operator generates (GeneratedNATSSecret); "" connects without credentials.
+func NATSSecretName(g *loisv1.HeaderGateway) string {
+	switch {
+	case g.Spec.Registrar.NATSSecret != "":
+		return g.Spec.Registrar.NATSSecret
+	case g.Spec.Registrar.NATSURL == "":
+		return Name(g, "nats")
+	}
+	return ""
+}
+
+// GeneratesNATSSecret says whether the operator makes the gateway's NATS credentials: on
+// the operator's NATS, whose accounts admit only users the operator rendered, when the spec
+// names none.
+func GeneratesNATSSecret(g *loisv1.HeaderGateway) bool {
+	return g.Spec.Registrar.NATSSecret == "" && g.Spec.Registrar.NATSURL == ""
+}
+
+// Account is the gateway's own NATS account on the operator's NATS.
+func Account(g *loisv1.HeaderGateway) string {
+	return specs.LOISAccountPrefix + g.Namespace + "_" + g.Name
+}
+
+// NATSUser is the user the gateway's cloud interfaces and registrar share (user names are
+// global on the server).
+func NATSUser(g *loisv1.HeaderGateway) string { return "lois." + g.Namespace + "." + g.Name }
+
+// GeneratedNATSSecret is the gateway's NATS credentials in its own account (JetStream: the
+// session stream, the registrar's store, the control subjects).
+func GeneratedNATSSecret(g *loisv1.HeaderGateway, password []byte) *corev1.Secret {
+	return specs.NATSSecret(g.Namespace, Name(g, "nats"), Account(g), NATSUser(g), password, labels(g, "nats"))
+}
+
 // NATSURL is the session stream's NATS server: the gateway's own or the operator's.
 func NATSURL(g *loisv1.HeaderGateway, pl Platform) string {
 	if u := g.Spec.Registrar.NATSURL; u != "" {
@@ -375,9 +410,7 @@ func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 		Env:   env,
 		Ports: []corev1.ContainerPort{{Name: "wire", ContainerPort: int32(WirePort(g)), Protocol: corev1.ProtocolUDP}},
 	}
-	if s := g.Spec.Registrar.NATSSecret; s != "" {
-		sp.NATSSecret = s
-	}
+	sp.NATSSecret = NATSSecretName(g)
 	rt := pl.Runtime
 	rt.NATSURL = NATSURL(g, pl)
 	t := sp.Template(rt)
@@ -484,7 +517,7 @@ func Registrar(g *loisv1.HeaderGateway, pl Platform) *appsv1.Deployment {
 		{Name: specs.Env(FlagWaitFor), Value: strings.Join(append(CloudReplicaNames(g), ServerReplicaNames(g)...), ",")},
 	}
 	sp := specs.Pod{Role: RoleRegistrar, Image: pl.Image, Binary: Binary, Labels: labels(g, RoleRegistrar),
-		ServiceAccount: Name(g, RoleRegistrar), CPU: "100m", Memory: "128Mi", NATSSecret: g.Spec.Registrar.NATSSecret}
+		ServiceAccount: Name(g, RoleRegistrar), CPU: "100m", Memory: "128Mi", NATSSecret: NATSSecretName(g)}
 	if v := g.Spec.Registrar.Vault; v != nil {
 		addr := v.Address
 		if addr == "" {
