@@ -27,11 +27,14 @@ import (
 )
 
 // The HeaderGateway sample (config/samples/lois_v1alpha1_headergateway.yaml) in this run: the
-// operator runs its cloud interface as a host-network pod on 127.0.0.1:7400; the device and
-// the server (with its server interface) live in two network namespaces the test makes, each
-// with only its own addresses. Between a namespace's loopback and the node's the test relays
-// the emulated wire's datagrams (and the server interface's NATS connection), so no address
-// is added to the node.
+// operator runs its cloud interface as a host-network pod on 127.0.0.1:7400 and its registrar
+// daemon (`lois registrar`) beside it; the device and the server (with its server interface)
+// live in two network namespaces the test makes, each with only its own addresses. Between a
+// namespace's loopback and the node's the test relays the emulated wire's datagrams (and the
+// server and device interfaces' NATS connections), so no address is added to the node. The
+// device opens its session with the registrar pod (`lois hello`) and replenishes through it
+// (`lois di --replenish`): with epochs of loisPerEpoch keystreams, at most the pool's
+// low-water floor, both directions need grants from the first packets on.
 const (
 	loisAPI     = "lois.obscura.dev/v1alpha1"
 	gatewayName = "edge"
@@ -45,6 +48,10 @@ const (
 	loisDIWire  = "127.0.0.1:7401" // the DI's socket in the device namespace
 	loisSIWire  = "127.0.0.1:7402" // the SI's socket in the server namespace
 	loisMetrics = "127.0.0.1:9090" // each role's observability server in its namespace
+	// loisPerEpoch is spec.keystreams.perEpoch in this run: no more than the pools' low-water
+	// floor (64), so the DI asks for an upload epoch (EPOCH_REQ) and the SI announces its low
+	// water (a download grant through the registrar to the DI) after their first packets.
+	loisPerEpoch = 64
 )
 
 // loisRun is one exchange's namespaces, processes and relays.
@@ -87,8 +94,9 @@ func (e *env) applyGateway() *loisRun {
 	r.dev, r.srv = newLoisNetns(e, "loisd-"+s), newLoisNetns(e, "loiss-"+s)
 
 	natsAddr := strings.TrimPrefix(r.nats.URL(), "nats://")
-	// The server interface reaches NATS at the same address inside its namespace.
+	// The server and device interfaces reach NATS at the same address inside their namespaces.
 	startTCPRelay(e, r.srv, natsAddr, natsAddr)
+	startTCPRelay(e, r.dev, natsAddr, natsAddr)
 	// device → CI pod: the DI's cloud wire is 127.0.0.1:7400 in its namespace, as on the node.
 	r.upRelay = startUDPRelay(e, r.dev, loisCIWire, loisNetns{}, loisCIWire)
 	// CI pod → server interface: a node port of the relay's own into the server namespace.
@@ -101,6 +109,7 @@ func (e *env) applyGateway() *loisRun {
 	u := e.readSample("lois_v1alpha1_headergateway.yaml")
 	u.SetNamespace(e.ns)
 	must(e, unstructured.SetNestedField(u.Object, r.nats.URL(), "spec", "registrar", "natsURL"))
+	must(e, unstructured.SetNestedField(u.Object, int64(loisPerEpoch), "spec", "keystreams", "perEpoch"))
 	svcs, _, _ := unstructured.NestedSlice(u.Object, "spec", "services")
 	svcs[0].(map[string]any)["serverWire"] = r.srvWire
 	must(e, unstructured.SetNestedSlice(u.Object, svcs, "spec", "services"))
@@ -124,11 +133,13 @@ func must(e *env, err error) {
 	}
 }
 
-// runGateway starts the server interface (following the session stream), registers the
-// device with the registrar's settings the operator rendered, starts the device interface,
-// and has curl in the device namespace fetch a page from the server through the CI pod. The
-// wire shows neither endpoint's address or port, and the gateway's status counts the device
-// and the keystreams the CI pod consumed.
+// runGateway starts the server interface (following the session stream), opens the device's
+// session with the operator's registrar pod (HELLO, with the settings the operator rendered),
+// starts the device interface replenishing through the registrar (READY, EPOCH_REQ, download
+// grants), and has curl in the device namespace fetch a page from the server through the CI
+// pod. The wire shows neither endpoint's address or port, the device was granted epochs both
+// ways by the registrar pod, and the gateway's status counts the device and the keystreams
+// the CI pod consumed.
 func (e *env) runGateway(r *loisRun) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -157,15 +168,23 @@ func (e *env) runGateway(r *loisRun) {
 	start(r.srv, "lois si", "si", "--tun", siTUN, "--wire-listen", loisSIWire, "--services", fmt.Sprintf("%d=%d", loisPSrv, loisSID),
 		"--replica-name", fmt.Sprintf("si-%d-0", loisSID), "--replica", "0")
 
-	// The registrar's step with the operator's settings: the device's keys only once the CI
-	// pod and the server interface acknowledged installing its session.
+	// HELLO to the operator's registrar pod with the rendered settings: the device's keys (and
+	// its session's control key) only once the CI pod and the server interface acknowledged
+	// installing its session. The registrar pod may still be connecting: HELLO is retried.
 	keys := filepath.Join(e.dir, "lois-device")
-	reg := exec.Command(r.bin, "register", "--out-dir", keys, "--device-ip", loisDIP, "--device-wire", r.downRelay.listen, "--timeout", "60s")
-	reg.Env = append(os.Environ(), regEnv...)
-	if out, err := reg.CombinedOutput(); err != nil {
-		e.t.Fatalf("lois register: %v\n%s", err, out)
-	}
-	start(r.dev, "lois di", "di", "--tun", diTUN, "--wire-listen", loisDIWire, "--keys-file", filepath.Join(keys, "di.json"))
+	var helloOut []byte
+	testenv.Eventually(e.t, 2*time.Minute, "lois hello answered by the registrar pod", func() error {
+		hello := exec.Command(r.bin, "hello", "--out-dir", keys, "--device-ip", loisDIP, "--device-wire", r.downRelay.listen, "--timeout", "30s")
+		hello.Env = append(os.Environ(), regEnv...)
+		out, err := hello.CombinedOutput()
+		helloOut = out
+		if err != nil {
+			return fmt.Errorf("lois hello: %v: %s", err, tail(string(out), 500))
+		}
+		return nil
+	})
+	e.t.Logf("lois hello: %s", strings.TrimSpace(string(helloOut)))
+	start(r.dev, "lois di", "di", "--tun", diTUN, "--wire-listen", loisDIWire, "--keys-file", filepath.Join(keys, "di.json"), "--replenish")
 	for _, a := range []struct {
 		n                loisNetns
 		dev, local, peer string
@@ -215,6 +234,20 @@ func (e *env) runGateway(r *loisRun) {
 		}
 	}
 
+	// Replenishment through the registrar pod: the DI asked for and got upload epochs
+	// (EPOCH_REQ) and got download epochs the SI's low water brought (EPOCH_GRANT).
+	var granted map[string]float64
+	testenv.Eventually(e.t, time.Minute, "the DI granted epochs both ways by the registrar pod", func() error {
+		var err error
+		if granted, err = r.dev.counters("http://"+loisMetrics+"/metrics", "lois_epochs_granted_total"); err != nil {
+			return err
+		}
+		if granted[`dir="up",role="di"`] < 1 || granted[`dir="down",role="di"`] < 1 {
+			return fmt.Errorf("epochs granted at the DI: %v", granted)
+		}
+		return nil
+	})
+
 	// What the operator reads from the CI pod's metrics.
 	testenv.Eventually(e.t, 90*time.Second, "HeaderGateway status counts the device and its consumed keystreams", func() error {
 		g, err := e.gateway()
@@ -231,7 +264,8 @@ func (e *env) runGateway(r *loisRun) {
 	})
 	cols := e.run("kubectl", "get", "headergateways", "-n", e.ns, gatewayName)
 	e.t.Logf("kubectl get headergateways:\n%s", cols)
-	e.report.Notes = append(e.report.Notes, fmt.Sprintf("lois: curl through the CI pod, %d uploads and %d downloads on the wire", len(ups), len(downs)))
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("lois: HELLO to the registrar pod, curl through the CI pod, %d uploads and %d downloads on the wire; epochs granted to the DI: %v",
+		len(ups), len(downs), granted))
 }
 
 // deleteGateway deletes the sample (its objects go with it) and stops the run's processes.
@@ -313,6 +347,42 @@ func (n loisNetns) httpGet(url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// counters fetches a Prometheus text page from inside the namespace and returns the samples
+// of metric by their label set as written (`a="x",b="y"`).
+func (n loisNetns) counters(url, metric string) (map[string]float64, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(_ context.Context, network, addr string) (conn net.Conn, err error) {
+			err = n.do(func() error { conn, err = net.DialTimeout(network, addr, 5*time.Second); return err })
+			return conn, err
+		}}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, metric+"{")
+		if !ok {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %v", url, line, err)
+		}
+		out[labels] = v
+	}
+	return out, nil
 }
 
 // udpRelay passes datagrams one way from a socket in one namespace to an address in another,

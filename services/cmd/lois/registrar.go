@@ -73,7 +73,9 @@ func (n *natsFlags) validate(follower bool) []error {
 }
 
 func (n *natsFlags) connect(extra ...nats.Option) (jetstream.JetStream, func(), error) {
-	opts := append([]nats.Option{nats.Name("obscura-lois"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}, extra...)
+	// IgnoreAuthErrorAbort: a user the operator just generated is refused until the server has
+	// reloaded its accounts; without it the client gives up after two refusals for good.
+	opts := append([]nats.Option{nats.Name("obscura-lois"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort()}, extra...)
 	if n.user != "" {
 		b, err := os.ReadFile(n.passwordFile)
 		if err != nil {

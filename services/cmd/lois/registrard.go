@@ -192,7 +192,7 @@ func runRegistrar(args []string) error {
 	g.Go("registrar", func(ctx context.Context) error {
 		defer health.SetReady(false, "shutting down")
 		health.SetReady(false, "restoring sessions")
-		sctx, cancel := context.WithTimeout(ctx, c.timeout+30*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, max(c.timeout+30*time.Second, 2*time.Minute))
 		defer cancel()
 		// NATS may be restarting (the reloader restarts it to load the gateway's account):
 		// the stream and the store are ensured until they are there or the start times out.
