@@ -37,7 +37,7 @@ const (
 // mode (CI) only with OBSCURA_E2E_CLUSTER_NATS3=1, since three JetStream nodes and R3 writes
 // add start-up time and CPU to a run that must stay within its budget on two cores.
 func natsCluster() bool {
-	return os.Getenv("OBSCURA_E2E_CLUSTER_NATS3") == "1"
+	return os.Getenv("OBSCURA_E2E_CLUSTER_MODE") != "smoke" || os.Getenv("OBSCURA_E2E_CLUSTER_NATS3") == "1"
 }
 
 // natsClusterValues are the release's settings for the 3-node NATS (none for one node).
