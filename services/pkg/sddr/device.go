@@ -154,7 +154,8 @@ type Device struct {
 	newPeers int
 	recHits  int // beacons for Recognized at the current |LS|
 
-	padBuf [512]byte
+	padBuf  [512]byte
+	scratch []matchState // recognise's first-beacon survivors, reused
 }
 
 // New returns a device with no epoch; call StartEpoch before serving or scanning.
@@ -240,8 +241,9 @@ func (d *Device) install() error {
 	}
 	f := b.filter()
 	f.Clear()
+	salt := newH1Salt(&d.ep.pk, d.ep.count)
 	for i := range d.ep.as {
-		dg := h1(&d.ep.pk, d.ep.count, &d.ep.as[i])
+		dg := salt.sum(&d.ep.as[i])
 		f.Insert(&dg)
 	}
 	if _, err := f.Pad(len(d.ep.as), d.cfg.Rand, d.padBuf[:]); err != nil {
@@ -463,17 +465,36 @@ func (d *Device) onBeacon(b *Beacon, addr Address, now time.Time) (Sighting, err
 	}
 	p.processed[word] |= bit
 
+	d.recognise(p, b)
+	s.Matches = d.matches(p)
+	return s, nil
+}
+
+// recognise is Alg. 5 step 7, the Bloom part of Recognize: the part the paper compares with
+// PSI (Fig. 2). On the sender's first beacon every listen id is tested; on later ones only
+// the survivors (and ids added since), so the matching set shrinks to the intersection.
+// One H1 (two SHA-256 blocks) and one filter probe per id tested; no allocation beyond the
+// matching set's growth.
+func (d *Device) recognise(p *peer, b *Beacon) {
 	f := b.filter()
+	salt := newH1Salt(&p.pk, b.Count)
 	if !p.started {
+		// ≈ |LS|·P_fp survivors: collected in the device's scratch slice, then copied once at
+		// their exact size (one allocation per new peer, whatever |LS|).
+		found := d.scratch[:0]
 		for _, e := range d.listen {
 			if e.removed {
 				continue
 			}
-			dg := h1(&p.pk, b.Count, &e.value)
-			if f.Has(&dg) {
-				p.matching = append(p.matching, matchState{e: e, hits: 1})
+			if dg := salt.sum(&e.value); f.Has(&dg) {
+				found = append(found, matchState{e: e, hits: 1})
 			}
 		}
+		if len(found) > 0 {
+			p.matching = append(p.matching, found...)
+		}
+		clear(found)
+		d.scratch = found[:0]
 		p.started = true
 	} else {
 		kept := p.matching[:0]
@@ -481,28 +502,26 @@ func (d *Device) onBeacon(b *Beacon, addr Address, now time.Time) (Sighting, err
 			if m.e.removed {
 				continue
 			}
-			dg := h1(&p.pk, b.Count, &m.e.value)
-			if f.Has(&dg) {
+			if dg := salt.sum(&m.e.value); f.Has(&dg) {
 				m.hits++
 				kept = append(kept, m)
 			}
 		}
 		p.matching = kept
 		// Listen ids added since this peer's first beacon start from this one (§7 item 23).
-		from := sort.Search(len(d.listen), func(i int) bool { return d.listen[i].serial > p.testedSerial })
-		for _, e := range d.listen[from:] {
-			if e.removed {
-				continue
-			}
-			dg := h1(&p.pk, b.Count, &e.value)
-			if f.Has(&dg) {
-				p.matching = append(p.matching, matchState{e: e, hits: 1})
+		if p.testedSerial != d.serial {
+			from := sort.Search(len(d.listen), func(i int) bool { return d.listen[i].serial > p.testedSerial })
+			for _, e := range d.listen[from:] {
+				if e.removed {
+					continue
+				}
+				if dg := salt.sum(&e.value); f.Has(&dg) {
+					p.matching = append(p.matching, matchState{e: e, hits: 1})
+				}
 			}
 		}
 	}
 	p.testedSerial = d.serial
-	s.Matches = d.matches(p)
-	return s, nil
 }
 
 func mustPublic(pk *[PublicKeySize]byte) *ecdh.PublicKey {

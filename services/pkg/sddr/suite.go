@@ -52,14 +52,29 @@ func deriveKeys(own, peer *[PublicKeySize]byte, dhk []byte) encounterKeys {
 }
 
 // h1 is the salted Bloom hash H1(tag ‖ pk ‖ count ‖ x) (§7 item 4); fixed-size input, no
-// allocation, one call per listen id per new peer.
+// allocation.
 func h1(pk *[PublicKeySize]byte, count uint8, x *LinkValue) [32]byte {
-	var buf [len(tagH1) + PublicKeySize + 1 + LinkValueSize]byte
-	n := copy(buf[:], tagH1)
-	n += copy(buf[n:], pk[:])
-	buf[n] = count
-	copy(buf[n+1:], x[:])
-	return sha256.Sum256(buf[:])
+	s := newH1Salt(pk, count)
+	return s.sum(x)
+}
+
+// h1Salt is H1's 75-byte input for one beacon, tag ‖ pk ‖ count written once and the listen
+// id's slot refilled per call: the receiver's loop over its listen ids copies 32 bytes and
+// hashes two SHA-256 blocks per id, nothing else. (The salt is the sender's key and counter,
+// known only when its beacon arrives: there is nothing to precompute per epoch, and the
+// 43-byte prefix does not fill a block, so no hash state can be shared across ids.)
+type h1Salt [len(tagH1) + PublicKeySize + 1 + LinkValueSize]byte
+
+func newH1Salt(pk *[PublicKeySize]byte, count uint8) (s h1Salt) {
+	n := copy(s[:], tagH1)
+	n += copy(s[n:], pk[:])
+	s[n] = count
+	return s
+}
+
+func (s *h1Salt) sum(x *LinkValue) [32]byte {
+	copy(s[len(s)-LinkValueSize:], x[:])
+	return sha256.Sum256(s[:])
 }
 
 // sas renders H_sas(L) as 6 decimal digits (§7 item 22) for out-of-band comparison.

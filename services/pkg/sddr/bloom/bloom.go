@@ -59,10 +59,18 @@ func (p Params) ExpectedPopcount() float64 {
 type Filter struct {
 	p    Params
 	bits []byte
+	// mod is Lemire's fast-modulo constant ⌈2⁶⁴/M⌉: an index is a 32-bit word mod M, and
+	// two multiplications replace the division in the receiver's hot loop (Has is called
+	// once per listen id per beacon).
+	mod uint64
 }
 
 // View wraps b (len ≥ p.Bytes()) as a filter without copying.
-func View(p Params, b []byte) Filter { return Filter{p: p, bits: b[:p.Bytes()]} }
+func View(p Params, b []byte) Filter {
+	return Filter{p: p, bits: b[:p.Bytes()], mod: fastMod(p.M)}
+}
+
+func fastMod(m int) uint64 { return ^uint64(0)/uint64(m) + 1 }
 
 // Bits returns the underlying bytes.
 func (f Filter) Bits() []byte { return f.bits }
@@ -70,8 +78,12 @@ func (f Filter) Bits() []byte { return f.bits }
 // Clear zeroes the filter.
 func (f Filter) Clear() { clear(f.bits) }
 
+// index is LE32(d[4k:4k+4]) mod M (§7 item 3), computed as ((mod·w mod 2⁶⁴)·M) >> 64, which
+// equals w mod M for every 32-bit w and M < 2³² (Lemire, Kaser, Kurz 2019).
 func (f Filter) index(d *Digest, k int) uint32 {
-	return binary.LittleEndian.Uint32(d[4*k:]) % uint32(f.p.M)
+	w := uint64(binary.LittleEndian.Uint32(d[4*k:]))
+	hi, _ := bits.Mul64(f.mod*w, uint64(f.p.M))
+	return uint32(hi)
 }
 
 // Insert sets the K bits of one element.

@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 )
@@ -50,5 +51,26 @@ func TestIndexRuleAndBitOrder(t *testing.T) {
 	f.Insert(&d)
 	if f.Bits()[1] != 1<<3 || f.Bits()[2] != 1 || f.Popcount() != 2 || !f.Has(&d) {
 		t.Fatalf("bits % x", f.Bits()[:3])
+	}
+}
+
+// TestIndexIsModulo: the fast modulo equals LE32 mod M for every M the frame could use and
+// words at the edges and in between.
+func TestIndexIsModulo(t *testing.T) {
+	words := []uint32{0, 1, 2, 1631, 1632, 1633, 1<<31 - 1, 1 << 31, 1<<32 - 2, 1<<32 - 1}
+	r := uint32(12345)
+	for range 2000 {
+		r = r*1664525 + 1013904223
+		words = append(words, r)
+	}
+	for _, m := range []int{8, 9, 1000, 1632, 1633, 1 << 16, 1<<31 + 11, 1<<32 - 1} {
+		f := Filter{p: Params{M: m, K: 1, N: 1}, mod: fastMod(m)} // index reads no bits
+		for _, w := range words {
+			var d Digest
+			binary.LittleEndian.PutUint32(d[:], w)
+			if got, want := f.index(&d, 0), w%uint32(m); got != want {
+				t.Fatalf("M=%d w=%d: index %d, want %d", m, w, got, want)
+			}
+		}
 	}
 }
