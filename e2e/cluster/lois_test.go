@@ -164,9 +164,20 @@ func (e *env) runGateway(r *loisRun) {
 			return n.httpGet("http://" + loisMetrics + "/readyz")
 		})
 	}
+	// The server interface opens the sealed session records with the gateway's record key
+	// (the operator's Secret, as its deployer would mount it); no pod log may hold the key.
+	var rk corev1.Secret
+	if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: gatewayName + "-lois-record-key"}, &rk); err != nil {
+		e.t.Fatal(err)
+	}
+	recordKey := filepath.Join(e.dir, "lois-record.key")
+	if err := os.WriteFile(recordKey, rk.Data["record.key"], 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	e.secrets["lois session record key"] = string(rk.Data["record.key"])
 	siTUN, diTUN := "lts"+r.srv.name[6:], "ltd"+r.dev.name[6:]
 	start(r.srv, "lois si", "si", "--tun", siTUN, "--wire-listen", loisSIWire, "--services", fmt.Sprintf("%d=%d", loisPSrv, loisSID),
-		"--replica-name", fmt.Sprintf("si-%d-0", loisSID), "--replica", "0")
+		"--replica-name", fmt.Sprintf("si-%d-0", loisSID), "--replica", "0", "--record-key-file", recordKey)
 
 	// HELLO to the operator's registrar pod with the rendered settings: the device's keys (and
 	// its session's control key) only once the CI pod and the server interface acknowledged

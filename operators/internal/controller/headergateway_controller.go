@@ -134,8 +134,10 @@ func (r *HeaderGatewayReconciler) summary(g *loisv1.HeaderGateway) string {
 // applyWorkloads runs the cloud interfaces and the registrar daemon, and renders the
 // registrar's settings.
 func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.HeaderGateway) (outcome, error) {
-	if err := ensureSecret(ctx, r.Client, g, lois.FlowKeySecret(g)); err != nil {
-		return outcome{}, err
+	for _, sec := range []*corev1.Secret{lois.FlowKeySecret(g), lois.RecordKeySecret(g)} {
+		if err := ensureSecret(ctx, r.Client, g, sec); err != nil {
+			return outcome{}, err
+		}
 	}
 	if lois.GeneratesNATSSecret(g) {
 		if err := ensureSecret(ctx, r.Client, g, lois.GeneratedNATSSecret(g, newPassword())); err != nil {

@@ -108,6 +108,20 @@ func TestHeaderGatewayRunsCloudInterfaces(t *testing.T) {
 	if re := env(regDep.Spec.Template.Spec.Containers[0]); re[specs.EnvNATSUser] != "secret:edge-lois-nats/user" {
 		t.Errorf("registrar NATS user %q", re[specs.EnvNATSUser])
 	}
+	// The session records are sealed under a generated record key the registrar and the CI
+	// read as a file.
+	var rk corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-record-key"}, &rk); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := hex.DecodeString(string(rk.Data[lois.RecordKeyFile])); err != nil || len(b) != 32 || !metav1.IsControlledBy(&rk, g) {
+		t.Errorf("record key is not 32 bytes of hex owned by the gateway: %v", err)
+	}
+	for what, c := range map[string]corev1.Container{"CI": c, "registrar": regDep.Spec.Template.Spec.Containers[0]} {
+		if got := env(c)[specs.Env(lois.FlagRecordKeyFile)]; got != lois.SecretsDir+"/record/"+lois.RecordKeyFile {
+			t.Errorf("%s record key file %q", what, got)
+		}
+	}
 	for _, c := range append(ss.Spec.Template.Spec.Containers, regDep.Spec.Template.Spec.Containers...) {
 		for _, v := range c.Env {
 			if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil && v.ValueFrom.SecretKeyRef.Key == specs.NATSPasswordKey {
@@ -249,7 +263,7 @@ func TestHeaderGatewayStatusFromReport(t *testing.T) {
 var registrarFlags = []string{"nats-url", "nats-user", "nats-password-file", "cloud", "metrics-addr", "health-addr", "addr-file",
 	"log-level", "services", "n", "max-n", "partitions", "lifetime", "wait-for", "timeout", "nats-replicas", "store-ttl",
 	"seed-store", "vault-addr", "vault-token-file", "vault-role", "vault-auth-path", "vault-transit-mount", "vault-transit-key",
-	"rekey-after", "rekey-streams"}
+	"rekey-after", "rekey-streams", "record-key-file"}
 
 // TestHeaderGatewayRunsRegistrar: the controller runs the registrar daemon beside the cloud
 // interfaces — one replica, Recreate (a single writer of the cloud's deduplicating table),

@@ -51,6 +51,7 @@ func parseBackends(s string) ([]roles.ServerBackend, error) {
 
 func (c *ciConfig) validate() error {
 	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
+	errs = append(errs, c.natsFlags.loadRecords(false)...)
 	if err := c.base.applyOrdinal(c.name); err != nil {
 		errs = append(errs, err)
 	}
@@ -73,6 +74,7 @@ func runCI(args []string) error {
 	f.String(&c.backends, "backends", "", "comma-separated sid=server-ip:port@si-wire-ip:port")
 	f.String(&c.flowKeyFile, "flow-key-file", "", "16-byte backend-hash key shared by every CI replica (hex file); none: random, one replica only")
 	c.natsFlags.bind(f, true)
+	c.natsFlags.bindRecords(f, false)
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return err
 	}

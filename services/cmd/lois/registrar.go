@@ -28,6 +28,9 @@ import (
 type natsFlags struct {
 	url, user, passwordFile, cloud, name string
 	replica                              int
+	// recordKeyFile holds the cloud's session record key (bindRecords); records is it loaded.
+	recordKeyFile string
+	records       *roles.RecordSeal
 	// conn holds the connection follow made (the SI publishes its low-water events on it).
 	conn atomic.Pointer[nats.Conn]
 }
@@ -50,6 +53,31 @@ func (n *natsFlags) bind(f *envflag.Set, follower bool) {
 		f.String(&n.name, "replica-name", "", "this replica's name in install acks (the registrar waits for it), e.g. ci-0, si-8080-0")
 		f.Int(&n.replica, "replica", 0, "SI: this replica's index in its service's download partition (spec §3.11)")
 	}
+}
+
+// bindRecords adds --record-key-file for the roles that publish or follow session records.
+func (n *natsFlags) bindRecords(f *envflag.Set, required bool) {
+	use := "file holding the cloud's session record key (64 hex digits): records are sealed under it (roles.RecordSeal)"
+	if !required {
+		use += "; empty: records in clear"
+	}
+	f.String(&n.recordKeyFile, "record-key-file", "", use)
+}
+
+// loadRecords reads the record key, if a file is named; required refuses to run without one.
+func (n *natsFlags) loadRecords(required bool) []error {
+	if n.recordKeyFile == "" {
+		if required && n.url != "" {
+			return []error{errors.New("--record-key-file is required: session records carry stream keys and are never published in clear")}
+		}
+		return nil
+	}
+	s, err := roles.ReadRecordKey(n.recordKeyFile)
+	if err != nil {
+		return []error{fmt.Errorf("--record-key-file: %w", err)}
+	}
+	n.records = s
+	return nil
 }
 
 func (n *natsFlags) validate(follower bool) []error {
@@ -117,7 +145,7 @@ func (n *natsFlags) follow(run func(context.Context) error, inst roles.Installer
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		errc := make(chan error, 1)
-		go func() { errc <- roles.Follow(ctx, js, n.cloud, n.name, n.replica, inst, log) }()
+		go func() { errc <- roles.FollowSealed(ctx, js, n.cloud, n.name, n.replica, n.records, inst, log) }()
 		err = run(ctx)
 		cancel()
 		<-errc
@@ -141,6 +169,7 @@ func runRegister(args []string) error {
 	var c registerConfig
 	f := daemon.NewFlags("register")
 	c.natsFlags.bind(f, false)
+	c.natsFlags.bindRecords(f, false)
 	f.String(&c.outDir, "out-dir", "", "directory the device's keys file (di.json) is written to")
 	f.String(&c.services, "services", "", "comma-separated service ids")
 	f.String(&c.deviceIP, "device-ip", "", "the device's address inside the LOIS packets")
@@ -153,7 +182,7 @@ func runRegister(args []string) error {
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return err
 	}
-	errs := c.natsFlags.validate(false)
+	errs := append(c.natsFlags.validate(false), c.natsFlags.loadRecords(false)...)
 	if c.url == "" {
 		errs = append(errs, fmt.Errorf("--nats-url is required"))
 	}
@@ -181,7 +210,7 @@ func runRegister(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg := &roles.Registrar{JS: js, Cloud: c.cloud, Table: table, Replicas: splitList(c.replicas)}
+	reg := &roles.Registrar{JS: js, Cloud: c.cloud, Table: table, Replicas: splitList(c.replicas), Records: c.records}
 	keys, err := reg.Open(ctx, roles.Provision{Services: sids, N: uint32(c.n), Lifetime: c.lifetime, Epoch: 1,
 		DeviceIP: netip.MustParseAddr(c.deviceIP), DeviceWire: netip.MustParseAddrPort(c.deviceWire), Replicas: c.provisionConfig.replicas})
 	if err != nil {

@@ -39,7 +39,7 @@ type registrarConfig struct {
 }
 
 func (c *registrarConfig) validate() error {
-	errs := c.natsFlags.validate(false)
+	errs := append(c.natsFlags.validate(false), c.natsFlags.loadRecords(true)...)
 	if c.url == "" {
 		errs = append(errs, errors.New("--nats-url is required"))
 	}
@@ -96,6 +96,7 @@ func runRegistrar(args []string) error {
 	var c registrarConfig
 	f := daemon.NewFlags("registrar")
 	c.natsFlags.bind(f, false)
+	c.natsFlags.bindRecords(f, true)
 	f.String(&c.metricsAddr, "metrics-addr", daemon.DefaultMetricsAddr, "Prometheus /metrics listen address")
 	f.String(&c.healthAddr, "health-addr", daemon.DefaultHealthAddr, "/healthz and /readyz listen address")
 	f.String(&c.addrFile, "addr-file", "", "write the bound health= and metrics= addresses here (port 0); lois probe reads it")
@@ -173,7 +174,7 @@ func runRegistrar(args []string) error {
 	if err != nil {
 		return err
 	}
-	r := &roles.Registrar{JS: js, Cloud: c.cloud, Table: table, Replicas: splitList(c.waitFor), Metrics: m, Served: served,
+	r := &roles.Registrar{JS: js, Cloud: c.cloud, Table: table, Replicas: splitList(c.waitFor), Metrics: m, Served: served, Records: c.records,
 		Rekey:               lois.RekeyLimits{Seconds: int64(c.rekeyAfter / time.Second), Streams: uint64(c.rekeyStreams)},
 		DeviceLinksOverNATS: true, AwaitReady: true,
 		Policy: roles.HelloPolicy{Services: sids, N: uint32(c.n), MaxN: uint32(c.maxN), Lifetime: c.lifetime, Partitions: c.partitions}}

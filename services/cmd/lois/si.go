@@ -42,6 +42,7 @@ func parseServices(s string) (map[uint16]uint16, error) {
 
 func (c *siConfig) validate() error {
 	errs := append(c.base.validate(), c.natsFlags.validate(true)...)
+	errs = append(errs, c.natsFlags.loadRecords(false)...)
 	if err := c.base.applyOrdinal(c.name); err != nil {
 		errs = append(errs, err)
 	}
@@ -67,6 +68,7 @@ func runSI(args []string) error {
 	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions for this replica (secret)")
 	f.String(&c.services, "services", "", "comma-separated server-port=sid of the services behind this SI")
 	c.natsFlags.bind(f, true)
+	c.natsFlags.bindRecords(f, false)
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return err
 	}

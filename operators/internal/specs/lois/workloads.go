@@ -68,10 +68,15 @@ const (
 	FlagVaultRole         = "vault-role"
 	FlagVaultTransitMount = "vault-transit-mount"
 	FlagVaultTransitKey   = "vault-transit-key"
+	// FlagRecordKeyFile is the session record key (services/pkg/lois/roles RecordSeal): the
+	// registrar seals every record of the session stream under it, the replicas open them.
+	FlagRecordKeyFile = "record-key-file"
 
 	// FlowKeyFile is the flow key's entry in its Secret (32 hex digits).
 	FlowKeyFile = "flow.key"
-	SecretsDir  = "/var/run/secrets/lois"
+	// RecordKeyFile is the session record key's entry in its Secret (64 hex digits).
+	RecordKeyFile = "record.key"
+	SecretsDir    = "/var/run/secrets/lois"
 
 	// MetricsHostPortOffset: on the host network replica i serves /metrics on 127.0.0.1 at
 	// spec.cloud.wirePort + MetricsHostPortOffset + i, where the operator reads its figures.
@@ -286,6 +291,28 @@ func FlowKeySecret(g *loisv1.HeaderGateway) *corev1.Secret {
 	}
 }
 
+// RecordKeySecret is the key the registrar seals the session records under and the cloud
+// and server interfaces open them with (32 random bytes, hex): the records carry stream
+// keys, and whoever else reads the stream learns none. Generated once; a server interface
+// (not run by the operator) is given the same Secret.
+func RecordKeySecret(g *loisv1.HeaderGateway) *corev1.Secret {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(g, "record-key"), Namespace: g.Namespace, Labels: labels(g, "record-key")},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{RecordKeyFile: []byte(hex.EncodeToString(b))},
+	}
+}
+
+// recordKeyFile mounts the record key for a role.
+func recordKeyFile(g *loisv1.HeaderGateway) specs.File {
+	return specs.File{Volume: "record-key", Env: specs.Env(FlagRecordKeyFile), Dir: SecretsDir + "/record", Name: RecordKeyFile,
+		Ref: ref(Name(g, "record-key"), RecordKeyFile)}
+}
+
 // NATSSecretName is the Secret the cloud interfaces and the registrar connect to NATS with:
 // spec.registrar.natsSecret, or on the operator's NATS (no registrar.natsURL) the one the
 // operator generates (GeneratedNATSSecret); "" connects without credentials.
@@ -406,7 +433,7 @@ func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 	sp := specs.Pod{Role: RoleCloud, Image: pl.Image, Binary: Binary, Labels: labels(g, RoleCloud),
 		CPU: "250m", Memory: "256Mi", Resources: g.Spec.Cloud.Resources,
 		Files: []specs.File{{Volume: "flow-key", Env: specs.Env(FlagFlowKeyFile), Dir: SecretsDir + "/flow", Name: FlowKeyFile,
-			Ref: ref(FlowKeySecret(g).Name, FlowKeyFile)}},
+			Ref: ref(Name(g, "flow-key"), FlowKeyFile)}, recordKeyFile(g)},
 		Env:   env,
 		Ports: []corev1.ContainerPort{{Name: "wire", ContainerPort: int32(WirePort(g)), Protocol: corev1.ProtocolUDP}},
 	}
@@ -517,7 +544,8 @@ func Registrar(g *loisv1.HeaderGateway, pl Platform) *appsv1.Deployment {
 		{Name: specs.Env(FlagWaitFor), Value: strings.Join(append(CloudReplicaNames(g), ServerReplicaNames(g)...), ",")},
 	}
 	sp := specs.Pod{Role: RoleRegistrar, Image: pl.Image, Binary: Binary, Labels: labels(g, RoleRegistrar),
-		ServiceAccount: Name(g, RoleRegistrar), CPU: "100m", Memory: "128Mi", NATSSecret: NATSSecretName(g)}
+		ServiceAccount: Name(g, RoleRegistrar), CPU: "100m", Memory: "128Mi", NATSSecret: NATSSecretName(g),
+		Files: []specs.File{recordKeyFile(g)}}
 	if v := g.Spec.Registrar.Vault; v != nil {
 		addr := v.Address
 		if addr == "" {

@@ -12,13 +12,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -164,11 +167,31 @@ type daemonPath struct {
 	devTUN, srvTUN *memTUN
 	dev            *Device
 	keys           *contract.Keys // the HELLO answer
+	keyless        countingInstaller
 	heldMu         sync.Mutex
 	held           []*contract.Keys
 }
 
-func startDaemonPath(t *testing.T, srv *testenv.NATS, n int) *daemonPath {
+// newRecordKeyFile writes a fresh session record key file and returns its path and sealer.
+func newRecordKeyFile(t *testing.T) (string, *RecordSeal) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "record.key")
+	if err := os.WriteFile(f, NewRecordKey(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadRecordKey(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, s
+}
+
+// countingInstaller counts the records a follower installed.
+type countingInstaller struct{ n atomic.Int64 }
+
+func (c *countingInstaller) InstallSession(*contract.Keys) error { c.n.Add(1); return nil }
+
+func startDaemonPath(t *testing.T, srv *testenv.NATS, n int, seal *RecordSeal) *daemonPath {
 	t.Helper()
 	js := srv.JetStream(t)
 	nc := js.Conn()
@@ -202,8 +225,10 @@ func startDaemonPath(t *testing.T, srv *testenv.NATS, n int) *daemonPath {
 	}
 	goRun(c.Run)
 	goRun(s.Run)
-	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "ci-0", 0, c, log) })
-	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "si-0", 0, s, log) })
+	goRun(func(ctx context.Context) error { return FollowSealed(ctx, js, "c1", "ci-0", 0, seal, c, log) })
+	goRun(func(ctx context.Context) error { return FollowSealed(ctx, js, "c1", "si-0", 0, seal, s, log) })
+	// A reader of the stream without the record key installs nothing.
+	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "keyless-0", 0, &p.keyless, log) })
 
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	keys, err := Hello(hctx, nc, "c1", contract.HelloRequest{DeviceIP: netip.AddrFrom4(dip).String(),
@@ -308,11 +333,15 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 	const n, perPhase = 64, 6 * 64
 	root, vaultAddr, tokenFile := registrarVault(t)
 	srv := testenv.StartNATS(t)
+	keyFile, seal := newRecordKeyFile(t)
 	args := []string{"--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid), "--n", fmt.Sprint(n),
-		"--wait-for", "ci-0,si-0", "--lifetime", "1h", "--vault-addr", vaultAddr, "--vault-token-file", tokenFile}
+		"--wait-for", "ci-0,si-0", "--lifetime", "1h", "--vault-addr", vaultAddr, "--vault-token-file", tokenFile,
+		"--record-key-file", keyFile}
+	// Everything published under the cloud's subjects, as any subscriber sees it.
+	wire := captureSubjects(t, srv, "lois.>")
 	reg, metricsAddr, proc := registrarProcess(t, args...)
 
-	p := startDaemonPath(t, srv, n)
+	p := startDaemonPath(t, srv, n, seal)
 
 	// The registrar is paused while the first epoch is used: the device's 65th packet finds its
 	// pool empty and is held, its EPOCH_REQ unanswered; the registrar resumes, the grant
@@ -368,13 +397,130 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
-	scanRegistrarStore(t, root, p.js, srv.Server.JetStreamConfig().StoreDir, p.keys.Session, p.held)
+	seed := scanRegistrarStore(t, root, p.js, srv.Server.JetStreamConfig().StoreDir, p.keys.Session, p.held)
+	scanSessionStream(t, p, seed, wire)
+}
+
+// capture is every message seen on a subject filter.
+type capture struct {
+	mu   sync.Mutex
+	msgs [][]byte
+}
+
+// captureSubjects subscribes to filter on the server with a connection of its own and keeps
+// every message's subject, headers and data.
+func captureSubjects(t *testing.T, srv *testenv.NATS, filter string) *capture {
+	t.Helper()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &capture{}
+	if _, err := nc.Subscribe(filter, func(m *nats.Msg) {
+		b := []byte(m.Subject)
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				b = append(b, k+": "+v+"\n"...)
+			}
+		}
+		c.mu.Lock()
+		c.msgs = append(c.msgs, append(b, m.Data...))
+		c.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// scanSessionStream: the session records are sealed. Every message of LOIS_SESSIONS (read
+// back from the stream) and everything captured on the cloud's subjects is searched for the
+// seed, every stream key the device was handed and the first 16 keystreams of each of its
+// streams (raw, hex, base64): none appears. A follower without the record key installed no
+// record. The search itself finds the keys in a record marshalled in clear.
+func scanSessionStream(t *testing.T, p *daemonPath, seed []byte, wire *capture) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := p.js.Stream(ctx, contract.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored [][]byte
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted by max age: nothing to scan
+		}
+		if !bytes.HasPrefix(m.Data, []byte("LRS1")) {
+			t.Errorf("record %d on %s is not sealed", seq, m.Subject)
+		}
+		stored = append(stored, m.Data)
+	}
+	if len(stored) < 3 {
+		t.Fatalf("%d records in %s, want the session, its grants and READY", len(stored), contract.StreamSessions)
+	}
+	secrets := map[string][]byte{"seed": seed}
+	for i, k := range p.held {
+		for _, s := range k.Streams {
+			b, _ := hex.DecodeString(s.Key)
+			secrets[fmt.Sprintf("held %d: %s stream key epoch %d", i, s.Dir, s.Epoch)] = b
+			core, err := s.Core()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := uint32(0); j < 16 && j < core.N; j++ {
+				pr := lois.Segment(&core.Key, j)
+				secrets[fmt.Sprintf("held %d: %s epoch %d keystream %d", i, s.Dir, s.Epoch, j)] = bytes.Clone(pr.KS[:])
+			}
+		}
+	}
+	forms := func(b []byte) [][]byte {
+		return [][]byte{b, []byte(hex.EncodeToString(b)), []byte(base64.StdEncoding.EncodeToString(b)), []byte(base64.RawURLEncoding.EncodeToString(b))}
+	}
+	found := func(blobs [][]byte) []string {
+		var out []string
+		for name, s := range secrets {
+			for _, f := range forms(s) {
+				for _, b := range blobs {
+					if bytes.Contains(b, f) {
+						out = append(out, name)
+					}
+				}
+			}
+		}
+		return out
+	}
+	wire.mu.Lock()
+	captured := slices.Clone(wire.msgs)
+	wire.mu.Unlock()
+	if leaks := found(stored); len(leaks) > 0 {
+		t.Errorf("the session stream holds %v", leaks)
+	}
+	if leaks := found(captured); len(leaks) > 0 {
+		t.Errorf("messages on the cloud's subjects hold %v", leaks)
+	}
+	clearRecord, _ := json.Marshal(p.held[len(p.held)-1])
+	if len(found([][]byte{clearRecord})) == 0 {
+		t.Fatal("the search does not find a stream key in a record in clear")
+	}
+	if k := p.keyless.n.Load(); k != 0 {
+		t.Errorf("a follower without the record key installed %d records", k)
+	}
+	t.Logf("%d sealed records and %d captured messages scanned for %d secrets in 4 encodings", len(stored), len(captured), len(secrets))
 }
 
 // scanRegistrarStore checks the registrar's bucket and the NATS server's files: the session's
 // entry holds a Transit ciphertext that Vault unwraps to the seed, and neither that seed nor
 // any control or stream key the device holds appears anywhere in them.
-func scanRegistrarStore(t *testing.T, root *vault.Client, js jetstream.JetStream, storeDir, session string, held []*contract.Keys) {
+func scanRegistrarStore(t *testing.T, root *vault.Client, js jetstream.JetStream, storeDir, session string, held []*contract.Keys) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -462,6 +608,7 @@ func scanRegistrarStore(t *testing.T, root *vault.Client, js jetstream.JetStream
 		t.Fatalf("nothing scanned: %d files, %d entries", files, len(values))
 	}
 	t.Logf("scanned %d store entries and %d NATS storage files for %d secrets in 4 encodings", len(values), files, len(secrets))
+	return seed
 }
 
 // recordingControl and recordingDevice keep a copy of every grant the device gets (the test
@@ -508,9 +655,11 @@ func (r *recordingDevice) InstallGrant(k *contract.Keys) error {
 func TestRegistrarDaemonRekeyOverNATS(t *testing.T) {
 	const n = 64
 	srv := testenv.StartNATS(t)
+	keyFile, seal := newRecordKeyFile(t)
 	reg, metricsAddr := registrarDaemon(t, "--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid),
-		"--n", fmt.Sprint(n), "--wait-for", "ci-0,si-0", "--seed-store", "memory", "--rekey-streams", fmt.Sprint(4*n))
-	p := startDaemonPath(t, srv, n)
+		"--n", fmt.Sprint(n), "--wait-for", "ci-0,si-0", "--seed-store", "memory", "--rekey-streams", fmt.Sprint(4*n),
+		"--record-key-file", keyFile)
+	p := startDaemonPath(t, srv, n, seal)
 	first := p.dev.Session()
 	p.exchange(0, 8*n)
 	p.checkClean("across rekeys")

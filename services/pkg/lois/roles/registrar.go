@@ -48,6 +48,9 @@ type Registrar struct {
 	Rekey lois.RekeyLimits
 	// Metrics, if set, counts grants and refusals (role "registrar").
 	Metrics *Metrics
+	// Records, if set, seals every session record it publishes (recordseal.go): the replicas
+	// must hold the same record key. Nil publishes them in clear.
+	Records *RecordSeal
 	// Store, if set, keeps each open session (its wrapped seed, device fields, epoch counter
 	// and live epochs) so that a restarted registrar carries on (Restore); Wrapper wraps the
 	// seeds first — the store never holds a seed in clear, and without a Wrapper Open refuses
@@ -326,7 +329,8 @@ func (r *Registrar) Ready(ctx context.Context, session string) error {
 	if err != nil {
 		return err
 	}
-	return natsx.Publish(ctx, r.JS, contract.SubjectSessionReady(r.Cloud), session+".ready", data, nil)
+	subject := contract.SubjectSessionReady(r.Cloud)
+	return natsx.Publish(ctx, r.JS, subject, session+".ready", r.Records.Seal(subject, data), nil)
 }
 
 // Close forgets a session (its seed is wiped); its entries expire at the replicas.
@@ -358,7 +362,11 @@ func (r *Registrar) publishAndWait(ctx context.Context, subject string, rec *con
 		return err
 	}
 	defer sub.Unsubscribe()
-	if err := natsx.Publish(ctx, r.JS, subject, fmt.Sprintf("%s.%d", rec.Session, epoch), data, nil); err != nil {
+	sealed := r.Records.Seal(subject, data)
+	if r.Records != nil {
+		defer clear(sealed)
+	}
+	if err := natsx.Publish(ctx, r.JS, subject, fmt.Sprintf("%s.%d", rec.Session, epoch), sealed, nil); err != nil {
 		return err
 	}
 	pending := map[string]bool{}
@@ -387,6 +395,12 @@ type Installer interface {
 // ends. Each start replays the whole stream (a fresh consumer): a restarted replica rebuilds
 // its table (§3.10 session loss).
 func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, replica int, inst Installer, log *slog.Logger) error {
+	return FollowSealed(ctx, js, cloud, name, replica, nil, inst, log)
+}
+
+// FollowSealed is Follow for records sealed under seal's record key (nil: records in clear);
+// a record that does not open is dropped and logged, never installed.
+func FollowSealed(ctx context.Context, js jetstream.JetStream, cloud, name string, replica int, seal *RecordSeal, inst Installer, log *slog.Logger) error {
 	durable := fmt.Sprintf("lois-%s-%d", name, time.Now().UnixNano())
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -395,7 +409,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, rep
 	}()
 	return natsx.Consume(ctx, js, natsx.ConsumerSpec{Stream: contract.StreamSessions, Durable: durable,
 		Filters: []string{contract.SubjectSessionOpen(cloud), contract.SubjectEpochGrant(cloud), contract.SubjectSessionReady(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
-		rec, err := contract.ParseKeys(m.Data())
+		data, err := seal.Open(m.Subject(), m.Data())
+		if err != nil {
+			log.Warn("session record dropped", "err", err)
+			return natsx.Drop
+		}
+		rec, err := contract.ParseKeys(data)
+		if seal != nil {
+			clear(data)
+		}
 		if err != nil {
 			log.Warn("session record dropped", "err", err)
 			return natsx.Drop
