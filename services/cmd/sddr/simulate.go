@@ -99,7 +99,7 @@ func (c *simulateConfig) bind(f *envflag.Set) {
 // energyUsage says what each energy coefficient charges.
 var energyUsage = map[string]string{
 	"idle-bt-joules-per-day": "idle with Bluetooth discoverable, per device-day",
-	"epoch-change-mj":        "one epoch change (every 15 min)",
+	"epoch-change-mj":        "one epoch change (one per --epoch)",
 	"discovery-mj":           "one inquiry with no device in range",
 	"recognition-mj":         "processing one response (a device in range) of an inquiry",
 	"answer-mj":              "answering one inquiry of another device",

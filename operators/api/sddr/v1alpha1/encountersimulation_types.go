@@ -183,7 +183,7 @@ type SimulationRevocation struct {
 
 // EnergyModel is the coefficients of Equation 1 (shared/specs/sddr.md §5.5, docs/sddr.md
 // "Energy model"): E = E_BT + E_EC + E_D(d, i) per device-day. Per simulated second a device
-// pays idleBluetoothJoulesPerDay/86400 and an epoch change every 15 minutes; per inquiry
+// pays idleBluetoothJoulesPerDay/86400 and an epoch change every spec.epoch; per inquiry
 // discoveryMillijoules; per response it processes (a device in range) recognitionMillijoules;
 // per inquiry of another device it answers answerMillijoules. batteryJoules turns the joules
 // into battery %/day. Each is a positive decimal string (at most 7 integer and 6 fractional

@@ -38,7 +38,7 @@
 // second and the 0-device discovery cost for each scheduled inquiry; responses received and
 // inquiries answered add the per-device terms. The beacon counter of a sleeping device does
 // not advance (a woken device's counts start where they stopped); epoch changes are charged at
-// the nominal rate (one per 15 min) rather than counted.
+// the nominal rate (one per Config.Epoch) rather than counted.
 package sim
 
 import (
