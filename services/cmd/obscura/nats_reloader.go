@@ -53,7 +53,7 @@ func parseNATSReloader(args []string) (*NATSReloaderConfig, error) {
 	var peers string
 	f.String(&peers, "peers", "", "in a NATS cluster: every node's monitoring URL (http://host:port), comma-separated in ordinal order; restarts then take turns", "OBSCURA_NATS_RELOADER_PEERS")
 	f.Int(&c.Ordinal, "ordinal", -1, "this node's ordinal in --peers (the StatefulSet pod index)", "OBSCURA_NATS_RELOADER_ORDINAL")
-	f.Duration(&c.Slot, "slot", 20*time.Second, "with --peers: the length of each node's restart turn (node k restarts only in turn k of every len(peers) turns)", "OBSCURA_NATS_RELOADER_SLOT")
+	f.Duration(&c.Slot, "slot", 10*time.Second, "with --peers: the length of each node's restart turn (node k restarts only in turn k of every len(peers) turns)", "OBSCURA_NATS_RELOADER_SLOT")
 	f.Duration(&c.MaxWait, "max-wait", 5*time.Minute, "with --peers: how long a restart waits for every peer to be healthy before it goes ahead anyway", "OBSCURA_NATS_RELOADER_MAX_WAIT")
 	if err := daemon.ParseFlags(f, args); err != nil {
 		return nil, err
@@ -224,8 +224,9 @@ func (r *natsReloader) check() error {
 // gateways' watches never resumed). So the nodes take turns: time is cut into slots of
 // cfg.Slot, node k restarts only in the first half of slots ≡ k (mod nodes) — two nodes never
 // share a slot, whatever the skew between their syncs — and only when every other node
-// answers /healthz?js-server-only=true (the node restarted in the previous turn is back and
-// current with the meta leader). After cfg.MaxWait of unhealthy peers it restarts anyway in its
+// answers /healthz (the node restarted in the previous turn is back, current with the meta
+// leader, and its streams and consumers caught up: restarting the next one earlier could leave
+// an R3 stream with a single current replica). After cfg.MaxWait of unhealthy peers it restarts anyway in its
 // turn: accounts that are never loaded are worse than one more node down.
 func (r *natsReloader) restartTurn(hash string) bool {
 	c := r.cfg
@@ -263,10 +264,10 @@ func (r *natsReloader) restartTurn(hash string) bool {
 	return false
 }
 
-// peerHealthy asks a peer's monitoring endpoint whether it runs and is current with the
-// JetStream meta leader.
+// peerHealthy asks a peer's monitoring endpoint whether it runs, is current with the JetStream
+// meta leader and has caught its streams and consumers up.
 func (r *natsReloader) peerHealthy(base string) error {
-	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?js-server-only=true")
+	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz")
 	if err != nil {
 		return err
 	}
