@@ -116,7 +116,12 @@ func (d *DVT) lookupHashed(id uint64, b1, b2 uint32, f uint16) (ks [16]byte, sid
 		tb := d.tables[t]
 		// Start the value line of B₁ loading while the key lines are scanned: most entries sit
 		// in B₁, and the two cache misses then overlap instead of queueing.
-		d.sink += tb.val[b1*slotsPerBucket].sid
+		// B₂'s key line and the value lines of both buckets are started too: an entry sits
+		// in B₂ about half the time, and its loads would otherwise wait for B₁'s scan.
+		d.sink += tb.val[b1*slotsPerBucket].sid + tb.val[b2*slotsPerBucket].sid
+		if tb.id != nil {
+			d.sink += uint16(tb.id[b2*slotsPerBucket])
+		}
 		if s := tb.find(b1, b2, f, id); s >= 0 {
 			return tb.val[s].ks, tb.val[s].sid, Loc{tb, int32(s)}, true
 		}

@@ -3,6 +3,7 @@ package lois
 import (
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // The (2,4) partial-key Vacuum table (spec §3.6.1, §7.1): m buckets of 4 slots; an id hashes
@@ -138,11 +139,14 @@ func newTable(g *geometry, key *sipKey, exact, vals bool) *table {
 	t := &table{g: g, key: key}
 	if exact {
 		t.id = make([]uint64, s)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(t.id)), uintptr(s)*8)
 	} else {
 		t.fp = make([]uint16, s)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(t.fp)), uintptr(s)*2)
 	}
 	if vals {
 		t.val = make([]slotVal, s)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(t.val)), uintptr(s)*unsafe.Sizeof(slotVal{}))
 	}
 	return t
 }

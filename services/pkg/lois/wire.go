@@ -110,7 +110,13 @@ func tcpHeadSum(pkt []byte, extra []byte) uint32 {
 		protoTCP + uint64(len(pkt)-ipHdrLen) +
 		uint64(binary.BigEndian.Uint32(pkt[tcpSport:])) + uint64(binary.BigEndian.Uint32(pkt[tcpSeq:])) +
 		uint64(binary.BigEndian.Uint32(pkt[tcpAck:])) + uint64(binary.BigEndian.Uint32(pkt[tcpDoff:])) +
-		uint64(binary.BigEndian.Uint16(pkt[tcpCsum+2:])) + uint64(sum16(extra))
+		uint64(binary.BigEndian.Uint16(pkt[tcpCsum+2:]))
+	if len(extra) == OptionLen { // the LOIS option alone: three words, no loop
+		s += uint64(binary.BigEndian.Uint32(extra)) + uint64(binary.BigEndian.Uint32(extra[4:])) +
+			uint64(binary.BigEndian.Uint32(extra[8:]))
+	} else {
+		s += uint64(sum16(extra))
+	}
 	s = s>>32 + s&0xFFFFFFFF
 	s = s>>32 + s&0xFFFFFFFF
 	return uint32(s)
@@ -123,9 +129,16 @@ func adjustTCP(pkt []byte, old, new uint32) {
 	binary.BigEndian.PutUint16(pkt[tcpCsum:], ^fold(s))
 }
 
+// setIPChecksum recomputes the IPv4 header checksum of pkt (IHL = 5) from its five words,
+// the checksum field left out: unrolled, because every transform calls it once per packet.
 func setIPChecksum(pkt []byte) {
-	pkt[ipCsum], pkt[ipCsum+1] = 0, 0
-	binary.BigEndian.PutUint16(pkt[ipCsum:], ^fold(sum16(pkt[:ipHdrLen])))
+	_ = pkt[ipHdrLen-1]
+	s := uint64(binary.BigEndian.Uint32(pkt[0:])) + uint64(binary.BigEndian.Uint32(pkt[4:])) +
+		uint64(binary.BigEndian.Uint16(pkt[8:])) + uint64(binary.BigEndian.Uint32(pkt[12:])) +
+		uint64(binary.BigEndian.Uint32(pkt[16:]))
+	s = s>>32 + s&0xFFFFFFFF
+	s = s>>32 + s&0xFFFFFFFF
+	binary.BigEndian.PutUint16(pkt[ipCsum:], ^fold(uint32(s)))
 }
 
 // ChecksumsValid reports whether the IPv4 header checksum and the TCP checksum of pkt verify.
@@ -178,7 +191,7 @@ func hide(buf []byte, off int, p *Pair, xorPortOff, setPortOff int, port uint16,
 	xorFields(pkt, &p.KS, xorPortOff, mask)
 	binary.BigEndian.PutUint16(pkt[setPortOff:], port)
 	n := off - OptionLen
-	copy(buf[n:n+fixedHdr], pkt[:fixedHdr])
+	moveHdr(buf, off, n)
 	pkt = buf[n:]
 	o := pkt[tcpOptions : tcpOptions+OptionLen]
 	o[0], o[1] = OptionKind, OptionLen
@@ -192,21 +205,70 @@ func hide(buf []byte, off int, p *Pair, xorPortOff, setPortOff int, port uint16,
 }
 
 // unhide removes the option of buf[off:] and decrypts the header with ks. It returns the new
-// offset (off + OptionLen). If setPortOff > 0 that port is set to port (DI download restores
-// the SID as the source port) within the same checksum update.
+// offset (off + OptionLen). If setPortOff > 0 (it can only be tcpSport) the source port is
+// set to port (DI download restores the SID as the source port) within the same checksum
+// update. It is one pass: the 40-byte header and the option are loaded as words, decrypted,
+// re-lengthed and re-checksummed in registers and stored once at the new offset, so no store
+// is read back (an in-place XOR followed by a 40-byte move stalled on store forwarding).
 func unhide(buf []byte, off int, ks *[KeystreamSize]byte, xorPortOff int, mask byte, setPortOff int, port uint16) int {
+	be := binary.BigEndian
 	pkt := buf[off:]
-	old := tcpHeadSum(pkt, pkt[tcpOptions:tcpOptions+OptionLen])
-	xorFields(pkt, ks, xorPortOff, mask)
-	if setPortOff > 0 {
-		binary.BigEndian.PutUint16(pkt[setPortOff:], port)
+	_ = pkt[fixedHdr+OptionLen-1]
+	w0, w1, w2 := be.Uint64(pkt[0:]), be.Uint64(pkt[8:]), be.Uint64(pkt[16:])
+	w3, w4 := be.Uint64(pkt[24:]), be.Uint64(pkt[32:])
+	o0, o1 := be.Uint32(pkt[40:]), be.Uint64(pkt[44:])
+	tcpLen := uint64(len(pkt) - ipHdrLen)
+	// The words as tcpHeadSum sees them: pseudo-header, fixed TCP header without its checksum,
+	// and (before) the option.
+	oldSum := w1&0xFFFFFFFF + w2>>32 + protoTCP + tcpLen + w2&0xFFFFFFFF + w3>>32 + w3&0xFFFFFFFF +
+		w4>>32 + w4&0xFFFF + uint64(o0) + o1>>32 + o1&0xFFFFFFFF
+	// Field map (spec §3.8): source address (w1 low), the device's port (w2 low: source at
+	// bits 16–31, destination at 0–15), seq and ack (w3), flags (byte 33: w4 bits 48–55).
+	w1 ^= uint64(be.Uint32(ks[0:]))
+	kp := uint64(be.Uint16(ks[4:]))
+	if xorPortOff == tcpSport {
+		w2 ^= kp << 16
+	} else {
+		w2 ^= kp
 	}
+	if setPortOff > 0 {
+		w2 = w2&^(0xFFFF<<16) | uint64(port)<<16
+	}
+	w3 ^= uint64(be.Uint32(ks[6:]))<<32 | uint64(be.Uint32(ks[10:]))
+	w4 ^= uint64(ks[14]&mask) << 48
+	// Lengths: total length (bytes 2–3: w0 bits 32–47), data offset (byte 32: w4 bits 60–63).
+	w0 = w0&^(0xFFFF<<32) | uint64(len(pkt)-OptionLen)<<32
+	w4 -= uint64(OptionLen/4) << 60
+	tcpLen -= OptionLen
+	newSum := w1&0xFFFFFFFF + w2>>32 + protoTCP + tcpLen + w2&0xFFFFFFFF + w3>>32 + w3&0xFFFFFFFF +
+		w4>>32 + w4&0xFFFF
+	// TCP checksum (bytes 36–37: w4 bits 16–31), RFC 1624 eqn 3.
+	c := uint16(w4 >> 16)
+	cs := uint32(^c) + uint32(^fold(fold64(oldSum))) + uint32(fold(fold64(newSum)))
+	w4 = w4&^(0xFFFF<<16) | uint64(^fold(cs))<<16
+	// IPv4 header checksum (bytes 10–11: w1 bits 32–47) over w0, TTL/protocol and the addresses.
+	is := w0>>32 + w0&0xFFFFFFFF + w1>>48 + w1&0xFFFFFFFF + w2>>32
+	w1 = w1&^(0xFFFF<<32) | uint64(^fold(fold64(is)))<<32
 	n := off + OptionLen
-	copy(buf[n:n+fixedHdr], pkt[:fixedHdr]) // copy handles the overlap like memmove
-	pkt = buf[n:]
-	binary.BigEndian.PutUint16(pkt[ipTotLen:], uint16(len(pkt)))
-	pkt[tcpDoff] -= OptionLen / 4 << 4
-	adjustTCP(pkt, old, tcpHeadSum(pkt, nil))
-	setIPChecksum(pkt)
+	out := buf[n : n+fixedHdr]
+	be.PutUint64(out[0:], w0)
+	be.PutUint64(out[8:], w1)
+	be.PutUint64(out[16:], w2)
+	be.PutUint64(out[24:], w3)
+	be.PutUint64(out[32:], w4)
 	return n
+}
+
+// fold64 reduces a sum of 32-bit words to 32 bits without changing it mod 2¹⁶−1.
+func fold64(s uint64) uint32 {
+	s = s>>32 + s&0xFFFFFFFF
+	s = s>>32 + s&0xFFFFFFFF
+	return uint32(s)
+}
+
+// moveHdr moves the 40-byte fixed header from buf[from:] to buf[to:]; the ranges overlap, so
+// it goes through a register-sized temporary instead of a memmove call.
+func moveHdr(buf []byte, from, to int) {
+	h := [fixedHdr]byte(buf[from : from+fixedHdr])
+	*(*[fixedHdr]byte)(buf[to : to+fixedHdr]) = h
 }
