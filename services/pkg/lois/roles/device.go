@@ -350,7 +350,14 @@ func (d *Device) padLoop() error {
 			return nil
 		case now := <-t.C:
 			n := d.pad.tick(now, buf, func(n int) bool {
+				sid := binary.BigEndian.Uint16(buf[lois.Headroom+22:]) // the flow's service (BuildPad copies it)
 				off, err := d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+				// Cover packets use the pools as real ones do, so they ask for epochs too:
+				// otherwise padding empties a pool after the last real packet, the pads stop
+				// (a visible change of pattern) and the next real packet waits for a grant.
+				if d.reqc != nil {
+					d.checkLow(sid) // the pad loop holds the pools' lock (d.lock() is the padder's)
+				}
 				if err != nil {
 					d.up.inc(contract.Result(err))
 					return false

@@ -208,8 +208,9 @@ type liveOpts struct {
 	jitter      bool     // replicas install epoch records after random delays
 	noLink      bool     // the registrar has no link to the DI: no download grant completes
 	rekey       lois.RekeyLimits
-	failFirst   int32         // the first EPOCH_REQs that fail
-	exhaust     time.Duration // the DI's ExhaustQueue (default 50 ms)
+	failFirst   int32           // the first EPOCH_REQs that fail
+	exhaust     time.Duration   // the DI's ExhaustQueue (default 50 ms)
+	stp         *lois.STPConfig // the DI pads its uploads
 }
 
 func startLive(t *testing.T, o liveOpts) *live {
@@ -277,7 +278,7 @@ func startLive(t *testing.T, o liveOpts) *live {
 	cl := &ledgerClient{reg: lv.reg, l: lv.l}
 	cl.fail.Store(o.failFirst)
 	d, err := NewDevice(DeviceConfig{Core: core, Keys: keys, TUN: lv.devTUN, Wire: diWire, Cloud: relay(t, addrOf(ciWire), lv.up),
-		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, Control: cl, LowWaterMin: o.lowWaterMin, ExhaustQueue: o.exhaust})
+		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, Control: cl, LowWaterMin: o.lowWaterMin, ExhaustQueue: o.exhaust, STP: o.stp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,5 +552,31 @@ func TestReplenishmentRetriesWithoutTraffic(t *testing.T) {
 	}
 	if r := testutil.ToFloat64(lv.m.EpochsRequested.WithLabelValues("di", "up")); r < 2 {
 		t.Errorf("%v EPOCH_REQs, want the failed one and its retry", r)
+	}
+}
+
+// TestPaddingReplenishes: cover packets draw on the same pools as real ones, so they ask for
+// epochs too. With windows always open the DI pads at about 200 cover packets a second after
+// one real packet; over epochs of 64 its pool is refilled grant after grant: more than four
+// epochs' worth of pads go out and none is dropped as exhausted (before, only real packets
+// checked the low-water mark: the cluster phase with epochs of 64 had one grant, then the
+// pads used it up and stopped).
+func TestPaddingReplenishes(t *testing.T) {
+	const n = 64
+	lv := startLive(t, liveOpts{n: n, exhaust: 10 * time.Second,
+		stp: &lois.STPConfig{Period: 200 * time.Millisecond, Q: 1, Rate: 20000, Tick: 10 * time.Millisecond}})
+	lv.devTUN.in <- tcp(dip, cip, dport, sid, 1, 1, 0x18, []byte("x"))
+	if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip {
+		t.Fatalf("the real packet at the server: %x", got[:40])
+	}
+	testenv.Eventually(t, time.Minute, "more than four epochs of pads", func() error {
+		if pads := lv.count("di", "up", contract.ResultPadSent); pads <= 4*n {
+			return fmt.Errorf("%d pads sent, %v upload epochs granted, %d exhausted", pads,
+				testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("di", "up")), lv.count("di", "up", contract.ResultExhausted))
+		}
+		return nil
+	})
+	if e := lv.count("di", "up", contract.ResultExhausted); e != 0 {
+		t.Errorf("%d pads dropped as exhausted", e)
 	}
 }
