@@ -208,6 +208,65 @@ func BenchmarkCI(b *testing.B) {
 	}
 }
 
+// BenchmarkCIBatch is BenchmarkCI through ForwardBatch, BatchSize packets per call (a CI
+// that reads its wire with recvmmsg gets such bursts); ns/op is per packet.
+func BenchmarkCIBatch(b *testing.B) {
+	for _, entries := range []int{1e3, 1e4, 1e5, 1e6} {
+		for _, size := range []int{64, 1500} {
+			if entries != 1e6 && size != 64 {
+				continue
+			}
+			b.Run(fmt.Sprintf("entries=%d/size=%d", entries, size), func(b *testing.B) {
+				wire := wirePacket(size, false)
+				rb := newReceiverBench(b, entries, wire)
+				ci := NewCloud(Config{CIP: bCIP}, rb.table, [16]byte{7})
+				mg, _ := NewMaglev([]Backend{{IP: [4]byte{10, 0, 0, 1}, Port: 8080}, {IP: [4]byte{10, 0, 0, 2}, Port: 8080}})
+				ci.SetBackends(80, mg)
+				pkts := make([][]byte, BatchSize)
+				for i := range pkts {
+					pkts[i] = append([]byte(nil), wire...)
+				}
+				var out [BatchSize]Backend
+				var errs [BatchSize]error
+				k := 0
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := startCPU()
+				for i := 0; i < b.N; i += BatchSize {
+					n := min(BatchSize, b.N-i)
+					if k+n > len(rb.pairs) {
+						cpu.pause()
+						b.StopTimer()
+						for _, p := range rb.pairs[:k] {
+							rb.table.Insert(p.ID, &p.KS, 80, bNow+3600)
+						}
+						k = 0
+						b.StartTimer()
+						cpu.resume()
+					}
+					for j := range n {
+						copy(pkts[j], rb.hdr[:])
+						binary.BigEndian.PutUint64(pkts[j][tcpOptions+4:], rb.pairs[k].ID)
+						k++
+					}
+					ci.ForwardBatch(pkts[:n], out[:n], errs[:n])
+					for _, err := range errs[:n] {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				cpu.report(b)
+				b.StopTimer()
+				for _, p := range rb.pairs[:k] {
+					rb.table.Insert(p.ID, &p.KS, 80, bNow+3600)
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkSIUpload is SI upload recovery over a table of 10⁴ entries (its services' share).
 func BenchmarkSIUpload(b *testing.B) {
 	for _, size := range benchSizes {

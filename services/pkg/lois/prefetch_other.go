@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package lois
+
+func prefetch(addr uintptr) {}
