@@ -34,6 +34,12 @@ type backend interface {
 	and(a, b bit) bit
 }
 
+// multiAdder is a backend that sums many words at once (the circuit: carry-save, cheaper than
+// a fold of two-operand adders); the value equals the fold's mod 2^32.
+type multiAdder interface {
+	sumN(xs []num) num
+}
+
 // plain is the model backend.
 type plain struct {
 	values []pps.Fixed

@@ -415,6 +415,26 @@ func (in *interp) present(x *number, v bit, fill pps.Fixed) *number {
 }
 
 func blockSum(in *interp, l []*number) *number {
+	// Three terms or more on the circuit: one carry-save sum (multiAdder) of the terms not
+	// known at compile time and the sum of those that are. Addition mod 2^32 is associative
+	// and commutative, so the value is the fold's, which the model computes.
+	if ma, ok := in.be.(multiAdder); ok {
+		var k pps.Fixed
+		var terms []num
+		for _, x := range l {
+			if x.k != nil {
+				k = k.Add(*x.k)
+			} else {
+				terms = append(terms, in.num(x))
+			}
+		}
+		if len(terms) > 2 {
+			if k != 0 {
+				terms = append(terms, in.be.konst(k))
+			}
+			return &number{n: ma.sumN(terms)}
+		}
+	}
 	acc := l[0]
 	for _, x := range l[1:] {
 		acc = in.op2(acc, x, pps.Fixed.Add, backend.add)
