@@ -58,6 +58,9 @@ CLUSTER_TOOLS=(
   "kube-proxy|v1.37.0|kube-proxy|k8s.io/kubernetes/cmd/kube-proxy|kube-proxy"
   # A patched build (module:package; the wrapper's *.patch applied to the module's source).
   "kube-network-policies|v0.8.0|kube-network-policies|sigs.k8s.io/kube-network-policies:./cmd|kube-network-policies"
+  # Cluster DNS of the multi-node mode: CoreDNS with only its kubernetes, cache, errors, health and
+  # ready plugins (our own main over the module, hack/tools/coredns; no forward plugin).
+  "coredns|v1.15.0|coredns|github.com/obscura-iot/obscura/hack/tools/coredns/cmd/coredns|coredns"
 )
 REDIS_MIN_MAJOR=7
 ENVOY_VERSION=1.40.0
@@ -86,6 +89,14 @@ tags_for() {
   case "$1" in
     promtool | prometheus) echo "remove_all_sd" ;;
     *) echo "" ;;
+  esac
+}
+
+# cgo per tool: off for what runs in a container image of its own (no libc there).
+cgo_for() {
+  case "$1" in
+    coredns) echo 0 ;;
+    *) go env CGO_ENABLED ;;
   esac
 }
 
@@ -135,7 +146,7 @@ go_tool() {
     if [[ $pkg == *:* ]]; then
       patched_build "$dir" "$pkg" "$CACHE/$key.tmp" "$(ldflags_for "$name" "$version")"
     else
-      (cd "$ROOT/hack/tools/$dir" && GOWORK=off \
+      (cd "$ROOT/hack/tools/$dir" && GOWORK=off CGO_ENABLED="$(cgo_for "$name")" \
         go build -tags "$(tags_for "$name")" -ldflags "$(ldflags_for "$name" "$version")" -o "$CACHE/$key.tmp" "$pkg")
     fi
     mv "$CACHE/$key.tmp" "$CACHE/$key"

@@ -6,14 +6,15 @@
 #       hack/images/out, skipping a component whose inputs have not changed; writes
 #       hack/images/out/images.json
 #   hack/images/images.sh import [component ...]
-#       import the built images into the local cluster's containerd (namespace k8s.io)
+#       import the built images into the local cluster's containerd (namespace k8s.io);
+#       CONTAINERD_SOCK names another containerd (a node of the multi-node mode)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE="$ROOT/hack/images"
 OUT="$HERE/out"
 STATE="${CLUSTER_STATE:-$ROOT/hack/cluster/state}"
-SOCK="$STATE/run/containerd.sock"
+SOCK="${CONTAINERD_SOCK:-$STATE/run/containerd.sock}"
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
