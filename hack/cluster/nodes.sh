@@ -13,7 +13,10 @@
 # for the pod range 10.244.0.0/16 (its per-node /24 routes are more specific), the service range
 # and the probe range 198.51.100.0/24 (TEST-NET-2, what `status` dials to show that nothing
 # leaves); no node namespace has a default route; nothing is NATed; the host does not forward
-# (its ip_forward is left as it is). NetworkPolicies: kube-network-policies (a DaemonSet).
+# (its ip_forward is left as it is). NetworkPolicies: kube-network-policies (a DaemonSet). With
+# NODES_PLATFORM=1 (the platform across the nodes, e2e-nodes.sh; not yet run to completion),
+# cluster DNS too: CoreDNS (cluster.local only, nothing forwarded) behind kube-system/kube-dns at
+# $DNS_IP; without it pods get no nameserver.
 
 NODES_DIR="$STATE/nodes"
 NODES_COUNT_FILE="$NODES_DIR/count"
@@ -26,6 +29,12 @@ PROBE_ADDR=198.51.100.1:80
 NETCHECK_IMAGE=localhost/obscura/netcheck:v1
 KNP_VERSION=v0.8.0
 KNP_IMAGE=localhost/obscura/kube-network-policies:$KNP_VERSION
+COREDNS_VERSION=v1.15.0
+# Tagged by the binary's content (nodes_images): a node's containerd keeps its images across
+# `down`, and an import is skipped when the tag is there.
+COREDNS_IMAGE=localhost/obscura/coredns:$COREDNS_VERSION
+DNS_IP=10.96.0.10
+nodes_dns() { [[ ${NODES_PLATFORM:-0} == 1 ]]; }
 
 node_name() { echo "obscura-n$1"; }
 node_ns() { echo "obscura-n$1"; }
@@ -45,7 +54,7 @@ nodes_count() { # the node count of the running (or last) multi-node cluster, 0 
 # tools, certificates, configuration, images
 
 nodes_tools() {
-  "$ROOT/hack/tools.sh" kube-proxy kube-network-policies
+  "$ROOT/hack/tools.sh" kube-proxy kube-network-policies $(nodes_dns && echo coredns)
   (cd "$HERE/tools" && GOWORK=off CGO_ENABLED=0 go build -ldflags "-s -w" -o "$STATE/bin/" ./relay ./netcheck)
 }
 
@@ -102,7 +111,9 @@ containerRuntimeEndpoint: unix://$(node_sock "$i")
 makeIPTablesUtilChains: false
 podLogsDir: $d/pod-logs
 clusterDomain: cluster.local
-# No DNS: pods get no nameserver (the host's would be outside the cluster's ranges).
+# No host resolver (outside the cluster's ranges); with NODES_PLATFORM=1 pods name only the
+# cluster's CoreDNS ($DNS_IP, cluster.local, forwards nothing), else no nameserver at all.
+clusterDNS: [$(nodes_dns && echo "$DNS_IP")]
 resolvConf: ""
 serializeImagePulls: false
 syncFrequency: 10s
@@ -120,7 +131,7 @@ EOF
 }
 
 nodes_images() {
-  local nc_tar="$STATE/images/netcheck.tar" knp_tar="$STATE/images/kube-network-policies.tar"
+  local nc_tar="$STATE/images/netcheck.tar" knp_tar="$STATE/images/kube-network-policies.tar" dns_tar="$STATE/images/coredns.tar"
   if [[ ! -f $nc_tar || $STATE/bin/netcheck -nt $nc_tar ]]; then
     "$STATE/bin/mkimage" -tag "$NETCHECK_IMAGE" -o "$nc_tar" -entrypoint /netcheck -user 65534:65534 "$STATE/bin/netcheck=/netcheck"
   fi
@@ -128,14 +139,21 @@ nodes_images() {
     "$STATE/bin/mkimage" -tag "$KNP_IMAGE" -o "$knp_tar" -entrypoint /kube-network-policies \
       "$BIN/kube-network-policies=/kube-network-policies"
   fi
+  nodes_dns || return 0
+  COREDNS_IMAGE=localhost/obscura/coredns:$COREDNS_VERSION-$(sha256sum "$BIN/coredns" | cut -c1-12)
+  if [[ ! -f $dns_tar || $BIN/coredns -nt $dns_tar || $(cat "$dns_tar.tag" 2>/dev/null) != "$COREDNS_IMAGE" ]]; then
+    "$STATE/bin/mkimage" -tag "$COREDNS_IMAGE" -o "$dns_tar" -entrypoint /coredns "$BIN/coredns=/coredns"
+    echo "$COREDNS_IMAGE" >"$dns_tar.tag"
+  fi
 }
 
 node_import_images() { # node_import_images I: the cluster's images into node I's containerd
   local i=$1 tar ref
-  for tar in pause metrics-server netcheck kube-network-policies; do
+  for tar in pause metrics-server netcheck kube-network-policies $(nodes_dns && echo coredns); do
     case $tar in
       pause) ref=$PAUSE_IMAGE ;; metrics-server) ref=$METRICS_IMAGE ;;
       netcheck) ref=$NETCHECK_IMAGE ;; kube-network-policies) ref=$KNP_IMAGE ;;
+      coredns) ref=$COREDNS_IMAGE ;;
     esac
     nctr "$i" images ls -q | grep -qx "$ref" && continue
     nctr "$i" images import --no-unpack=false "$STATE/images/$tar.tar" >/dev/null
@@ -289,7 +307,7 @@ nodes_up() {
     --authorization-kubeconfig "$KCFG/scheduler.conf" \
     --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false
   for i in "${import_pids[@]}"; do wait "$i" || die "image import failed"; done
-  log "images imported into every node: $PAUSE_IMAGE, $NETCHECK_IMAGE, $KNP_IMAGE"
+  log "images imported into every node: $PAUSE_IMAGE, $NETCHECK_IMAGE, $KNP_IMAGE$(nodes_dns && echo ", $COREDNS_IMAGE")"
   for ((i = 1; i <= n; i++)); do
     local d; d=$(node_dir "$i")
     start "kubelet-n$i" nsenter --net="/run/netns/$(node_ns "$i")" "$BIN/kube" kubelet \
@@ -311,12 +329,22 @@ nodes_up() {
     kubectl apply -f - >/dev/null
   log "kube-network-policies $KNP_VERSION: applied (DaemonSet)"
   wait_for "kube-network-policies on every node" 120 knp_ready "$n"
+  if nodes_dns; then
+    sed -e "s|@COREDNS_IMAGE@|$COREDNS_IMAGE|g" -e "s|@API_HOST@|$HOST_IP|g" -e "s|@DNS_IP@|$DNS_IP|g" "$HERE/manifests/coredns.yaml" |
+      kubectl apply -f - >/dev/null
+    log "CoreDNS $COREDNS_VERSION: applied (kube-system/kube-dns $DNS_IP)"
+    wait_for "cluster DNS (CoreDNS ready)" 120 dns_ready
+  fi
   wait_for "default ServiceAccount" 60 kubectl -n default get serviceaccount default
   log "cluster up ($n nodes) in $((SECONDS - T0))s: export KUBECONFIG=$KCFG/admin.conf; kubectl is $BIN/kubectl"
 }
 
 node_ready_name() {
   [[ $(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+dns_ready() {
+  [[ $(kubectl -n kube-system get deployment coredns -o jsonpath='{.status.readyReplicas}' 2>/dev/null) -ge 1 ]]
 }
 
 knp_ready() {
@@ -347,6 +375,7 @@ nodes_status() {
   check "relay $HOST_IP:6443" kubectl --server "https://$HOST_IP:6443" get --raw /readyz
   check kube-controller-manager curl -fsSk https://127.0.0.1:10257/healthz
   check kube-scheduler curl -fsSk https://127.0.0.1:10259/healthz
+  if kubectl -n kube-system get deployment coredns >/dev/null 2>&1; then check "cluster DNS (CoreDNS $DNS_IP)" dns_ready; fi
   for ((i = 1; i <= n; i++)); do
     check "containerd-n$i" ctr --address "$(node_sock "$i")" version
     check "kubelet-n$i" in_node "$i" curl -fsS http://127.0.0.1:10248/healthz
