@@ -108,6 +108,9 @@ func (r *roundSeeds) zero() {
 // slot. An unknown publisher yields no seeds; one whose policy allow refuses yields none
 // and is marked refused.
 func (g *Garbler) publisherSeeds(ctx context.Context, pub string, rounds []uint64, ttl time.Duration, allow func(*contract.Policy) bool) (*roundSeeds, error) {
+	if out, ok, err := g.retainedSeeds(ctx, pub, rounds, allow); err != nil || ok {
+		return out, err
+	}
 	out := &roundSeeds{seeds: map[uint64]pps.Seed{}}
 	err := g.update(ctx, func(tx *redis.Tx) error {
 		out.zero()
@@ -218,6 +221,87 @@ func (g *Garbler) publisherSeeds(ctx context.Context, pub string, rounds []uint6
 	return out, nil
 }
 
+// retainedSeeds is publisherSeeds when no requested round moves the publisher's ratchet
+// (each is behind it — the window checks advanced it as the rounds arrived —, its own round,
+// or beyond MaxSkip, erased): no ratchet step and no write,
+// so the publisher's record and the retained records are read in one MULTI/EXEC round trip (a
+// consistent snapshot, as the records of rounds behind the ratchet are written in the same
+// transaction as the ratchet that passed them) instead of WATCH, GET, MGET and UNWATCH. ok is
+// false, with nothing read into the result, when a round would move the ratchet or the
+// publisher is unknown; publisherSeeds then runs its transaction.
+func (g *Garbler) retainedSeeds(ctx context.Context, pub string, rounds []uint64, allow func(*contract.Policy) bool) (out *roundSeeds, ok bool, err error) {
+	if len(rounds) == 0 {
+		return nil, false, nil
+	}
+	keys := make([]string, len(rounds))
+	for i, r := range rounds {
+		keys[i] = seedKey(pub, r)
+	}
+	var get *redis.StringCmd
+	var mget *redis.SliceCmd
+	if _, err := g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, pubKey(pub))
+		mget = p.MGet(ctx, keys...)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, fmt.Errorf("ratchet of publisher %s: redis: %w", pub, err)
+	}
+	b, err := get.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("ratchet of publisher %s: redis get: %w", pub, err)
+	}
+	pt, err := g.sealer.Open(ctx, b, []byte(pubKey(pub)))
+	if err != nil {
+		return nil, false, fmt.Errorf("ratchet of publisher %s: open %s: %w", pub, pubKey(pub), err)
+	}
+	rec, err := decodePubRecord(pt)
+	clear(pt)
+	if err != nil {
+		return nil, false, fmt.Errorf("ratchet of publisher %s: %w", pub, err)
+	}
+	defer rec.Key.Zero()
+	old := rec.Round
+	for _, r := range rounds {
+		if r > old && r-old <= pps.DefaultMaxSkip {
+			return nil, false, nil // the ratchet moves: publisherSeeds's transaction
+		}
+	}
+	out = &roundSeeds{seeds: map[uint64]pps.Seed{}}
+	if !allow(&rec.Policy) {
+		out.refused = true
+		return out, true, nil
+	}
+	vals, err := mget.Result()
+	if err == nil && len(vals) != len(keys) {
+		err = fmt.Errorf("redis mget: %d values for %d keys", len(vals), len(keys))
+	}
+	var bRounds []uint64
+	var bKeys []string
+	var bVals []any
+	for i, r := range rounds {
+		if err == nil && r < old {
+			bRounds, bKeys, bVals = append(bRounds, r), append(bKeys, keys[i]), append(bVals, vals[i])
+		}
+	}
+	if err == nil {
+		err = g.openValues(ctx, bRounds, bKeys, bVals, out.seeds)
+	}
+	if err != nil {
+		out.zero()
+		return nil, false, fmt.Errorf("ratchet of publisher %s: %w", pub, err)
+	}
+	if slices.Contains(rounds, old) { // the ratchet's own round: its seed is derived from K_old
+		k := rec.Key
+		rt := pps.NewRatchet(&k, old, pps.RatchetOptions{})
+		out.seeds[old] = rt.Seed()
+		rt.Zero()
+	}
+	return out, true, nil // a round beyond MaxSkip is left out: erased
+}
+
 // openRetained reads the retained seed records of pub's rounds with one MGET and opens
 // each under its own key into seeds; a round without a record (erased, expired) is left
 // out.
@@ -233,6 +317,12 @@ func (g *Garbler) openRetained(ctx context.Context, c redis.Cmdable, pub string,
 	if err != nil {
 		return fmt.Errorf("redis mget: %w", err)
 	}
+	return g.openValues(ctx, rounds, keys, vals, seeds)
+}
+
+// openValues opens the MGET answer vals of the seed records keys of rounds into seeds; a
+// round without a record is left out.
+func (g *Garbler) openValues(ctx context.Context, rounds []uint64, keys []string, vals []any, seeds map[uint64]pps.Seed) error {
 	if len(vals) != len(keys) {
 		return fmt.Errorf("redis mget: %d values for %d keys", len(vals), len(keys))
 	}

@@ -365,7 +365,8 @@ func (c *gtCmdCounter) take() map[string]int {
 }
 
 // The retained seeds of rounds behind a publisher's ratchet are read with one MGET per
-// publisher (not one GET per round) and opened under their own keys: the seeds equal the
+// publisher (not one GET per round), beside the ratchet's GET in one MULTI/EXEC without a
+// WATCH when no round moves the ratchet, and opened under their own keys: the seeds equal the
 // publisher's own ratchet, a round whose record is gone (released, expired) and a round
 // beyond MaxSkip are still left out (erased), and a record copied under another round's key
 // still does not open.
@@ -407,8 +408,10 @@ func TestGarblerRetainedSeedsReadInOneMGET(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.zero()
-	if c := cnt.take(); c["mget"] != 1 || c["get"] != 1 { // the one GET is the publisher's record
-		t.Errorf("redis commands %v: want one MGET of the retained seeds and one GET of the ratchet", c)
+	// No round moves the ratchet, so no WATCH transaction either: the GET and the MGET go in
+	// one MULTI/EXEC round trip (retainedSeeds).
+	if c := cnt.take(); c["mget"] != 1 || c["get"] != 1 || c["watch"] != 0 || c["multi"] != 1 { // the one GET is the publisher's record
+		t.Errorf("redis commands %v: want one MGET of the retained seeds and one GET of the ratchet in one MULTI, no WATCH", c)
 	}
 	for _, r := range ask {
 		seed, ok := rs.seeds[r]
