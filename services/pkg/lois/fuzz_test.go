@@ -50,6 +50,19 @@ func FuzzPacketParsers(f *testing.F) {
 		}
 		run("DI upload", func(b []byte, o int) (int, error) { return w.dev.HideUpload(b, o, now) }, true)
 		run("CI", func(b []byte, o int) (int, error) { _, err := w.ci.Forward(b[o:]); return o, err }, false)
+		run("CI batch", func(b []byte, o int) (int, error) { // the packet and a duplicate in one batch
+			pkts := [][]byte{b[o:], bytes.Clone(b[o:])}
+			var out [2]lois.Backend
+			var errs [2]error
+			w.ci.ForwardBatch(pkts, out[:], errs[:])
+			if errs[0] == nil && errs[1] == nil {
+				t.Fatalf("CI batch: one id forwarded twice")
+			}
+			if errs[0] != nil {
+				return o, errs[0]
+			}
+			return o, errs[1]
+		}, false)
 		run("SI upload", func(b []byte, o int) (int, error) { n, _, err := w.si[0].RecoverUpload(b, o); return n, err }, false)
 		run("SI download", func(b []byte, o int) (int, error) { return w.si[0].HideDownload(b, o, w.siPools[0], now) }, true)
 		run("DI download", func(b []byte, o int) (int, error) { n, _, err := w.dev.RecoverDownload(b, o); return n, err }, false)
