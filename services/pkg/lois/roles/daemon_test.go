@@ -191,7 +191,9 @@ type countingInstaller struct{ n atomic.Int64 }
 
 func (c *countingInstaller) InstallSession(*contract.Keys) error { c.n.Add(1); return nil }
 
-func startDaemonPath(t *testing.T, srv *testenv.NATS, n int, seal *RecordSeal) *daemonPath {
+// startDaemonPath: the CI and SI open the records with seal; keyless adds a follower without
+// the record key.
+func startDaemonPath(t *testing.T, srv *testenv.NATS, n int, seal *RecordSeal, keyless bool) *daemonPath {
 	t.Helper()
 	js := srv.JetStream(t)
 	nc := js.Conn()
@@ -227,8 +229,10 @@ func startDaemonPath(t *testing.T, srv *testenv.NATS, n int, seal *RecordSeal) *
 	goRun(s.Run)
 	goRun(func(ctx context.Context) error { return FollowSealed(ctx, js, "c1", "ci-0", 0, seal, c, log) })
 	goRun(func(ctx context.Context) error { return FollowSealed(ctx, js, "c1", "si-0", 0, seal, s, log) })
-	// A reader of the stream without the record key installs nothing.
-	goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "keyless-0", 0, &p.keyless, log) })
+	if seal != nil && keyless {
+		// A reader of the stream without the record key installs nothing.
+		goRun(func(ctx context.Context) error { return Follow(ctx, js, "c1", "keyless-0", 0, &p.keyless, log) })
+	}
 
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	keys, err := Hello(hctx, nc, "c1", contract.HelloRequest{DeviceIP: netip.AddrFrom4(dip).String(),
@@ -341,7 +345,7 @@ func TestRegistrarDaemonReplenishesDeviceOverNATS(t *testing.T) {
 	wire := captureSubjects(t, srv, "lois.>")
 	reg, metricsAddr, proc := registrarProcess(t, args...)
 
-	p := startDaemonPath(t, srv, n, seal)
+	p := startDaemonPath(t, srv, n, seal, true)
 
 	// The registrar is paused while the first epoch is used: the device's 65th packet finds its
 	// pool empty and is held, its EPOCH_REQ unanswered; the registrar resumes, the grant
@@ -659,7 +663,7 @@ func TestRegistrarDaemonRekeyOverNATS(t *testing.T) {
 	reg, metricsAddr := registrarDaemon(t, "--nats-url", srv.URL(), "--cloud", "c1", "--services", fmt.Sprint(sid),
 		"--n", fmt.Sprint(n), "--wait-for", "ci-0,si-0", "--seed-store", "memory", "--rekey-streams", fmt.Sprint(4*n),
 		"--record-key-file", keyFile)
-	p := startDaemonPath(t, srv, n, seal)
+	p := startDaemonPath(t, srv, n, seal, false)
 	first := p.dev.Session()
 	p.exchange(0, 8*n)
 	p.checkClean("across rekeys")

@@ -211,6 +211,7 @@ type liveOpts struct {
 	failFirst   int32           // the first EPOCH_REQs that fail
 	exhaust     time.Duration   // the DI's ExhaustQueue (default 50 ms)
 	stp         *lois.STPConfig // the DI pads its uploads
+	siSTP       *lois.STPConfig // the SI pads its downloads
 }
 
 func startLive(t *testing.T, o liveOpts) *live {
@@ -239,7 +240,7 @@ func startLive(t *testing.T, o liveOpts) *live {
 	}
 	lowPub := js.Conn()
 	s, err := NewServer(ServerConfig{Core: core, Ports: map[uint16]uint16{pSrv: sid}, TUN: lv.srvTUN, Wire: siWire,
-		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, LowWaterMin: o.lowWaterMin,
+		Margin: time.Minute, Grace: time.Minute, Metrics: lv.m, Log: log, LowWaterMin: o.lowWaterMin, STP: o.siSTP,
 		LowWater: func(session string, sid uint16) error {
 			return lowPub.Publish(contract.SubjectLowWater("c1", session, sid), nil)
 		}})
@@ -578,5 +579,32 @@ func TestPaddingReplenishes(t *testing.T) {
 	})
 	if e := lv.count("di", "up", contract.ResultExhausted); e != 0 {
 		t.Errorf("%d pads dropped as exhausted", e)
+	}
+}
+
+// TestServerPaddingReplenishes: the SI's download cover packets announce low water as its
+// replies do, so padding a session's downloads does not empty its pool: after one exchange,
+// more than four epochs' worth of download pads go out and none is dropped as exhausted.
+func TestServerPaddingReplenishes(t *testing.T) {
+	const n = 64
+	lv := startLive(t, liveOpts{n: n, exhaust: 10 * time.Second,
+		siSTP: &lois.STPConfig{Period: 200 * time.Millisecond, Q: 1, Rate: 20000, Tick: 10 * time.Millisecond}})
+	lv.devTUN.in <- tcp(dip, cip, dport, sid, 1, 1, 0x18, []byte("x"))
+	if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip {
+		t.Fatalf("the real packet at the server: %x", got[:40])
+	}
+	lv.srvTUN.in <- tcp(sip, dip, pSrv, dport, 1, 2, 0x18, []byte("y"))
+	if got := lv.devTUN.next(t); [4]byte(got[12:16]) != cip {
+		t.Fatalf("the reply at the device: %x", got[:40])
+	}
+	testenv.Eventually(t, time.Minute, "more than four epochs of download pads", func() error {
+		if pads := lv.count("si", "down", contract.ResultPadSent); pads <= 4*n {
+			return fmt.Errorf("%d pads sent, %v download epochs granted, %d exhausted", pads,
+				testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("si", "down")), lv.count("si", "down", contract.ResultExhausted))
+		}
+		return nil
+	})
+	if e := lv.count("si", "down", contract.ResultExhausted); e != 0 {
+		t.Errorf("%d download pads dropped as exhausted", e)
 	}
 }

@@ -265,7 +265,13 @@ func (s *Server) padLoop() error {
 		case now := <-t.C:
 			for _, ss := range *s.sessions.Load() {
 				n := ss.pad.tick(now, buf, func(n int) bool {
-					off, err := s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, s.clk.now())
+					cnow := s.clk.now()
+					off, err := s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, cnow)
+					// Cover packets draw on the session's pools too, so they announce low
+					// water as replies do (the DI's pad loop likewise asks for epochs).
+					if s.cfg.LowWater != nil {
+						s.checkLow(ss, cnow) // tick holds the pools' lock (ss.lock() is the padder's)
+					}
 					if err != nil {
 						s.dnC.inc(contract.Result(err))
 						return false
