@@ -28,6 +28,7 @@ type NATS struct {
 	stopOnce sync.Once
 	cfg      natsConfig // how it was started, for Reload
 	dir      string
+	port     int // the client port while Down
 }
 
 // URL returns the client URL, "nats://127.0.0.1:<port>".
@@ -156,6 +157,16 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 	return n, nil
 }
 
+// Down shuts the server down, keeping its port and store for Restart: an outage of NATS for
+// as long as the test wants.
+func (n *NATS) Down() {
+	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
+		n.port = a.Port
+	}
+	n.stop()
+	n.stop = func() {}
+}
+
 // Restart shuts the server down and starts it again with the same options, ports and store,
 // as a nats-server container restarts (the NATS reloader restarts it for a changed account):
 // file-stored streams come back, memory-stored ones do not, and clients reconnect.
@@ -164,7 +175,10 @@ func (n *NATS) Restart() error {
 	if err != nil {
 		return fmt.Errorf("testenv: restart NATS: %w", err)
 	}
-	o.Port = n.Server.Addr().(*net.TCPAddr).Port
+	o.Port = n.port
+	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
+		o.Port = a.Port
+	}
 	if o.MQTT.Port != 0 {
 		o.MQTT.Port = n.MQTTPort
 	}
@@ -201,7 +215,10 @@ func (n *NATS) Reload(conf string) error {
 	if err != nil {
 		return fmt.Errorf("testenv: reload NATS: %w", err)
 	}
-	o.Port = n.Server.Addr().(*net.TCPAddr).Port
+	o.Port = n.port
+	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
+		o.Port = a.Port
+	}
 	if o.MQTT.Port != 0 {
 		o.MQTT.Port = n.MQTTPort
 	}

@@ -107,6 +107,10 @@ func (r *AggregationJobReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err == nil && next > 0 {
 		res.RequeueAfter = next
 	}
+	if err == nil && !o.ready && o.retryAfter > 0 {
+		// Degraded by NATS (the ring): no watch tells when it is back, so look again.
+		res.RequeueAfter = o.retryAfter
+	}
 	return res, err
 }
 

@@ -442,3 +442,55 @@ func TestShardsFollowThePooledSubmissions(t *testing.T) {
 		return fmt.Errorf("not among %d events", len(list.Items))
 	})
 }
+
+// TestAggregationJobRingRetriedAfterNATSOutage: a shard change made while NATS is down cannot
+// write the ring (RingUnavailable). Nothing in the cluster changes when NATS comes back, so the
+// job must look again by itself: without a retry it stayed RingUnavailable and its shards never
+// scaled (the cluster e2e's PDA phase right after NATS restarted for an account change).
+func TestAggregationJobRingRetriedAfterNATSOutage(t *testing.T) {
+	start := time.Now().Add(time.Hour).Truncate(time.Second)
+	job, _, _ := pdaJob(t, pdav1.Window{Start: &metav1.Time{Time: start}, Duration: &metav1.Duration{Duration: time.Hour}}, 2)
+	ringShards := func() (int, error) {
+		e, err := kv(t, pdacontract.RingBucket).Get(context.Background(), pdacontract.RingKey)
+		if err != nil {
+			return 0, err
+		}
+		r, err := ring.Decode(e.Value())
+		if err != nil {
+			return 0, err
+		}
+		return len(r.Shards()), nil
+	}
+	eventually(t, "ring of the job's 2 shards", func() error {
+		if n, err := ringShards(); err != nil || n != 2 {
+			return fmt.Errorf("ring of %d shards (%v)", n, err)
+		}
+		return nil
+	})
+	natsServer.Down()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := natsServer.Restart(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	job.Spec.Shards = 3
+	update(t, job)
+	waitReady(t, job, func() []metav1.Condition { return job.Status.Conditions }, metav1.ConditionFalse, ReasonRingUnavailable)
+	if err := natsServer.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	eventually(t, "ring of 3 shards written once NATS is back, with no change to the job", func() error {
+		if n, err := ringShards(); err != nil || n != 3 {
+			return fmt.Errorf("ring of %d shards (%v)", n, err)
+		}
+		return nil
+	})
+	waitShardReplicas(t, job, 3)
+}

@@ -187,7 +187,7 @@ func (r *AggregationJobReconciler) syncRing(ctx context.Context, job *pdav1.Aggr
 	prev := job.Status.RingShards
 	ring, wrote, err := r.Services.EnsureRing(ctx, pda.ShardIDs(job, max(job.Spec.Shards, 1)))
 	if err != nil {
-		return degraded(ReasonRingUnavailable, "write the shard ring to NATS KV %s: %v", pdacontract.RingBucket, err)
+		return unavailable(ReasonRingUnavailable, "write the shard ring to NATS KV %s: %v", pdacontract.RingBucket, err)
 	}
 	if wrote {
 		r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonRingUpdated, "Reshard",

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,6 +27,20 @@ type outcome struct {
 	progressing bool // checks passed and workloads are still catching up
 	reason      string
 	message     string
+	// retryAfter: a degraded outcome caused by something outside the cluster's objects (NATS
+	// unavailable) that no watch event will report gone; the reconcile is repeated after it.
+	retryAfter time.Duration
+}
+
+// retryTransient is how soon a reconcile degraded by an unavailable service runs again.
+const retryTransient = 10 * time.Second
+
+// unavailable is a degraded outcome that clears by itself once a service is back: the
+// reconcile is retried after retryTransient.
+func unavailable(reason, format string, args ...any) *outcome {
+	o := degraded(reason, format, args...)
+	o.retryAfter = retryTransient
+	return o
 }
 
 // ReasonRollingOut: the checks passed and the operator is waiting for workloads to catch up.

@@ -224,9 +224,10 @@ func (r *natsReloader) check() error {
 // gateways' watches never resumed). So the nodes take turns: time is cut into slots of
 // cfg.Slot, node k restarts only in the first half of slots ≡ k (mod nodes) — two nodes never
 // share a slot, whatever the skew between their syncs — and only when every other node
-// answers /healthz (the node restarted in the previous turn is back, current with the meta
-// leader, and its streams and consumers caught up: restarting the next one earlier could leave
-// an R3 stream with a single current replica). After cfg.MaxWait of unhealthy peers it restarts anyway in its
+// answers /healthz?js-server-only=true (the node restarted in the previous turn is back and
+// current with the meta leader; not the full /healthz, which stays failing for good once an
+// account with JetStream data is removed — "JetStream account … could not be resolved" — and
+// would hold every later turn to --max-wait). After cfg.MaxWait of unhealthy peers it restarts anyway in its
 // turn: accounts that are never loaded are worse than one more node down.
 func (r *natsReloader) restartTurn(hash string) bool {
 	c := r.cfg
@@ -264,10 +265,10 @@ func (r *natsReloader) restartTurn(hash string) bool {
 	return false
 }
 
-// peerHealthy asks a peer's monitoring endpoint whether it runs, is current with the JetStream
-// meta leader and has caught its streams and consumers up.
+// peerHealthy asks a peer's monitoring endpoint whether it runs and is current with the
+// JetStream meta leader.
 func (r *natsReloader) peerHealthy(base string) error {
-	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz")
+	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?js-server-only=true")
 	if err != nil {
 		return err
 	}
