@@ -277,7 +277,10 @@ func simulate(ctx context.Context, c *simulateConfig, log *slog.Logger) error {
 	}
 	var tr sim.Transport
 	if cfg.Shards > 1 {
-		opts := []nats.Option{nats.Name(fmt.Sprintf("sddr-simulate-%s-%d", c.runID, c.shardIndex)), nats.MaxReconnects(-1)}
+		// IgnoreAuthErrorAbort: a shard reconnecting to a node that has not yet restarted for the
+		// simulation's account is refused until that node's turn (docs/chart.md); nats.go would
+		// close the connection after two refusals and the shard would die mid-run.
+		opts := []nats.Option{nats.Name(fmt.Sprintf("sddr-simulate-%s-%d", c.runID, c.shardIndex)), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort()}
 		if c.natsUser != "" {
 			opts = append(opts, nats.UserInfo(c.natsUser, c.natsPassword))
 		}

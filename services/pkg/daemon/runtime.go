@@ -113,7 +113,12 @@ func (rt *Runtime) Run(role Role) error {
 			return telemetry.Serve(ctx, c.HealthAddr, rt.Registry, rt.Health, rt.Log, telemetry.Publish(af, telemetry.AddrHealth))
 		})
 	}
-	opts := []nats.Option{nats.Name("obscura-" + rt.Name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(500 * time.Millisecond)}
+	// IgnoreAuthErrorAbort: nats.go closes a connection for good after the same authorization
+	// error twice, but in a NATS cluster whose nodes restart in turns to load a new account
+	// (docs/chart.md) a role reconnecting to a node not yet restarted is refused until its
+	// turn; it must keep trying, not exit and crash-loop.
+	opts := []nats.Option{nats.Name("obscura-" + rt.Name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(500 * time.Millisecond),
+		nats.IgnoreAuthErrorAbort()}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	} else if c.NATSUser != "" {
