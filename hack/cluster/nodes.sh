@@ -14,7 +14,7 @@
 # and the probe range 198.51.100.0/24 (TEST-NET-2, what `status` dials to show that nothing
 # leaves); no node namespace has a default route; nothing is NATed; the host does not forward
 # (its ip_forward is left as it is). NetworkPolicies: kube-network-policies (a DaemonSet). With
-# NODES_PLATFORM=1 (the platform across the nodes, e2e-nodes.sh; not yet run to completion),
+# NODES_PLATFORM=1 (the platform across the nodes, e2e-nodes.sh),
 # cluster DNS too: CoreDNS (cluster.local only, nothing forwarded) behind kube-system/kube-dns at
 # $DNS_IP; without it pods get no nameserver.
 
