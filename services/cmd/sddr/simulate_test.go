@@ -117,30 +117,37 @@ func TestSimulateWritesContract(t *testing.T) {
 	}
 }
 
+// simulateGroups runs a 12-device groups simulation of the given hours and friends per
+// device (p-det 1) with the extra flags args, and returns the result file it wrote.
+func simulateGroups(t *testing.T, hours, friends string, args ...string) *contract.Result {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "result.json")
+	c, err := parseSimulate(append([]string{"--devices", "12", "--hours", hours, "--scenario", "groups", "--group-size", "6",
+		"--friends", friends, "--p-det", "1", "--result-file", out}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := contract.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestSimulateEnergyFlags: each coefficient of Equation 1 from its flag (or its
 // OBSCURA_<FLAG> variable, as the operator passes it) reaches the result, and the battery
 // figure follows: a battery twice as large halves battery %/day of the same run.
 func TestSimulateEnergyFlags(t *testing.T) {
 	run := func(args ...string) *contract.Result {
 		t.Helper()
-		out := filepath.Join(t.TempDir(), "result.json")
-		c, err := parseSimulate(append([]string{"--devices", "12", "--hours", "1", "--scenario", "groups", "--group-size", "6",
-			"--friends", "1", "--p-det", "1", "--result-file", out}, args...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := contract.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return simulateGroups(t, "1", "1", args...)
 	}
 	t.Setenv("OBSCURA_ANSWER_MJ", "9.25")
 	a := run("--idle-bt-joules-per-day", "150", "--epoch-change-mj", "600", "--discovery-mj", "1200.5", "--recognition-mj", "25")
@@ -190,24 +197,7 @@ func TestShardWaitsForNATS(t *testing.T) {
 func TestSimulateEpochAndRevocationFlags(t *testing.T) {
 	run := func(args ...string) *contract.Result {
 		t.Helper()
-		out := filepath.Join(t.TempDir(), "result.json")
-		c, err := parseSimulate(append([]string{"--devices", "12", "--hours", "2", "--scenario", "groups", "--group-size", "6",
-			"--friends", "2", "--p-det", "1", "--result-file", out}, args...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := simulate(t.Context(), c, telemetry.Discard()); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := contract.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return simulateGroups(t, "2", "2", args...)
 	}
 	def := run()
 	if def.EpochSeconds != 900 || def.EpochJitterSeconds != 60 || def.RevokeFraction != 0.1 || def.RevokeAt != 0.5 {
