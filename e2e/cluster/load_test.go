@@ -189,10 +189,15 @@ func (e *env) drive(name string, users int, d time.Duration) map[string]any {
 
 // driveRaw is drive without failing the test (it runs on other goroutines too).
 func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any, error) {
+	return e.driveAt(name, edgeAddr, mqttAddr, users, d)
+}
+
+// driveAt is driveRaw against the given edge and MQTT addresses.
+func (e *env) driveAt(name, edge, mqtt string, users int, d time.Duration) (map[string]any, error) {
 	js := filepath.Join(e.outDir(), "drive-"+name+".json")
-	args := []string{"drive", "--gateway", edgeAddr, "--ca-file", e.ca, "--server-name", e.edgeServerName,
+	args := []string{"drive", "--gateway", edge, "--ca-file", e.ca, "--server-name", e.edgeServerName,
 		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", filepath.Join(e.prov, "devices.json"),
-		"--mqtt", mqttAddr, "--device-credentials-file", e.creds,
+		"--mqtt", mqtt, "--device-credentials-file", e.creds,
 		"--duration", d.String(), "--users", strconv.Itoa(users), "--timeout", "90s", "--progress", "10s", "--json", js}
 	out, err := exec.Command(e.mohito, args...).CombinedOutput()
 	_ = os.WriteFile(filepath.Join(e.outDir(), "drive-"+name+".txt"), out, 0o644)

@@ -2,14 +2,11 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,10 +35,7 @@ import (
 // and again no command may be lost (it fails today: docs/cluster.md).
 // The release is not uninstalled: the cluster is taken down after the run.
 func TestPlatformAcrossNodes(t *testing.T) {
-	nodes, _ := strconv.Atoi(os.Getenv("OBSCURA_E2E_CLUSTER_NODES"))
-	if os.Getenv("OBSCURA_E2E_CLUSTER") != "1" || nodes < 2 {
-		t.Skip("needs the multi-node local cluster: make e2e-cluster NODES=3")
-	}
+	nodes := skipUnlessMultiNode(t)
 	e := newEnv(t)
 	defer e.writeReport()
 	defer e.dumpOnFailure()
@@ -267,25 +261,4 @@ func (e *env) podAddr(component string, port int) string {
 		return errors.New("none ready")
 	})
 	return addr
-}
-
-// driveAt is driveRaw against the given edge and MQTT addresses.
-func (e *env) driveAt(name, edge, mqtt string, users int, d time.Duration) (map[string]any, error) {
-	js := filepath.Join(e.outDir(), "drive-"+name+".json")
-	args := []string{"drive", "--gateway", edge, "--ca-file", e.ca, "--server-name", e.edgeServerName,
-		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", filepath.Join(e.prov, "devices.json"),
-		"--mqtt", mqtt, "--device-credentials-file", e.creds,
-		"--duration", d.String(), "--users", strconv.Itoa(users), "--timeout", "90s", "--progress", "10s", "--json", js}
-	out, err := exec.Command(e.mohito, args...).CombinedOutput()
-	_ = os.WriteFile(filepath.Join(e.outDir(), "drive-"+name+".txt"), out, 0o644)
-	e.t.Logf("mohito drive (%s, %d users):\n%s", name, users, tail(string(out), 3000))
-	if ee := (*exec.ExitError)(nil); err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-		return nil, fmt.Errorf("drive %s: %w", name, err)
-	}
-	b, err := os.ReadFile(js)
-	if err != nil {
-		return nil, err
-	}
-	var s map[string]any
-	return s, json.Unmarshal(b, &s)
 }

@@ -27,10 +27,7 @@ import (
 // the policy's and not a broken network. What it does not cover: the real workloads (the platform
 // is not installed here) and the operator's own NetworkPolicies (PPS).
 func TestPolicyMatrix(t *testing.T) {
-	nodes, _ := strconv.Atoi(os.Getenv("OBSCURA_E2E_CLUSTER_NODES"))
-	if os.Getenv("OBSCURA_E2E_CLUSTER") != "1" || nodes < 2 {
-		t.Skip("needs the multi-node local cluster: make e2e-cluster NODES=3")
-	}
+	nodes := skipUnlessMultiNode(t)
 	e := newEnv(t)
 	defer e.writeReport()
 	const rel = "matrix"
@@ -232,4 +229,15 @@ func (e *env) dial(ns, pod, addr string, wantOpen bool) bool {
 		}
 	}
 	return false
+}
+
+// skipUnlessMultiNode skips t unless it runs on the multi-node local cluster (make e2e-cluster
+// NODES=3 sets OBSCURA_E2E_CLUSTER_NODES), and returns the number of nodes.
+func skipUnlessMultiNode(t *testing.T) int {
+	t.Helper()
+	nodes, _ := strconv.Atoi(os.Getenv("OBSCURA_E2E_CLUSTER_NODES"))
+	if os.Getenv("OBSCURA_E2E_CLUSTER") != "1" || nodes < 2 {
+		t.Skip("needs the multi-node local cluster: make e2e-cluster NODES=3")
+	}
+	return nodes
 }
