@@ -346,13 +346,18 @@ func (n loisNetns) do(f func() error) error {
 	return netns.Do(n.name, f)
 }
 
-// httpGet fetches url from inside the namespace and wants 200.
-func (n loisNetns) httpGet(url string) error {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+// httpClient is an HTTP client whose connections are dialled from inside the namespace.
+func (n loisNetns) httpClient() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(_ context.Context, network, addr string) (conn net.Conn, err error) {
 			err = n.do(func() error { conn, err = net.DialTimeout(network, addr, 5*time.Second); return err })
 			return conn, err
 		}}}
+}
+
+// httpGet fetches url from inside the namespace and wants 200.
+func (n loisNetns) httpGet(url string) error {
+	c := n.httpClient()
 	resp, err := c.Get(url)
 	if err != nil {
 		return err
@@ -368,11 +373,7 @@ func (n loisNetns) httpGet(url string) error {
 // counters fetches a Prometheus text page from inside the namespace and returns the samples
 // of metric by their label set as written (`a="x",b="y"`).
 func (n loisNetns) counters(url, metric string) (map[string]float64, error) {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(_ context.Context, network, addr string) (conn net.Conn, err error) {
-			err = n.do(func() error { conn, err = net.DialTimeout(network, addr, 5*time.Second); return err })
-			return conn, err
-		}}}
+	c := n.httpClient()
 	resp, err := c.Get(url)
 	if err != nil {
 		return nil, err
