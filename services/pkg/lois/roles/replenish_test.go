@@ -570,10 +570,17 @@ func TestPaddingReplenishes(t *testing.T) {
 	if got := lv.srvTUN.next(t); [4]byte(got[12:16]) != dip {
 		t.Fatalf("the real packet at the server: %x", got[:40])
 	}
-	testenv.Eventually(t, time.Minute, "more than four epochs of pads", func() error {
-		if pads := lv.count("di", "up", contract.ResultPadSent); pads <= 4*n {
-			return fmt.Errorf("%d pads sent, %v upload epochs granted, %d exhausted", pads,
-				testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("di", "up")), lv.count("di", "up", contract.ResultExhausted))
+	lv.wantPadsOnGrants(t, n, "di", "up", "upload")
+}
+
+// wantPadsOnGrants waits until role has sent more than four epochs (of n keys) of pads in
+// direction dir (what names it in messages), then wants grant after grant: ≥ 4 epochs granted.
+func (lv *live) wantPadsOnGrants(t *testing.T, n int, role, dir, what string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, "more than four epochs of "+what+" pads", func() error {
+		if pads := lv.count(role, dir, contract.ResultPadSent); pads <= 4*n {
+			return fmt.Errorf("%d pads sent, %v %s epochs granted, %d exhausted", pads,
+				testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues(role, dir)), what, lv.count(role, dir, contract.ResultExhausted))
 		}
 		return nil
 	})
@@ -581,10 +588,10 @@ func TestPaddingReplenishes(t *testing.T) {
 	// arrive after the pool ran dry and pads are dropped meanwhile (hundreds at load 15–19), so
 	// drops are no measure. What padding must do is ask: without it one grant came and the pads
 	// stopped; with it grant follows grant.
-	if g := testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("di", "up")); g < 4 {
-		t.Errorf("%v upload epochs granted while padding, want grant after grant (≥ 4)", g)
+	if g := testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues(role, dir)); g < 4 {
+		t.Errorf("%v %s epochs granted while padding, want grant after grant (≥ 4)", g, what)
 	}
-	t.Logf("%d pads dropped as exhausted while a grant was on its way", lv.count("di", "up", contract.ResultExhausted))
+	t.Logf("%d %s pads dropped as exhausted while a grant was on its way", lv.count(role, dir, contract.ResultExhausted), what)
 }
 
 // TestServerPaddingReplenishes: the SI's download cover packets announce low water as its
@@ -602,16 +609,5 @@ func TestServerPaddingReplenishes(t *testing.T) {
 	if got := lv.devTUN.next(t); [4]byte(got[12:16]) != cip {
 		t.Fatalf("the reply at the device: %x", got[:40])
 	}
-	testenv.Eventually(t, time.Minute, "more than four epochs of download pads", func() error {
-		if pads := lv.count("si", "down", contract.ResultPadSent); pads <= 4*n {
-			return fmt.Errorf("%d pads sent, %v download epochs granted, %d exhausted", pads,
-				testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("si", "down")), lv.count("si", "down", contract.ResultExhausted))
-		}
-		return nil
-	})
-	// As TestPaddingReplenishes: grant after grant, whatever a loaded machine drops meanwhile.
-	if g := testutil.ToFloat64(lv.m.EpochsGranted.WithLabelValues("si", "down")); g < 4 {
-		t.Errorf("%v download epochs granted while padding, want grant after grant (≥ 4)", g)
-	}
-	t.Logf("%d download pads dropped as exhausted while a grant was on its way", lv.count("si", "down", contract.ResultExhausted))
+	lv.wantPadsOnGrants(t, n, "si", "down", "download")
 }
