@@ -506,7 +506,7 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 			defer func() { <-sem; wg.Done() }()
 			// The client id carries the run id: a leftover session of an
 			// earlier run must not take this connection over.
-			m, err := client.DialMQTT(o.MQTTAddr, login.User, login.Password)
+			m, err := dialMQTTRetrying(ctx, o.MQTTAddr, login.User, login.Password)
 			if err == nil {
 				if err = client.NewDevice(d.ID, s, p, m, h).Start(); err != nil {
 					m.Close()
@@ -528,4 +528,27 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 		firstErr = ctx.Err()
 	}
 	return conns, firstErr
+}
+
+// mqttPatience is how long a device keeps trying to reach its broker before the drive gives up:
+// a NATS node restarting for a new account (its turn, docs/chart.md) refuses connections for
+// a few seconds, and a device reconnects, as real ones do.
+const mqttPatience = time.Minute
+
+// dialMQTTRetrying dials as client.DialMQTT does, retrying with backoff for up to mqttPatience.
+func dialMQTTRetrying(ctx context.Context, addr, user, password string) (*client.MQTTTransport, error) {
+	deadline := time.Now().Add(mqttPatience)
+	wait := 250 * time.Millisecond
+	for {
+		m, err := client.DialMQTT(addr, user, password)
+		if err == nil || time.Now().Add(wait).After(deadline) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 4*time.Second)
+	}
 }
