@@ -59,6 +59,20 @@ func (w *benchWorld) forget() {
 	w.d.newPeers = 0
 }
 
+// loopCPU runs body b.N times under b.Loop and reports the CPU time of the loop per op
+// (cpu-ns/op, and per unit when per > 1); the CPU clock starts after b.Loop starts the timer.
+func loopCPU(b *testing.B, per int, unit string, body func()) {
+	b.Helper()
+	var cpu *cpuClock
+	for b.Loop() {
+		if cpu == nil {
+			cpu = startCPU()
+		}
+		body()
+	}
+	cpu.report(b, per, unit)
+}
+
 // BenchmarkGenBeacon: building and installing one beacon (Alg. 2) per discovery interval.
 func BenchmarkGenBeacon(b *testing.B) {
 	for _, as := range []int{0, 256} {
@@ -70,17 +84,12 @@ func BenchmarkGenBeacon(b *testing.B) {
 			}
 			must(b, d.StartEpoch(t0))
 			b.ReportAllocs()
-			var cpu *cpuClock
-			for b.Loop() {
-				if cpu == nil { // after b.Loop starts the timer
-					cpu = startCPU()
-				}
+			loopCPU(b, 1, "", func() {
 				d.ep.count = 1
 				if err := d.install(); err != nil {
 					b.Fatal(err)
 				}
-			}
-			cpu.report(b, 1, "")
+			})
 		})
 	}
 }
@@ -93,11 +102,7 @@ func BenchmarkBeaconFirst(b *testing.B) {
 			w := newBenchWorld(b, ls, 64, 1)
 			b.ReportAllocs()
 			i := 0
-			var cpu *cpuClock
-			for b.Loop() {
-				if cpu == nil { // after b.Loop starts the timer
-					cpu = startCPU()
-				}
+			loopCPU(b, 1, "", func() {
 				s := i % len(w.frames)
 				if s == 0 {
 					w.forget()
@@ -106,8 +111,7 @@ func BenchmarkBeaconFirst(b *testing.B) {
 					b.Fatal(err)
 				}
 				i++
-			}
-			cpu.report(b, 1, "")
+			})
 		})
 	}
 }
@@ -124,11 +128,7 @@ func BenchmarkBeaconNext(b *testing.B) {
 	p := w.d.peers[w.d.byID[w.d.peers[[32]byte(w.frames[0][0][4:36])].rec.keys.id].peer.pk]
 	b.ReportAllocs()
 	c := 8
-	var cpu *cpuClock
-	for b.Loop() {
-		if cpu == nil { // after b.Loop starts the timer
-			cpu = startCPU()
-		}
+	loopCPU(b, 1, "", func() {
 		if c == 254 {
 			c = 8
 			p.processed = [4]uint64{}
@@ -137,8 +137,7 @@ func BenchmarkBeaconNext(b *testing.B) {
 			b.Fatal(err)
 		}
 		c++
-	}
-	cpu.report(b, 1, "")
+	})
 }
 
 // BenchmarkRecognizeEncounter: the whole recognition of one sender at |LS| = 256 to the
@@ -149,11 +148,7 @@ func BenchmarkRecognizeEncounter(b *testing.B) {
 	w := newBenchWorld(b, 256, 64, 3)
 	b.ReportAllocs()
 	i := 0
-	var cpu *cpuClock
-	for b.Loop() {
-		if cpu == nil { // after b.Loop starts the timer
-			cpu = startCPU()
-		}
+	loopCPU(b, 1, "", func() {
 		s := i % len(w.frames)
 		if s == 0 {
 			w.forget()
@@ -169,8 +164,7 @@ func BenchmarkRecognizeEncounter(b *testing.B) {
 			b.Fatal("friend not recognised")
 		}
 		i++
-	}
-	cpu.report(b, 1, "")
+	})
 }
 
 // BenchmarkInquiry: one inquiry's worth of new neighbours against a listen set, up to the
@@ -180,19 +174,14 @@ func BenchmarkInquiry(b *testing.B) {
 		for _, n := range []int{5, 255} {
 			b.Run(fmt.Sprintf("LS=%d/devices=%d", ls, n), func(b *testing.B) {
 				w := newBenchWorld(b, ls, n, 1)
-				var cpu *cpuClock
-				for b.Loop() {
-					if cpu == nil { // after b.Loop starts the timer
-						cpu = startCPU()
-					}
+				loopCPU(b, n, "neighbour", func() {
 					w.forget()
 					for s := range w.frames {
 						if _, err := w.d.OnBeacon(w.frames[s][0][:], w.addrs[s], t0); err != nil {
 							b.Fatal(err)
 						}
 					}
-				}
-				cpu.report(b, n, "neighbour")
+				})
 			})
 		}
 	}
@@ -220,11 +209,7 @@ func BenchmarkBloomRecognize(b *testing.B) {
 			friend := w.d.listenBy["friend"]
 			b.ReportAllocs()
 			i := 0
-			var cpu *cpuClock
-			for b.Loop() {
-				if cpu == nil { // after b.Loop starts the timer
-					cpu = startCPU()
-				}
+			loopCPU(b, 1, "", func() {
 				bs := &beacons[i%len(beacons)]
 				p := &peer{pk: bs[0].PublicKey}
 				for c := range 3 {
@@ -234,8 +219,7 @@ func BenchmarkBloomRecognize(b *testing.B) {
 					b.Fatalf("friend not matched by 3 beacons: %v", p.matching)
 				}
 				i++
-			}
-			cpu.report(b, 1, "")
+			})
 		})
 	}
 }
@@ -250,6 +234,7 @@ func BenchmarkH1(b *testing.B) {
 	salt := newH1Salt(&bc.PublicKey, bc.Count)
 	x := w.d.listen[0].value
 	hits := 0
+	// Not loopCPU: a call per op would be measurable against H1's ~150 ns.
 	var cpu *cpuClock
 	for b.Loop() {
 		if cpu == nil { // after b.Loop starts the timer
@@ -356,16 +341,11 @@ func BenchmarkPSI(b *testing.B) {
 			ls, as := psiSets(b, n)
 			r := seeded(8)
 			b.ReportAllocs()
-			var cpu *cpuClock
-			for b.Loop() {
-				if cpu == nil { // after b.Loop starts the timer
-					cpu = startCPU()
-				}
+			loopCPU(b, 1, "", func() {
 				if c := oprfPSI(b, r, ls, as); c != 1 {
 					b.Fatalf("PSI found %d common elements", c)
 				}
-			}
-			cpu.report(b, 1, "")
+			})
 		})
 	}
 }
@@ -378,11 +358,7 @@ func BenchmarkDHPSI(b *testing.B) {
 	ls, as := psiSets(b, n)
 	r := seeded(7)
 	b.ReportAllocs()
-	var cpu *cpuClock
-	for b.Loop() {
-		if cpu == nil { // after b.Loop starts the timer
-			cpu = startCPU()
-		}
+	loopCPU(b, 1, "", func() {
 		ka, _ := ecdh.X25519().GenerateKey(r)
 		kb, _ := ecdh.X25519().GenerateKey(r)
 		if _, err := ka.ECDH(kb.PublicKey()); err != nil {
@@ -394,8 +370,7 @@ func BenchmarkDHPSI(b *testing.B) {
 		if c := oprfPSI(b, r, ls, as); c != 1 {
 			b.Fatalf("PSI found %d common elements", c)
 		}
-	}
-	cpu.report(b, 1, "")
+	})
 }
 
 // BenchmarkPSIPaperGroup is a DH-based PSI in the kind of group the paper's baseline ran in
@@ -431,11 +406,7 @@ func BenchmarkPSIPaperGroup(b *testing.B) {
 	}
 	enc := func(v *big.Int) []byte { return v.FillBytes(make([]byte, 128)) }
 	b.ReportAllocs()
-	var cpu *cpuClock
-	for b.Loop() {
-		if cpu == nil { // after b.Loop starts the timer
-			cpu = startCPU()
-		}
+	loopCPU(b, 1, "", func() {
 		a, s := secret(), secret()
 		// Listener: H(x)^a, sent.
 		msg1 := make([][]byte, n)
@@ -464,8 +435,7 @@ func BenchmarkPSIPaperGroup(b *testing.B) {
 		if common != 1 {
 			b.Fatalf("PSI found %d common elements", common)
 		}
-	}
-	cpu.report(b, 1, "")
+	})
 }
 
 // seededReader hides ChaCha8's other methods: dsa.GenerateParameters wants a plain reader.
