@@ -107,6 +107,21 @@ func accounts(t *testing.T, pw func(string) string, vendors ...int) string {
 	return l.Render()
 }
 
+// natsPassword is the tests' password of NATS user u.
+func natsPassword(u string) string { return "pw-" + u }
+
+// newAccountsVolume makes the accounts Secret volume in dir/accounts with accounts.conf for
+// vendor 0 (passwords natsPassword).
+func newAccountsVolume(t *testing.T, dir string) *secretVolume {
+	t.Helper()
+	vol := &secretVolume{t: t, dir: filepath.Join(dir, "accounts")}
+	if err := os.Mkdir(vol.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vol.write("accounts.conf", accounts(t, natsPassword, 0))
+	return vol
+}
+
 // syncBuffer is a log sink the reloader's goroutine writes while the test reads.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -134,12 +149,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	vol := &secretVolume{t: t, dir: filepath.Join(dir, "accounts")}
-	if err := os.Mkdir(vol.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pw := func(u string) string { return "pw-" + u }
-	vol.write("accounts.conf", accounts(t, pw, 0))
+	vol := newAccountsVolume(t, dir)
+	pw := natsPassword
 
 	port, err := testenv.FreePort()
 	if err != nil {
@@ -277,12 +288,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	const nodes = 3
 	dir := t.TempDir()
-	vol := &secretVolume{t: t, dir: filepath.Join(dir, "accounts")}
-	if err := os.Mkdir(vol.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pw := func(u string) string { return "pw-" + u }
-	vol.write("accounts.conf", accounts(t, pw, 0))
+	vol := newAccountsVolume(t, dir)
+	pw := natsPassword
 	c := testenv.StartNATSClusterIncluding(t, nodes, filepath.Join(vol.dir, "accounts.conf"))
 
 	pidFile := func(i int) string { return filepath.Join(dir, fmt.Sprintf("nats-%d.pid", i)) }
