@@ -89,8 +89,6 @@ type Redis struct {
 	mu      sync.Mutex
 	queue   []*respCall
 	reading bool
-
-	adm admitQueue // concurrent Admit calls share a pipeline (admit_batch.go)
 }
 
 type respCall struct {
@@ -126,6 +124,25 @@ redis.call('PEXPIRE', KEYS[4], ARGV[4])
 redis.call('PEXPIRE', KEYS[5], ARGV[4])
 return i
 `)
+
+// Admit implements Store.
+func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
+	keys := []string{key(t, "closed"), key(t, "quota", user), key(t, "seq"), key(t, "m1"), key(t, "user"), key(t, "seen")}
+	digest := sha256.Sum256(m1)
+	n, err := admitScript.Run(ctx, r.c, keys, q, user, m1, r.ttl.Milliseconds(), digest[:]).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("admit in round %d: %w", t, err)
+	}
+	switch n {
+	case -1:
+		return 0, ErrClosed
+	case -2:
+		return 0, ErrRateLimit
+	case -3:
+		return 0, ErrDuplicate
+	}
+	return uint32(n), nil
+}
 
 // MarkForwarded implements Store.
 func (r *Redis) MarkForwarded(ctx context.Context, t uint64, is ...uint32) error {
