@@ -506,12 +506,9 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 			defer func() { <-sem; wg.Done() }()
 			// The client id carries the run id: a leftover session of an
 			// earlier run must not take this connection over.
-			m, err := dialMQTTRetrying(ctx, o.MQTTAddr, login.User, login.Password)
-			if err == nil {
-				if err = client.NewDevice(d.ID, s, p, m, h).Start(); err != nil {
-					m.Close()
-				}
-			}
+			m, err := dialMQTTRetrying(ctx, o.MQTTAddr, login.User, login.Password, func(m *client.MQTTTransport) error {
+				return client.NewDevice(d.ID, s, p, m, h).Start()
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -535,14 +532,22 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 // a few seconds, and a device reconnects, as real ones do.
 const mqttPatience = time.Minute
 
-// dialMQTTRetrying dials as client.DialMQTT does, retrying with backoff for up to mqttPatience.
-func dialMQTTRetrying(ctx context.Context, addr, user, password string) (*client.MQTTTransport, error) {
+// dialMQTTRetrying dials as client.DialMQTT does and runs start on the connection (the
+// device's subscriptions), retrying both with backoff for up to mqttPatience: a subscription
+// can fail too while the session streams elect a leader (a node killed under load).
+func dialMQTTRetrying(ctx context.Context, addr, user, password string, start func(*client.MQTTTransport) error) (*client.MQTTTransport, error) {
 	deadline := time.Now().Add(mqttPatience)
 	wait := 250 * time.Millisecond
 	for {
 		m, err := client.DialMQTT(addr, user, password)
-		if err == nil || time.Now().Add(wait).After(deadline) {
-			return m, err
+		if err == nil {
+			if err = start(m); err == nil {
+				return m, nil
+			}
+			m.Close()
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
