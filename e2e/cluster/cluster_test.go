@@ -260,7 +260,9 @@ func (e *env) imageValues() []string {
 			continue
 		}
 		i := strings.LastIndex(ref, ":")
-		args = append(args, "--set", fmt.Sprintf("images.%s.repository=%s,images.%s.tag=%s", name, ref[:i], name, ref[i+1:]))
+		// --set-string: a content-hash tag can be all digits, which --set reads as a number
+		// and the schema refuses (the smoke of 18:10: "/images/mohito/tag: got number").
+		args = append(args, "--set-string", fmt.Sprintf("images.%s.repository=%s,images.%s.tag=%s", name, ref[:i], name, ref[i+1:]))
 	}
 	if len(args) != 2*len(chartName) {
 		e.t.Fatalf("images.json lacks some of %v: %v", chartName, e.images)
