@@ -67,7 +67,9 @@ func TestRunDemo(t *testing.T) {
 				t.Errorf("day %d %s: subscriber %v, float64 %v", d+1, demoStatistics[i], e.Got[i].Float64(), w)
 			}
 		}
-		if !e.Match() || e.Valid != slots || e.ANDGates == 0 || e.Bytes == 0 || e.Check <= 0 || e.Evaluate <= 0 {
+		// Check is the consistency check's time left at the tick: 0 when it ran during the
+		// window (day 2 under make test); Valid is what the check decided.
+		if !e.Match() || e.Valid != slots || e.ANDGates == 0 || e.Bytes == 0 || e.Check < 0 || e.Evaluate <= 0 {
 			t.Errorf("day %d execution %+v: want a match over %d valid inputs with its gates, bytes and phases", d+1, e, slots)
 		}
 	}
