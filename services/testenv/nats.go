@@ -28,7 +28,7 @@ type NATS struct {
 	stopOnce sync.Once
 	cfg      natsConfig // how it was started, for Reload
 	dir      string
-	port     int // the client port while Down
+	port     int // the client port, kept across Down, Restart and Reload
 }
 
 // URL returns the client URL, "nats://127.0.0.1:<port>".
@@ -146,6 +146,7 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 		return nil, fmt.Errorf("testenv: embedded NATS (server %q on %s, MQTT %v, store %s) not ready for connections in 10s\n%s",
 			sopts.ServerName, Host, sopts.MQTT.Port != 0, sopts.StoreDir, logTail(logPath, 30))
 	}
+	n.port = s.Addr().(*net.TCPAddr).Port
 	if sopts.MQTT.Port != 0 {
 		vz, err := s.Varz(nil)
 		if err != nil {
@@ -160,9 +161,6 @@ func StartNATSServer(dir string, opts ...NATSOption) (*NATS, error) {
 // Down shuts the server down, keeping its port and store for Restart: an outage of NATS for
 // as long as the test wants.
 func (n *NATS) Down() {
-	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
-		n.port = a.Port
-	}
 	n.stop()
 	n.stop = func() {}
 }
@@ -176,9 +174,6 @@ func (n *NATS) Restart() error {
 		return fmt.Errorf("testenv: restart NATS: %w", err)
 	}
 	o.Port = n.port
-	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
-		o.Port = a.Port
-	}
 	if o.MQTT.Port != 0 {
 		o.MQTT.Port = n.MQTTPort
 	}
@@ -216,9 +211,6 @@ func (n *NATS) Reload(conf string) error {
 		return fmt.Errorf("testenv: reload NATS: %w", err)
 	}
 	o.Port = n.port
-	if a, ok := n.Server.Addr().(*net.TCPAddr); ok {
-		o.Port = a.Port
-	}
 	if o.MQTT.Port != 0 {
 		o.MQTT.Port = n.MQTTPort
 	}

@@ -227,8 +227,8 @@ func (r *natsReloader) check() error {
 // answers /healthz?js-server-only=true (the node restarted in the previous turn is back and
 // current with the meta leader; not the full /healthz, which stays failing for good once an
 // account with JetStream data is removed — "JetStream account … could not be resolved" — and
-// would hold every later turn to --max-wait). After cfg.MaxWait of unhealthy peers it restarts anyway in its
-// turn: accounts that are never loaded are worse than one more node down.
+// would hold every later turn to --max-wait). After cfg.MaxWait of unhealthy peers it restarts
+// anyway in its turn: accounts that are never loaded are worse than one more node down.
 func (r *natsReloader) restartTurn(hash string) bool {
 	c := r.cfg
 	if len(c.Peers) < 2 {
