@@ -71,7 +71,7 @@ type RoundReconciler struct {
 	history roundHistory
 }
 
-// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds,verbs=get;list;watch
+// +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=mohito.obscura.dev,resources=rounds/scale,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;create;update;patch;delete

@@ -110,17 +110,22 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	mgr, err := ctrl.NewManager(api.Config, ctrl.Options{
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testAccountsSecret.Namespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, "create the operator's namespace:", err)
+		return 1
+	}
+	operatorConfig, err := asOperator(context.Background(), api.Config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the operator's service account:", err)
+		return 1
+	}
+	mgr, err := ctrl.NewManager(operatorConfig, ctrl.Options{
 		Scheme:                 scheme.New(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "create manager:", err)
-		return 1
-	}
-	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testAccountsSecret.Namespace}}); err != nil {
-		fmt.Fprintln(os.Stderr, "create the operator's namespace:", err)
 		return 1
 	}
 	if err := SetupAll(mgr, Options{Runtime: testRuntime,
