@@ -31,15 +31,17 @@ const (
 // scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 64
 // commands per round (δ 8, jitter 8, so the largest draw 8 × 64 + 16 = 528 fits K_v = 544), a
 // hold of ten periods, and decryption workers and encoders of 50 millicores that scale on one
-// pending message each (encoders from one partition, between 1 and 3). Users wait for each answer, so they fall into every other round:
+// pending message each, both restarted from one replica (between 1 and 4): the earlier phases
+// left the workers at 3, and a scale-in takes a 3-minute cooldown per step, so without the reset
+// ×1 began at the count ×8 could reach. Users wait for each answer, so they fall into every other round:
 // ×1 (64 users, ≤ 64 real commands a round) fits the base class; ×4 (≤ 256) and ×8 (≤ 320, one
 // per device) burst until the class holds them; back at ×1 every round is mostly fakes and
 // the class comes down.
 const scaleRound = `{"spec":{"delta":8,
   "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
-  "decryptWorkers":{"min":1,"max":3,"targetLag":1,"autoscaler":"Operator",
+  "decryptWorkers":{"replicas":1,"min":1,"max":4,"targetLag":1,"autoscaler":"Operator",
     "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}},
-  "encoders":{"partitions":1,"autoscale":true,"min":1,"max":3,"targetLag":1,
+  "encoders":{"partitions":1,"autoscale":true,"min":1,"max":4,"targetLag":1,
     "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
 
 const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
