@@ -126,7 +126,14 @@ func (r *RoundReconciler) scaleEncoders(ctx context.Context, rd *mohitov1.Round,
 		log.Info("encoder backlog unavailable; not scaling encoders", "err", err.Error())
 		return
 	}
-	obs := autoscale.Observation{Current: e.Partitions, Min: e.Min, Max: e.Max, TargetLag: e.TargetLag, Lag: lag,
+	// A partition owns whole vendors (a vendor's table is one OKVS encode), so partitions beyond
+	// the series' vendors would idle; each rescale rolls every encoder, and a cluster e2e with
+	// one vendor spent two rounds on going 1→2→4 partitions for nothing.
+	hi := e.Max
+	if v := rd.Status.Vendors; v > 0 && v < hi {
+		hi = max(v, e.Min)
+	}
+	obs := autoscale.Observation{Current: e.Partitions, Min: e.Min, Max: hi, TargetLag: e.TargetLag, Lag: lag,
 		RoundDurations: durations, Period: rd.Spec.Period.Duration, Now: time.Now(), Unit: "encoder partitions"}
 	applyScale(ctx, r.Recorder, rd, "ScaleEncoders", obs, &rd.Status.LastEncoderScaleTime, func(n int32) error {
 		patch := client.MergeFrom(rd.DeepCopy())
