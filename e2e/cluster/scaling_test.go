@@ -30,19 +30,22 @@ const (
 
 // scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 64
 // commands per round (δ 8, jitter 8, so the largest draw 8 × 64 + 16 = 528 fits K_v = 544), a
-// hold of ten periods, and decryption workers and encoders of 50 millicores that scale on one
-// pending message each, both restarted from one replica (between 1 and 4): the earlier phases
-// left the workers at 3, and a scale-in takes a 3-minute cooldown per step, so without the reset
-// ×1 began at the count ×8 could reach. Users wait for each answer, so they fall into every other round:
+// hold of ten periods, and decryption workers of 100 millicores that scale on one pending
+// message each, restarted from one replica (between 1 and 4): the earlier phases left 3, and a
+// scale-in takes a 3-minute cooldown per step, so without the reset ×1 began at the count ×8
+// could reach. At 50 millicores one worker did not hold ×1's base class (p90 work 1.97 s of
+// 1.6 s) and the workers were at 4 before the load grew. The encoders autoscale too, but a
+// partition owns whole vendors and this series has one, so they stay at one partition of 200
+// millicores (enough for the largest class). Users wait for each answer, so they fall into every other round:
 // ×1 (64 users, ≤ 64 real commands a round) fits the base class; ×4 (≤ 256) and ×8 (≤ 320, one
 // per device) burst until the class holds them; back at ×1 every round is mostly fakes and
 // the class comes down.
 const scaleRound = `{"spec":{"delta":8,
   "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
   "decryptWorkers":{"replicas":1,"min":1,"max":4,"targetLag":1,"autoscaler":"Operator",
-    "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}},
+    "resources":{"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"100m","memory":"256Mi"}}},
   "encoders":{"partitions":1,"autoscale":true,"min":1,"max":4,"targetLag":1,
-    "resources":{"requests":{"cpu":"25m","memory":"64Mi"},"limits":{"cpu":"50m","memory":"256Mi"}}}}}`
+    "resources":{"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"200m","memory":"256Mi"}}}}}`
 
 const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
 
@@ -114,7 +117,7 @@ type ScaleSample struct {
 func (e *env) scalingPhases() {
 	e.ca = e.edgeCA()
 	e.creds = e.deviceCredentials()
-	e.phase("capacity classes and 50m decryption workers for the load phases", func() {
+	e.phase("capacity classes and 100m decryption workers for the load phases", func() {
 		e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge", "-p", scaleVendor)
 		e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge", "-p", strings.Join(strings.Fields(scaleRound), ""))
 		// The Vendor's change reaches the series' deployment document through its Shuffler's
