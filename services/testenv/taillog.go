@@ -9,7 +9,7 @@ import (
 )
 
 // TailLogger returns a logger that keeps the last n lines its handlers write (text format,
-// info level) and prints them with t.Log when the test fails: a failure under CI's load,
+// debug level) and prints them with t.Log when the test fails: a failure under CI's load,
 // which a run alone does not reproduce, leaves its roles' last words in the test output.
 func TailLogger(t testing.TB, n int) *slog.Logger {
 	tl := &tailLines{max: n}
@@ -18,7 +18,7 @@ func TailLogger(t testing.TB, n int) *slog.Logger {
 			t.Logf("last %d log lines of the roles:\n%s", n, tl.String())
 		}
 	})
-	return slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // tailLines is an io.Writer keeping the last max lines written to it.

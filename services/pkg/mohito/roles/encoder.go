@@ -179,6 +179,7 @@ func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
 			continue
 		}
 		if err := e.seal(ctx, t, v, r.plan, ev); errors.Is(err, errClaimed) {
+			e.cfg.Log.Debug("table claimed by another encoder; held for redelivery", "t", t, "vendor", v)
 			all = false
 			continue
 		} else if err != nil {
@@ -217,6 +218,7 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 			m5 = nil
 		}
 	}
+	reused := m5 != nil
 	if m5 == nil {
 		// While the encoders are rescaled, partitions of the old and the new
 		// count overlap and two of them may own v: only the claim holder
@@ -283,6 +285,7 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 	if err := natsx.SendBlob(ctx, e.cfg.JS, contract.ToVendor(v, t, contract.KindTable), "okvs-"+name, m5); err != nil {
 		return err
 	}
+	e.cfg.Log.Debug("command table sent", "t", t, "vendor", v, "bytes", len(m5), "reused", reused)
 	return nil
 }
 
@@ -347,6 +350,8 @@ func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) nats
 	}
 	sb, err := e.cfg.Store.Slots(ctx, p.T, p.Vendor)
 	if errors.Is(err, roundstate.ErrNotFound) {
+		e.cfg.Log.Warn("response table without stored slots dropped", "t", p.T, "vendor", p.Vendor)
+		e.cfg.Metrics.Dropped.WithLabelValues("no_slots").Inc()
 		return settle(natsx.Drop)
 	} else if err != nil {
 		return settle(natsx.Retry)
@@ -363,5 +368,6 @@ func (e *Encoder) handleResponseTable(ctx context.Context, m jetstream.Msg) nats
 		return settle(natsx.Retry)
 	}
 	e.cfg.Metrics.StageSeconds.WithLabelValues("response_decode").Observe(time.Since(start).Seconds())
+	e.cfg.Log.Debug("response layer sent", "t", p.T, "vendor", p.Vendor)
 	return settle(natsx.Ack)
 }

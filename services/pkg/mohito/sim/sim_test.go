@@ -60,7 +60,7 @@ func start(t *testing.T, devices []int, users, workers int, mutate func(*sim.Con
 		Store:            roundstate.NewRedis(rdb, 5*time.Minute),
 		AckWait:          2 * time.Second,
 		OnRound:          h.report,
-		Log:              testenv.TailLogger(t, 2000),
+		Log:              testenv.TailLogger(t, 5000),
 	}
 	if mutate != nil {
 		mutate(&cfg)
