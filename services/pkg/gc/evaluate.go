@@ -31,6 +31,9 @@ func Evaluate(ctx context.Context, p *Plan, r io.Reader, labels []Label, opt *Op
 // EvaluateAfterHeader is Evaluate for a caller that has read the header with ReadHeader
 // (to pick the Plan by h.CircuitHash, say).
 func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, labels []Label, opt *Options) (*Result, error) {
+	if h.version != 0 && h.version != streamVersion {
+		return nil, malformed("version %d: a pregarbled execution's stream (EvaluatePregarbled)", h.version)
+	}
 	if h.CircuitHash != p.hash {
 		return nil, ErrCircuitMismatch
 	}
@@ -119,6 +122,28 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 		base = u
 	}
 
+	if err := evalTables(ctx, p, k, L, r, buf); err != nil {
+		return nil, err
+	}
+	d := make([]byte, (p.nOut+7)/8)
+	if _, err := io.ReadFull(r, d); err != nil {
+		return nil, readErr("decoding bits", err)
+	}
+	if p.nOut%8 != 0 && d[len(d)-1]>>(p.nOut%8) != 0 {
+		return nil, malformed("decoding padding bits are not zero")
+	}
+	for j, s := range p.outSlots {
+		d[j/8] ^= (L[s][0] & 1) << (j % 8)
+	}
+	if testHookEvaluate != nil {
+		testHookEvaluate(append([]Label(nil), L...))
+	}
+	return &Result{Header: h, Masked: d}, nil
+}
+
+// evalTables evaluates p's gates over the labels L (the input wires' labels set), reading
+// the AND gates' tables from r in schedule order, a buffer at a time.
+func evalTables(ctx context.Context, p *Plan, k *fixedKey, L []Label, r io.Reader, buf []byte) error {
 	t := uint64(0)
 	err := p.forEachRun(func(and bool, ops []uint32) error {
 		if !and {
@@ -140,22 +165,9 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gc: evaluate: %w", err)
+		return fmt.Errorf("gc: evaluate: %w", err)
 	}
-	d := make([]byte, (p.nOut+7)/8)
-	if _, err := io.ReadFull(r, d); err != nil {
-		return nil, readErr("decoding bits", err)
-	}
-	if p.nOut%8 != 0 && d[len(d)-1]>>(p.nOut%8) != 0 {
-		return nil, malformed("decoding padding bits are not zero")
-	}
-	for j, s := range p.outSlots {
-		d[j/8] ^= (L[s][0] & 1) << (j % 8)
-	}
-	if testHookEvaluate != nil {
-		testHookEvaluate(append([]Label(nil), L...))
-	}
-	return &Result{Header: h, Masked: d}, nil
+	return nil
 }
 
 func labelBytes(L []Label) []byte {

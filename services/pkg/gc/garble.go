@@ -124,7 +124,33 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	}
 
 	// Gate tables, chunk by chunk.
-	consts := newANDConsts(&delta)
+	if err := garbleTables(ctx, p, k, &delta, L, sw); err != nil {
+		return nil, err
+	}
+
+	d := make([]byte, (p.nOut+7)/8)
+	for j, s := range p.outSlots {
+		bit := L[s][0] & 1
+		if mask != nil {
+			bit ^= mask[j/8] >> (j % 8) & 1
+		}
+		d[j/8] |= bit << (j % 8)
+	}
+	sw.write(d)
+	sw.flush()
+	if sw.err != nil {
+		return nil, fmt.Errorf("gc: write garbled stream: %w", sw.err)
+	}
+	if testHookGarble != nil {
+		testHookGarble(delta, append([]Label(nil), L...))
+	}
+	return h, nil
+}
+
+// garbleTables garbles p's gates over the labels L (the input wires' zero-labels set) and
+// writes the AND gates' tables to sw in schedule order, chunk by chunk.
+func garbleTables(ctx context.Context, p *Plan, k *fixedKey, delta *Label, L []Label, sw *streamWriter) error {
+	consts := newANDConsts(delta)
 	defer consts.erase()
 	t := uint64(0)
 	err := p.forEachRun(func(and bool, ops []uint32) error {
@@ -150,26 +176,9 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 		return sw.err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gc: garble: %w", err)
+		return fmt.Errorf("gc: garble: %w", err)
 	}
-
-	d := make([]byte, (p.nOut+7)/8)
-	for j, s := range p.outSlots {
-		bit := L[s][0] & 1
-		if mask != nil {
-			bit ^= mask[j/8] >> (j % 8) & 1
-		}
-		d[j/8] |= bit << (j % 8)
-	}
-	sw.write(d)
-	sw.flush()
-	if sw.err != nil {
-		return nil, fmt.Errorf("gc: write garbled stream: %w", sw.err)
-	}
-	if testHookGarble != nil {
-		testHookGarble(delta, append([]Label(nil), L...))
-	}
-	return h, nil
+	return nil
 }
 
 // inputLabels fills W with the input wires' fresh zero-labels. With the AES-NI kernels they

@@ -39,6 +39,13 @@ import (
 const (
 	streamMagic   = "OBGC"
 	streamVersion = 2
+	// tablesVersion is a pregarbled execution's AND tables (pregarble.go): the header, its
+	// context, then 32·ANDs bytes of gate tables; inputsVersion is the rest of that
+	// execution, sent when its inputs are known: the header (same execID, π key and counts),
+	// its context, input kinds, identity tables of two rows (32·k, row lsb(a) first-indexed),
+	// constant labels and decoding bits.
+	tablesVersion = 3
+	inputsVersion = 4
 	headerSize    = 100
 	// MaxContext bounds the caller's context bytes in the stream header.
 	MaxContext = 4096
@@ -55,6 +62,9 @@ type Header struct {
 	ANDs    uint64
 	Outputs uint64
 	Context []byte
+	// version is the stream's version (streamVersion, tablesVersion or inputsVersion); zero
+	// is streamVersion.
+	version byte
 }
 
 var (
@@ -71,7 +81,11 @@ func malformed(format string, a ...any) error {
 
 func (h *Header) appendTo(b []byte) []byte {
 	b = append(b, streamMagic...)
-	b = append(b, streamVersion, 0, 0, 0)
+	v := h.version
+	if v == 0 {
+		v = streamVersion
+	}
+	b = append(b, v, 0, 0, 0)
 	b = append(b, h.ExecID[:]...)
 	b = append(b, h.CircuitHash[:]...)
 	b = append(b, h.Key[:]...)
@@ -93,13 +107,13 @@ func ReadHeader(r io.Reader) (*Header, error) {
 	if string(b[:4]) != streamMagic {
 		return nil, malformed("bad magic %q", b[:4])
 	}
-	if b[4] != streamVersion {
-		return nil, malformed("version %d, want %d", b[4], streamVersion)
+	if b[4] != streamVersion && b[4] != tablesVersion && b[4] != inputsVersion {
+		return nil, malformed("version %d, want %d, %d or %d", b[4], streamVersion, tablesVersion, inputsVersion)
 	}
 	if b[5]|b[6]|b[7] != 0 {
 		return nil, malformed("reserved bytes are not zero")
 	}
-	h := &Header{}
+	h := &Header{version: b[4]}
 	copy(h.ExecID[:], b[8:24])
 	copy(h.CircuitHash[:], b[24:56])
 	copy(h.Key[:], b[56:72])

@@ -1,0 +1,375 @@
+package gc
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Garbling ahead (spec §8.5: the Garbler's labels do not depend on the inputs). Pregarble
+// draws an execution's fresh Δ, π key and execID, draws the input wires' zero-labels at
+// random and garbles every gate, writing the AND tables (the tables stream, version 3)
+// before any input exists; the Garbler keeps Δ, the input zero-labels and the output
+// wires' permute bits in a Pregarbled. When the inputs are known, Pregarbled.Garble writes
+// the rest of that one execution (the inputs stream, version 4): identity tables of two
+// rows, since the input zero-labels are already fixed (the 1-row option of Garble sets them
+// from the publisher labels), constant labels and decoding bits, and erases the
+// Pregarbled. A Pregarbled garbles one execution only: a second Garble is refused, and
+// nothing of it can be passed in, so no Δ or execID serves twice (spec D22).
+//
+// The evaluator reads the tables stream into memory (ReadTables, 32 B per AND gate: a
+// caller bounds the circuits it pregarbles) and evaluates the inputs stream against it
+// (EvaluatePregarbled), which also uses the Tables once.
+
+// ErrUsed means a Pregarbled or Tables was already used for its one execution, or erased.
+var ErrUsed = errors.New("gc: pregarbled execution already used or erased")
+
+// Pregarbled is the Garbler's state of one execution garbled ahead of its inputs.
+type Pregarbled struct {
+	p *Plan
+	h Header // execID, π key, counts (its context is the tables stream's)
+
+	mu     sync.Mutex
+	used   bool
+	delta  Label
+	w0     []Label // input wires' zero-labels
+	outLsb []byte  // lsb(W_j^0) of every output wire j, LSB first
+}
+
+// TablesSize is the length of p's tables stream with a context of ctxLen bytes.
+func TablesSize(p *Plan, ctxLen int) int64 {
+	return headerSize + int64(ctxLen) + 32*int64(p.nAND)
+}
+
+// InputsSize is the length of the inputs stream of a pregarbled execution of p with a
+// context of ctxLen bytes: header, input kinds, 32 B per identity gate or 16 B per
+// constant label (nConst of them), decoding bits.
+func InputsSize(p *Plan, nConst, ctxLen int) int64 {
+	n := int64(p.nIn)
+	return headerSize + int64(ctxLen) + (n+7)/8 + 32*(n-int64(nConst)) + 16*int64(nConst) + int64(p.nOut+7)/8
+}
+
+// Pregarble garbles the gates of one execution of p ahead of its inputs and writes the
+// tables stream to w (opt's Context goes in its header). The returned Pregarbled writes the
+// execution's inputs stream once (Garble) and must be erased (Erase) if it is not used.
+func Pregarble(ctx context.Context, p *Plan, w io.Writer, opt *Options) (*Pregarbled, error) {
+	pg := &Pregarbled{p: p, h: Header{CircuitHash: p.hash, Inputs: uint64(p.nIn), ANDs: uint64(p.nAND),
+		Outputs: uint64(p.nOut), version: tablesVersion}}
+	if opt != nil {
+		if len(opt.Context) > MaxContext {
+			return nil, fmt.Errorf("gc: context of %d bytes (at most %d)", len(opt.Context), MaxContext)
+		}
+		pg.h.Context = append([]byte(nil), opt.Context...)
+	}
+	rand.Read(pg.delta[:])
+	pg.delta[0] |= 1
+	rand.Read(pg.h.Key[:])
+	rand.Read(pg.h.ExecID[:])
+	k := newFixedKey(pg.h.Key)
+
+	L := p.getLabels()
+	defer p.putLabels(L)
+	inputLabels(L[:p.nIn])
+	pg.w0 = append([]Label(nil), L[:p.nIn]...) // the schedule may reuse input slots
+	L[p.zeroSlot] = Label{}
+	L[p.oneSlot] = pg.delta
+
+	sw := &streamWriter{w: w, buf: make([]byte, 0, opt.chunk())}
+	sw.write(pg.h.appendTo(nil))
+	err := garbleTables(ctx, p, k, &pg.delta, L, sw)
+	if err == nil {
+		sw.flush()
+		if err = sw.err; err != nil {
+			err = fmt.Errorf("gc: write tables stream: %w", err)
+		}
+	}
+	if err != nil {
+		pg.Erase()
+		return nil, err
+	}
+	pg.outLsb = make([]byte, (p.nOut+7)/8)
+	for j, s := range p.outSlots {
+		pg.outLsb[j/8] |= (L[s][0] & 1) << (j % 8)
+	}
+	if testHookGarble != nil {
+		testHookGarble(pg.delta, append([]Label(nil), pg.w0...))
+	}
+	return pg, nil
+}
+
+// ExecID is the execution's id (in both streams' headers).
+func (pg *Pregarbled) ExecID() [16]byte { return pg.h.ExecID }
+
+// Erase erases Δ and the labels; Garble is refused afterwards.
+func (pg *Pregarbled) Erase() {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	pg.used = true
+	clear(pg.delta[:])
+	clear(pg.w0)
+	clear(pg.outLsb)
+	pg.w0, pg.outLsb = nil, nil
+}
+
+// Garble writes the inputs stream of the pregarbled execution to w: inputs and mask as for
+// Garble, opt's Context in its header. It erases the Pregarbled, whatever the outcome: an
+// execution is garbled once (ErrUsed on a second call).
+func (pg *Pregarbled) Garble(ctx context.Context, w io.Writer, inputs []Input, mask []byte, opt *Options) (*Header, error) {
+	pg.mu.Lock()
+	used := pg.used
+	pg.used = true
+	pg.mu.Unlock()
+	if used {
+		return nil, ErrUsed
+	}
+	defer pg.Erase()
+	p := pg.p
+	if len(inputs) != p.nIn {
+		return nil, fmt.Errorf("gc: garble with %d inputs, circuit has %d input wires", len(inputs), p.nIn)
+	}
+	if mask != nil && len(mask) != (p.nOut+7)/8 {
+		return nil, fmt.Errorf("gc: mask of %d bytes, want %d", len(mask), (p.nOut+7)/8)
+	}
+	h := pg.h
+	h.version, h.Context = inputsVersion, nil
+	if opt != nil {
+		if len(opt.Context) > MaxContext {
+			return nil, fmt.Errorf("gc: context of %d bytes (at most %d)", len(opt.Context), MaxContext)
+		}
+		h.Context = append([]byte(nil), opt.Context...)
+	}
+	for u, in := range inputs {
+		if !in.Const && in.A0.Lsb() == in.A1.Lsb() {
+			return nil, fmt.Errorf("gc: input wire %d: %w", u, ErrPermuteBits)
+		}
+	}
+	k := newFixedKey(h.Key)
+	sw := &streamWriter{w: w, buf: make([]byte, 0, opt.chunk())}
+	sw.write(h.appendTo(nil))
+	kinds := make([]byte, (p.nIn+7)/8)
+	for u, in := range inputs {
+		if in.Const {
+			kinds[u/8] |= 1 << (u % 8)
+		}
+	}
+	sw.write(kinds)
+	if err := garbleIdentity2(k, sw, h.ExecID, inputs, pg.w0, pg.delta); err != nil {
+		return nil, fmt.Errorf("gc: write inputs stream: %w", err)
+	}
+	for u, in := range inputs {
+		if in.Const {
+			l := pg.w0[u]
+			if in.Bit {
+				l = xorLabel(l, pg.delta)
+			}
+			sw.write(l[:])
+		}
+	}
+	d := append([]byte(nil), pg.outLsb...)
+	for j := range d {
+		if mask != nil {
+			d[j] ^= mask[j]
+		}
+	}
+	sw.write(d)
+	sw.flush()
+	if sw.err != nil {
+		return nil, fmt.Errorf("gc: write inputs stream: %w", sw.err)
+	}
+	return &h, nil
+}
+
+// garbleIdentity2 writes the two-row identity tables of the input wires whose zero-labels
+// W0 are fixed: for publisher labels (a0, a1) and h_b = H(a_b, tweakID(exec, u)), row
+// lsb(a0) is h_0 ⊕ W_u^0 and row lsb(a1) is h_1 ⊕ W_u^0 ⊕ Δ; the evaluator holding a gets
+// X = H(a, t) ⊕ row[lsb(a)].
+func garbleIdentity2(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
+	const batch = identityBatch / 2
+	sc := getIdentityScratch()
+	defer putIdentityScratch(sc)
+	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
+	tl := binary.NativeEndian.Uint64(exec[:8])
+	w0, t := u64s(W0), u64s(tw)
+	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
+	var rows [32]byte
+	for base := 0; base < len(inputs); base += batch {
+		end := min(base+batch, len(inputs))
+		n := 0
+		for u := base; u < end; u++ {
+			in := &inputs[u]
+			if in.Const {
+				continue
+			}
+			src[n], src[n+1] = in.A0, in.A1
+			th := leWord(uint64(u))
+			t[2*n], t[2*n+1], t[2*n+2], t[2*n+3] = tl, th, tl, th
+			n += 2
+		}
+		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
+		h := u64s(dst[:n])
+		i := 0
+		for u := base; u < end; u++ {
+			in := &inputs[u]
+			if in.Const {
+				continue
+			}
+			r0 := 16 * int(in.A0[0]&1) // row of a0; a1's is the other
+			r1 := 16 - r0
+			binary.NativeEndian.PutUint64(rows[r0:], h[2*i]^w0[2*u])
+			binary.NativeEndian.PutUint64(rows[r0+8:], h[2*i+1]^w0[2*u+1])
+			binary.NativeEndian.PutUint64(rows[r1:], h[2*i+2]^w0[2*u]^dl)
+			binary.NativeEndian.PutUint64(rows[r1+8:], h[2*i+3]^w0[2*u+1]^dh)
+			sw.write(rows[:])
+			i += 2
+		}
+	}
+	clear(rows[:])
+	return sw.err
+}
+
+// Tables is the evaluator's copy of a pregarbled execution's AND tables.
+type Tables struct {
+	h   *Header
+	mu  sync.Mutex
+	tab []byte // nil once used
+}
+
+// ExecID is the execution's id.
+func (t *Tables) ExecID() [16]byte { return t.h.ExecID }
+
+// Header is the tables stream's header.
+func (t *Tables) Header() *Header { return t.h }
+
+// ReadTables reads a tables stream for p from r into memory (32 B per AND gate). It reads
+// exactly the stream's bytes.
+func ReadTables(p *Plan, r io.Reader) (*Tables, error) {
+	h, err := ReadHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	if h.version != tablesVersion {
+		return nil, malformed("version %d, want a tables stream (%d)", h.version, tablesVersion)
+	}
+	if h.CircuitHash != p.hash {
+		return nil, ErrCircuitMismatch
+	}
+	if h.Inputs != uint64(p.nIn) || h.ANDs != uint64(p.nAND) || h.Outputs != uint64(p.nOut) {
+		return nil, malformed("counts %d/%d/%d do not match the circuit's %d/%d/%d",
+			h.Inputs, h.ANDs, h.Outputs, p.nIn, p.nAND, p.nOut)
+	}
+	t := &Tables{h: h, tab: make([]byte, 32*p.nAND)}
+	if _, err := io.ReadFull(r, t.tab); err != nil {
+		return nil, readErr("gate tables", err)
+	}
+	return t, nil
+}
+
+// EvaluatePregarbled reads the inputs stream of the execution whose tables t holds from r
+// and evaluates it: labels as for Evaluate. t is used once (ErrUsed on a second call) and
+// its tables are released.
+func EvaluatePregarbled(ctx context.Context, p *Plan, t *Tables, r io.Reader, labels []Label, opt *Options) (*Result, error) {
+	t.mu.Lock()
+	tab := t.tab
+	t.tab = nil
+	t.mu.Unlock()
+	if tab == nil {
+		return nil, ErrUsed
+	}
+	h, err := ReadHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	if h.version != inputsVersion {
+		return nil, malformed("version %d, want a pregarbled execution's inputs stream (%d)", h.version, inputsVersion)
+	}
+	if h.CircuitHash != p.hash || t.h.CircuitHash != p.hash {
+		return nil, ErrCircuitMismatch
+	}
+	if h.ExecID != t.h.ExecID || h.Key != t.h.Key {
+		return nil, malformed("inputs stream of execution %x, tables of %x", h.ExecID, t.h.ExecID)
+	}
+	if h.Inputs != uint64(p.nIn) || h.ANDs != uint64(p.nAND) || h.Outputs != uint64(p.nOut) {
+		return nil, malformed("counts %d/%d/%d do not match the circuit's %d/%d/%d",
+			h.Inputs, h.ANDs, h.Outputs, p.nIn, p.nAND, p.nOut)
+	}
+	if len(labels) != p.nIn {
+		return nil, fmt.Errorf("gc: evaluate with %d input labels, circuit has %d input wires", len(labels), p.nIn)
+	}
+	buf := make([]byte, opt.chunk())
+	kinds := make([]byte, (p.nIn+7)/8)
+	if _, err := io.ReadFull(r, kinds); err != nil {
+		return nil, readErr("input kinds", err)
+	}
+	if p.nIn%8 != 0 && kinds[len(kinds)-1]>>(p.nIn%8) != 0 {
+		return nil, malformed("input kind padding bits are not zero")
+	}
+	isConst := func(u int) bool { return kinds[u/8]>>(u%8)&1 == 1 }
+	k := newFixedKey(h.Key)
+	L := p.getLabels()
+	defer p.putLabels(L)
+	L[p.zeroSlot] = Label{}
+	L[p.oneSlot] = Label{}
+
+	const batch = identityBatch
+	sc := getIdentityScratch()
+	defer putIdentityScratch(sc)
+	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
+	idBuf := make([]byte, 32*batch)
+	tl := binary.NativeEndian.Uint64(h.ExecID[:8])
+	lw, tws := u64s(L), u64s(tw)
+	for base := 0; base < p.nIn; base += batch {
+		end := min(base+batch, p.nIn)
+		n := 0
+		for u := base; u < end; u++ {
+			if !isConst(u) {
+				src[n] = labels[u]
+				tws[2*n], tws[2*n+1] = tl, leWord(uint64(u))
+				n++
+			}
+		}
+		if _, err := io.ReadFull(r, idBuf[:32*n]); err != nil {
+			return nil, readErr("identity tables", err)
+		}
+		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
+		hw := u64s(dst[:n])
+		i := 0
+		for u := base; u < end; u++ {
+			if isConst(u) {
+				continue
+			}
+			row := idBuf[32*i+16*int(labels[u][0]&1):]
+			lw[2*u] = hw[2*i] ^ binary.NativeEndian.Uint64(row)
+			lw[2*u+1] = hw[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
+			i++
+		}
+	}
+	for u := range p.nIn {
+		if isConst(u) {
+			if _, err := io.ReadFull(r, L[u][:]); err != nil {
+				return nil, readErr("constant labels", err)
+			}
+		}
+	}
+	if err := evalTables(ctx, p, k, L, bytes.NewReader(tab), buf); err != nil {
+		return nil, err
+	}
+	d := make([]byte, (p.nOut+7)/8)
+	if _, err := io.ReadFull(r, d); err != nil {
+		return nil, readErr("decoding bits", err)
+	}
+	if p.nOut%8 != 0 && d[len(d)-1]>>(p.nOut%8) != 0 {
+		return nil, malformed("decoding padding bits are not zero")
+	}
+	for j, s := range p.outSlots {
+		d[j/8] ^= (L[s][0] & 1) << (j % 8)
+	}
+	if testHookEvaluate != nil {
+		testHookEvaluate(append([]Label(nil), L...))
+	}
+	return &Result{Header: h, Masked: d}, nil
+}
