@@ -1,8 +1,10 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"golang.org/x/sys/unix"
 )
 
 // ServerBackend is one SI behind the CI: the address and port its server listens on inside
@@ -34,6 +37,11 @@ type CloudConfig struct {
 	Log     *slog.Logger
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
+	// Batch is how many datagrams one recvmmsg reads and one sendmmsg writes, routed
+	// together by lois.Cloud.ForwardBatch (their table lookups overlap). 0 is
+	// lois.BatchSize; 1 reads one datagram per call and routes it with Forward (the loop
+	// before batching, kept as the benchmark's baseline).
+	Batch int
 }
 
 // Cloud is a running CI.
@@ -42,6 +50,7 @@ type Cloud struct {
 	core  *lois.Cloud
 	table lockedDVT
 	wire  map[[4]byte]netip.AddrPort // SIP → SI wire address
+	sa    map[[4]byte]*unix.RawSockaddrInet4
 	up    counters
 	seen  recentIDs
 	ex    uint16
@@ -77,6 +86,9 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 	if len(cfg.Backends) == 0 || cfg.Wire == nil {
 		return nil, errors.New("lois cloud: backends and a wire socket are required")
 	}
+	if cfg.Batch < 0 || cfg.Batch > maxBatch {
+		return nil, fmt.Errorf("lois cloud: batch %d: want 0 to %d", cfg.Batch, maxBatch)
+	}
 	t, err := newTable(cfg.Keys, "up", int64(cfg.Grace/time.Second))
 	if err != nil {
 		return nil, err
@@ -86,6 +98,7 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 		return nil, err
 	}
 	c := &Cloud{cfg: cfg, core: lois.NewCloud(cfg.Core, t, cfg.FlowKey), wire: map[[4]byte]netip.AddrPort{}, ex: exID(cfg.Core),
+		sa:        map[[4]byte]*unix.RawSockaddrInet4{},
 		installed: map[string]bool{}}
 	for _, k := range cfg.Keys {
 		c.installed[recordKey(k)] = true
@@ -100,6 +113,10 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 			return nil, errors.New("lois cloud: one server address with two wire addresses")
 		}
 		c.wire[b.Backend.IP] = b.Wire
+		if !b.Wire.Addr().Unmap().Is4() {
+			return nil, errors.New("lois cloud: a server's wire address must be IPv4")
+		}
+		c.sa[b.Backend.IP] = sockaddr4(b.Wire)
 	}
 	for sid, bs := range bySID {
 		mg, err := lois.NewMaglev(bs)
@@ -116,7 +133,16 @@ func NewCloud(cfg CloudConfig) (*Cloud, error) {
 
 // Run forwards packets until ctx ends.
 func (c *Cloud) Run(ctx context.Context) error {
-	return run(ctx, c.cfg.Log, []io.Closer{c.cfg.Wire}, c.tick, c.forward)
+	loop := c.forward
+	if c.cfg.Batch != 1 {
+		b, err := newWireBatch(c.cfg.Wire, cmp.Or(c.cfg.Batch, lois.BatchSize), contract.MaxDatagram)
+		if err != nil {
+			c.cfg.Log.Warn("wire read one datagram at a time", "err", err)
+		} else {
+			loop = func() error { return c.forwardBatch(b) }
+		}
+	}
+	return run(ctx, c.cfg.Log, []io.Closer{c.cfg.Wire}, c.tick, loop)
 }
 
 func (c *Cloud) tick(now time.Time) { c.table.gc(now.Unix(), c.cfg.Metrics, "up") }
@@ -160,22 +186,91 @@ func (c *Cloud) forward() error {
 	}
 }
 
+// forwardBatch is forward over bursts: one recvmmsg reads up to a batch of datagrams, one
+// lois.Cloud.ForwardBatch routes them (their lookups' cache misses overlap), one sendmmsg
+// sends them on to their SIs. Results are counted per packet as forward counts them.
+func (c *Cloud) forwardBatch(b *wireBatch) error {
+	n := len(b.bufs)
+	pkts, ids := make([][]byte, n), make([]uint64, n)
+	out, errs := make([]lois.Backend, n), make([]error, n)
+	for {
+		k, err := b.read()
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+		for i := range k {
+			pkts[i] = b.bufs[i][:b.size(i)]
+		}
+		if c.cfg.Plain {
+			for i := range k {
+				if be, ok := c.routePlain(pkts[i]); ok {
+					b.queue(pkts[i], c.sa[be.IP])
+				}
+			}
+		} else {
+			for i := range k {
+				ids[i], _ = lois.ParseID(pkts[i], c.ex)
+			}
+			c.table.mu.Lock()
+			c.core.ForwardBatch(pkts[:k], out, errs)
+			c.table.mu.Unlock()
+			for i := range k {
+				if errs[i] != nil {
+					c.up.inc(rejection(errs[i], ids[i], &c.seen))
+					continue
+				}
+				c.seen.add(ids[i])
+				sa, ok := c.sa[out[i].IP]
+				if !ok {
+					c.up.inc(contract.ResultUnknownSID)
+					continue
+				}
+				b.queue(pkts[i], sa)
+			}
+		}
+		sent, failed, err := b.flush()
+		c.up[contract.ResultOK].Add(float64(sent))
+		if failed > 0 {
+			c.up[contract.ResultIOError].Add(float64(failed))
+		}
+		if err != nil {
+			if closed(err) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
 // forwardPlain is the baseline's L4 NAT (plain.go).
 func (c *Cloud) forwardPlain(pkt []byte) {
-	ihl, ok := plainParse(pkt)
-	if !ok || [4]byte(pkt[16:20]) != c.cfg.Core.CIP {
-		c.up.inc(contract.ResultNotLOIS)
-		return
-	}
-	be, ok := c.plain.pick(pkt, ihl)
+	be, ok := c.routePlain(pkt)
 	if !ok {
-		c.up.inc(contract.ResultUnknownSID)
 		return
 	}
-	plainRewrite(pkt, ihl, 16, 2, be.IP, be.Port)
 	if _, err := c.cfg.Wire.WriteToUDPAddrPort(pkt, c.wire[be.IP]); err != nil {
 		c.up.inc(contract.ResultIOError)
 		return
 	}
 	c.up.inc(contract.ResultOK)
+}
+
+// routePlain picks the plain path's backend and rewrites the destination (counting a packet
+// it cannot route).
+func (c *Cloud) routePlain(pkt []byte) (lois.Backend, bool) {
+	ihl, ok := plainParse(pkt)
+	if !ok || [4]byte(pkt[16:20]) != c.cfg.Core.CIP {
+		c.up.inc(contract.ResultNotLOIS)
+		return lois.Backend{}, false
+	}
+	be, ok := c.plain.pick(pkt, ihl)
+	if !ok {
+		c.up.inc(contract.ResultUnknownSID)
+		return lois.Backend{}, false
+	}
+	plainRewrite(pkt, ihl, 16, 2, be.IP, be.Port)
+	return be, true
 }

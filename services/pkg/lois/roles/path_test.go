@@ -115,9 +115,28 @@ type path struct {
 	devTUN, srvTUN *memTUN
 	tap, ciWire    *net.UDPConn
 	m              *Metrics
+	// runCI starts the CI when the path was made with pathOptions.holdCI.
+	runCI func()
+}
+
+// pathOptions vary startPathWith: the CI's batch size and whether the CI waits for runCI
+// (datagrams sent to it before queue in its socket and are read as bursts).
+type pathOptions struct {
+	batch  int
+	holdCI bool
+	stp    *lois.STPConfig
 }
 
 func startPath(t *testing.T, n uint32, stp ...lois.STPConfig) *path {
+	t.Helper()
+	var o pathOptions
+	if len(stp) > 0 {
+		o.stp = &stp[0]
+	}
+	return startPathWith(t, n, o)
+}
+
+func startPathWith(t *testing.T, n uint32, o pathOptions) *path {
 	t.Helper()
 	p := &path{devTUN: newMemTUN(), srvTUN: newMemTUN(), m: NewMetrics(nil)}
 	diWire, ciWire, siWire := udp(t), udp(t), udp(t)
@@ -130,17 +149,14 @@ func startPath(t *testing.T, n uint32, stp ...lois.STPConfig) *path {
 	}
 	core := lois.Config{CIP: cip}
 	log := telemetry.Discard()
-	var pad *lois.STPConfig
-	if len(stp) > 0 {
-		pad = &stp[0]
-	}
+	pad := o.stp
 	d, err := NewDevice(DeviceConfig{Core: core, Keys: prov.Device, TUN: p.devTUN, Wire: diWire, Cloud: addrOf(p.tap),
 		Margin: time.Minute, Grace: time.Minute, Metrics: p.m, Log: log, STP: pad})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := NewCloud(CloudConfig{Core: core, Keys: []*contract.Keys{prov.Cloud}, Wire: ciWire, Grace: time.Minute, Metrics: p.m, Log: log,
-		Backends: []ServerBackend{{SID: sid, Backend: lois.Backend{IP: sip, Port: pSrv}, Wire: addrOf(siWire)}}})
+		Batch: o.batch, Backends: []ServerBackend{{SID: sid, Backend: lois.Backend{IP: sip, Port: pSrv}, Wire: addrOf(siWire)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +167,7 @@ func startPath(t *testing.T, n uint32, stp ...lois.STPConfig) *path {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, r := range []func(context.Context) error{d.Run, c.Run, s.Run} {
+	start := func(r func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -159,6 +175,13 @@ func startPath(t *testing.T, n uint32, stp ...lois.STPConfig) *path {
 				t.Error(err)
 			}
 		}()
+	}
+	start(d.Run)
+	start(s.Run)
+	if o.holdCI {
+		p.runCI = func() { start(c.Run) }
+	} else {
+		start(c.Run)
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return p
