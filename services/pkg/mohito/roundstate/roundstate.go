@@ -109,19 +109,27 @@ func key(t uint64, parts ...string) string {
 	return k
 }
 
+// admitScript admits one M1. Every key of the round gets its TTL once, when the script creates
+// it (the first INCR, SADD or HSET of the round), not on every admission: a PEXPIRE is a write
+// the server applies, propagates and notifies, and six of them were half of the script's calls.
+// A round's keys so expire ttl after their creation instead of after its last admission;
+// ttl (10 min) outlasts a round's collection and response phase by far, and the status,
+// mailboxes and forwarded set keep their own TTLs.
 var admitScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 if redis.call('SADD', KEYS[6], ARGV[5]) == 0 then return -3 end
-redis.call('PEXPIRE', KEYS[6], ARGV[4])
+if redis.call('SCARD', KEYS[6]) == 1 then redis.call('PEXPIRE', KEYS[6], ARGV[4]) end
 local c = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if c == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 if c > tonumber(ARGV[1]) then return -2 end
 local i = redis.call('INCR', KEYS[3]) - 1
 redis.call('HSET', KEYS[4], i, ARGV[3])
 redis.call('HSET', KEYS[5], i, ARGV[2])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[4], ARGV[4])
-redis.call('PEXPIRE', KEYS[5], ARGV[4])
+if i == 0 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
+end
 return i
 `)
 
