@@ -3,6 +3,7 @@ package mohito
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/obscura-iot/obscura/services/pkg/okvs"
 )
@@ -16,14 +17,22 @@ func (p Params) ForwardSize() int { return headerSize + 4 + p.OuterSize() }
 
 // MarshalForward builds M2 for message index i (spec §3.6 C2).
 func MarshalForward(p Params, t uint64, index uint32, outer []byte) ([]byte, error) {
+	return AppendForward(nil, p, t, index, outer)
+}
+
+// AppendForward appends M2 for message index i to dst (a batch of M2s back to back) and
+// returns the extended slice; dst is unchanged on error.
+func AppendForward(dst []byte, p Params, t uint64, index uint32, outer []byte) ([]byte, error) {
 	if len(outer) != p.OuterSize() {
-		return nil, fmt.Errorf("%w: outer layer of %d bytes", ErrSize, len(outer))
+		return dst, fmt.Errorf("%w: outer layer of %d bytes", ErrSize, len(outer))
 	}
-	b := make([]byte, p.ForwardSize())
+	n := len(dst)
+	dst = slices.Grow(dst, p.ForwardSize())[:n+p.ForwardSize()]
+	b := dst[n:]
 	putHeader(b, KindForward, t)
 	binary.BigEndian.PutUint32(b[headerSize:], index)
 	copy(b[headerSize+4:], outer)
-	return b, nil
+	return dst, nil
 }
 
 // ParseForward decodes M2 and returns the index and the outer ciphertext

@@ -190,8 +190,9 @@ func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (
 }
 
 func (g *Gateway) authenticate(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(contract.AuthorizationMetadata) {
+	// The one key, not a copy of every header (FromIncomingContext copies the whole map on
+	// every call).
+	for _, v := range metadata.ValueFromIncomingContext(ctx, contract.AuthorizationMetadata) {
 		if u, ok := g.cfg.Tokens[v]; ok {
 			return u, nil
 		}
@@ -272,12 +273,10 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		return 0, 0, status.Error(codes.Unavailable, "round state unavailable")
 	}
 	g.cfg.Metrics.Commands.WithLabelValues("admitted").Inc()
-	if m2, err := mohito.MarshalForward(p, t, idx, outer); err == nil {
-		// Streamed to V* as it arrives (spec §3.5), in batches of the round's M2s
-		// (gateway_forward.go); what does not reach V* the coordinator re-forwards at close
-		// from the admitted M1s.
-		g.fwd.add(t, int(ri.Shuffler), idx, m2)
-	}
+	// Streamed to V* as it arrives (spec §3.5), in batches of the round's M2s
+	// (gateway_forward.go); what does not reach V* the coordinator re-forwards at close
+	// from the admitted M1s.
+	g.fwd.add(p, t, int(ri.Shuffler), idx, outer)
 	g.cfg.Metrics.StageSeconds.WithLabelValues("admit").Observe(time.Since(start).Seconds())
 	return t, idx, nil
 }

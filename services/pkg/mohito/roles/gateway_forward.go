@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
@@ -61,18 +62,30 @@ func newForwarder(js jetstream.JetStream, store roundstate.Store, log *slog.Logg
 	return &forwarder{js: js, store: store, log: log, metrics: m, pend: map[fwdKey]*fwdBatch{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// add queues M2 of index idx of round t for V* (vendor shuffler).
-func (f *forwarder) add(t uint64, shuffler int, idx uint32, m2 []byte) {
+// fwdInitial is a new batch's room, in M2s: a batch grows from it by doubling, and most
+// batches at a few hundred commands/s fit.
+const fwdInitial = 16
+
+// add queues M2 of index idx of round t for V* (vendor shuffler), built in place from the
+// outer layer (no M2 of its own per command).
+func (f *forwarder) add(p mohito.Params, t uint64, shuffler int, idx uint32, outer []byte) {
 	k := fwdKey{t, shuffler}
 	f.mu.Lock()
 	b := f.pend[k]
 	fresh := b == nil
 	if fresh {
-		b = &fwdBatch{first: time.Now()}
+		b = &fwdBatch{first: time.Now(), idx: make([]uint32, 0, fwdInitial), data: make([]byte, 0, fwdInitial*p.ForwardSize())}
+	}
+	data, err := mohito.AppendForward(b.data, p, t, idx, outer)
+	if err != nil {
+		f.mu.Unlock()
+		return
+	}
+	if fresh {
 		f.pend[k] = b
 	}
 	b.idx = append(b.idx, idx)
-	b.data = append(b.data, m2...)
+	b.data = data
 	kick := fresh || len(b.idx) >= fwdMax || t > f.newest
 	f.newest = max(f.newest, t)
 	f.mu.Unlock()

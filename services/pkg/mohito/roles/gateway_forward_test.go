@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roundstate"
 	"github.com/obscura-iot/obscura/services/testenv"
@@ -31,14 +32,26 @@ func TestForwarderBatchesAndMarks(t *testing.T) {
 	life, stop := context.WithCancel(ctx)
 	go f.run(life)
 
-	m2 := func(t uint64, i uint32) []byte { return fmt.Appendf(nil, "m2-%03d-%03d", t, i) } // fixed size
+	p := testParams(t)
+	outer := func(t uint64, i uint32) []byte { // fixed size, distinct per command
+		b := make([]byte, p.OuterSize())
+		copy(b, fmt.Appendf(nil, "outer-%03d-%03d", t, i))
+		return b
+	}
+	m2 := func(round uint64, i uint32) []byte {
+		b, err := mohito.MarshalForward(p, round, i, outer(round, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	admit := func(round uint64, shuffler, n int) {
 		for j := range n {
-			idx, err := store.Admit(ctx, round, fmt.Sprintf("u%d", j), 1, m2(round, uint32(j)))
+			idx, err := store.Admit(ctx, round, fmt.Sprintf("u%d", j), 1, outer(round, uint32(j)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.add(round, shuffler, idx, m2(round, idx))
+			f.add(p, round, shuffler, idx, outer(round, idx))
 		}
 	}
 	forwarded := func(round uint64) (n int) {
