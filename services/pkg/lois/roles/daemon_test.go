@@ -463,7 +463,7 @@ func scanSessionStream(t *testing.T, p *daemonPath, seed []byte, wire *capture) 
 		if err != nil {
 			continue // deleted by max age: nothing to scan
 		}
-		if !bytes.HasPrefix(m.Data, []byte("LRS1")) {
+		if !bytes.HasPrefix(m.Data, []byte(recordMagic2)) {
 			t.Errorf("record %d on %s is not sealed", seq, m.Subject)
 		}
 		stored = append(stored, m.Data)

@@ -398,6 +398,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, cloud, name string, rep
 	return FollowSealed(ctx, js, cloud, name, replica, nil, inst, log)
 }
 
+// unknownKeyRetries bounds the deliveries of a record whose record key id this replica
+// lacks (natsx retries 200 ms apart: ≈ 2 minutes, a Secret's update time in a pod).
+const unknownKeyRetries = 600
+
 // FollowSealed is Follow for records sealed under seal's record key (nil: records in clear);
 // a record that does not open is dropped and logged, never installed.
 func FollowSealed(ctx context.Context, js jetstream.JetStream, cloud, name string, replica int, seal *RecordSeal, inst Installer, log *slog.Logger) error {
@@ -410,6 +414,14 @@ func FollowSealed(ctx context.Context, js jetstream.JetStream, cloud, name strin
 	return natsx.Consume(ctx, js, natsx.ConsumerSpec{Stream: contract.StreamSessions, Durable: durable,
 		Filters: []string{contract.SubjectSessionOpen(cloud), contract.SubjectEpochGrant(cloud), contract.SubjectSessionReady(cloud)}}, log, func(ctx context.Context, m jetstream.Msg) natsx.Outcome {
 		data, err := seal.Open(m.Subject(), m.Data())
+		if errors.Is(err, ErrUnknownRecordKey) {
+			// A record under a key rotated in at the registrar before this replica's key
+			// file has it (a Secret reaches running pods late): wait for the file, a while.
+			if md, merr := m.Metadata(); merr == nil && md.NumDelivered < unknownKeyRetries {
+				log.Warn("session record waits for its record key", "err", err)
+				return natsx.Retry
+			}
+		}
 		if err != nil {
 			log.Warn("session record dropped", "err", err)
 			return natsx.Drop
