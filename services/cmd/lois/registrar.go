@@ -57,7 +57,7 @@ func (n *natsFlags) bind(f *envflag.Set, follower bool) {
 
 // bindRecords adds --record-key-file for the roles that publish or follow session records.
 func (n *natsFlags) bindRecords(f *envflag.Set, required bool) {
-	use := "file holding the cloud's session record key (64 hex digits): records are sealed under it (roles.RecordSeal)"
+	use := "file holding the cloud's session record keys (64 hex digits, or '<id> <64 hex>' lines and an optional 'current <id>' for a rotation): records are sealed under the current key and open under the key their id names (roles.RecordSeal)"
 	if !required {
 		use += "; empty: records in clear"
 	}
