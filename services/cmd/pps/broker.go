@@ -42,6 +42,7 @@ type brokerConfig struct {
 	leaseTTL                            time.Duration
 	check                               string
 	windowCheck                         bool
+	pregarble                           bool
 }
 
 func (c *brokerConfig) bind(f *envflag.Set) {
@@ -61,6 +62,7 @@ func (c *brokerConfig) bind(f *envflag.Set) {
 	f.Duration(&c.leaseTTL, "lease-ttl", 10*time.Second, "TTL of the scheduler lease: how long a crashed leader's ticks wait for a standby")
 	f.String(&c.check, "check", contract.CheckKKRT, "consistency check of faithful pipelines that name none: kkrt (KKRT batched OPRF, D16b) or oprf (OPRF-PSI, D16a)")
 	f.Bool(&c.windowCheck, "window-check", true, "check each publish's labels (KKRT) as it arrives during the collection window, so the tick checks only the rest")
+	f.Bool(&c.pregarble, "pregarble", true, "garble each faithful function's next execution's AND gates ahead of its inputs, during the window (the broker holds their tables, 32 B per AND gate), so the tick streams only the inputs-dependent part")
 }
 
 // validate checks the settings without reading anything.
@@ -197,7 +199,7 @@ func runBroker(args []string) error {
 		once.Do(func() {
 			b, err = roles.NewBroker(roles.BrokerOptions{NC: rt.NC, JS: rt.JS, Redis: rdb, Garbler: ppsv1.NewGarblerClient(cc),
 				Pipelines: sec.pipelines, Workers: c.workers, ChunkBytes: c.chunkBytes, StreamReplicas: c.streamReplicas,
-				LeaseTTL: c.leaseTTL, Check: c.check, WindowCheck: c.windowCheck, Logger: rt.Log, Registerer: rt.Registry})
+				LeaseTTL: c.leaseTTL, Check: c.check, WindowCheck: c.windowCheck, Pregarble: c.pregarble, Logger: rt.Log, Registerer: rt.Registry})
 		})
 		if b == nil {
 			return nil, nil, daemon.ConfigError(err)

@@ -102,6 +102,10 @@ type BrokerOptions struct {
 	// collection window, so that the tick checks only what was not checked yet
 	// (broker_window.go). Off, every check runs at the tick.
 	WindowCheck bool
+	// Pregarble garbles each faithful function's next execution ahead of its inputs, during
+	// the window (broker_pregarble.go): the broker holds its AND tables (32 B per AND gate,
+	// circuits up to MaxPregarbleANDs) and the tick streams the input-dependent rest only.
+	Pregarble bool
 	// Clock drives the schedule (default: the wall clock); Rand draws execution ids and the
 	// consistency check's seed and blinds (default crypto/rand).
 	Clock BrokerClock
@@ -152,6 +156,7 @@ type brokerFunction struct {
 	status string // "pending", FunctionRegistered or FunctionRefused
 	reason string
 	epoch  uint64
+	pre    pregarbleState // the next execution garbled ahead (BrokerOptions.Pregarble)
 }
 
 // mode is the function's input mode on the garbler link.
@@ -533,6 +538,7 @@ func (b *Broker) prepareSessions(ctx context.Context) {
 		}
 		kkrt = kkrt || (!f.hardened && check == contract.CheckKKRT)
 		ot = ot || f.hardened
+		b.pregarble(ctx, f)
 	}
 	if kkrt && b.kkrtT.setups.Load() == 0 {
 		if err := b.kkrt.Setup(ctx); err != nil {

@@ -80,5 +80,11 @@ func (b *Broker) handleLabels(ctx context.Context, m jetstream.Msg) natsx.Outcom
 	if b.opt.WindowCheck && labels != nil {
 		b.win.enqueue(windowArrival{pub: id, round: p.Round, labels: slices.Clone(labels), at: now})
 	}
+	if b.opt.Pregarble && labels != nil {
+		// A window is open: garble its execution ahead (a no-op once its tables are held).
+		for _, f := range set.fns {
+			b.pregarble(ctx, f)
+		}
+	}
 	return natsx.Ack
 }

@@ -100,6 +100,8 @@ type Garbler struct {
 	ots *otSessions
 	// kkrt are the KKRT consistency-check sessions (D16b), in memory only.
 	kkrt *kkrtSessions
+	// pre are the executions garbled ahead of their inputs (garbler_pregarble.go).
+	pre pregarbledSet
 	// inputsSeen, set only by this package's tests, sees each execution's garbler inputs
 	// (both labels of every wire) so the broker's view can be checked against them.
 	inputsSeen func(fn string, in []gc.Input)

@@ -283,6 +283,17 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		return g.reject(codes.FailedPrecondition, "circuit_mismatch", fmt.Errorf("garble: circuit hash %x is not function %s's %x", req.GetCircuitHash(), cf.f.ID, cf.hash))
 	}
 	hardened := cf.mode == ppsv1.Mode_MODE_HARDENED
+	var pre *pregarbled // the execution garbled ahead (Pregarble), used once whatever happens
+	if id := req.GetPregarbledExecId(); len(id) > 0 {
+		pre = g.pre.take(id)
+		if pre == nil || pre.fn != cf.f.ID || pre.hash != cf.hash || hardened {
+			if pre != nil {
+				pre.pg.Erase()
+			}
+			return g.reject(codes.FailedPrecondition, "pregarbled_unknown", fmt.Errorf("garble: %w", errPregarbledUnknown))
+		}
+		defer pre.pg.Erase()
+	}
 	var otReq *ot.ExtendRequest
 	switch {
 	case hardened && len(req.GetOtRequest()) == 0:
@@ -398,10 +409,18 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	defer clear(mask)
 	gctx := garbleContext(cf.f.ID, round, epoch)
 	size := gc.StreamSize(cf.plan, nConst, len(gctx))
+	if pre != nil {
+		size = gc.InputsSize(cf.plan, nConst, len(gctx))
+	}
 	w := &streamSender{send: stream.Send, chunk: chunk, header: &ppsv1.GarbleHeader{
 		Round: round, Epoch: epoch, OutputBits: uint32(cf.f.OutputBits()), ErasedSlots: garblerNulls,
 		StreamBytes: uint64(size), Valid: uint32(a.ValidCount()), OtResponse: otResponse}}
-	h, err := gc.Garble(ctx, cf.plan, w, inputs, mask, &gc.Options{Context: gctx, ChunkSize: chunk})
+	var h *gc.Header
+	if pre != nil {
+		h, err = pre.pg.Garble(ctx, w, inputs, mask, &gc.Options{Context: gctx, ChunkSize: chunk})
+	} else {
+		h, err = gc.Garble(ctx, cf.plan, w, inputs, mask, &gc.Options{Context: gctx, ChunkSize: chunk})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.Errorf(codes.Canceled, "garble: %v", ctx.Err())
@@ -413,11 +432,13 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 	}
 	outcome = "ok"
 	secs := time.Since(start).Seconds()
-	g.m.ands.Add(float64(cf.plan.ANDCount()))
+	if pre == nil { // a pregarbled execution's gates were counted by Pregarble
+		g.m.ands.Add(float64(cf.plan.ANDCount()))
+	}
 	g.m.bytes.Add(float64(size))
 	g.m.garbleSecs.Observe(secs)
 	g.log.Info("garbled", "fn", cf.f.ID, "mode", modeName(cf.mode), "exec", fmt.Sprintf("%x", h.ExecID), "round", round, "epoch", epoch,
-		"valid", a.ValidCount(), "and_gates", cf.plan.ANDCount(), "bytes", size, "chunks", w.msgs, "seconds", secs)
+		"valid", a.ValidCount(), "and_gates", cf.plan.ANDCount(), "pregarbled", pre != nil, "bytes", size, "chunks", w.msgs, "seconds", secs)
 	return nil
 }
 

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/gc"
 	"github.com/obscura-iot/obscura/services/pkg/natsx"
@@ -241,6 +244,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		stream  grpc.ServerStreamingClient[ppsv1.GarbleResponse]
 		hdr     *ppsv1.GarbleHeader
 		hlabels []gc.Label // H1: the labels the OT reply gave
+		tables  *gc.Tables // faithful, garbled ahead: the execution's AND tables
 	)
 	var flabels []gc.Label // faithful: the evaluator's input labels, built while the garbler works
 	if f.hardened {
@@ -253,7 +257,18 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 			defer close(built)
 			flabels, lerr = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
 		}()
+		// Garbled ahead: the garbler streams the inputs-dependent part only; if it no longer
+		// holds that execution, the execution is garbled in full.
+		if tables, e.Ahead = f.takeTables(); tables != nil {
+			id := tables.ExecID()
+			req.PregarbledExecId = id[:]
+		}
 		stream, hdr, err = b.garbleHeader(gctx, req)
+		if tables != nil && status.Code(errors.Unwrap(err)) == codes.FailedPrecondition && strings.Contains(err.Error(), "pregarbled") {
+			b.log.Info("garbled-ahead execution refused by the garbler, garbling in full", "pipeline", f.p.Name, "err", err)
+			tables, req.PregarbledExecId, e.Ahead = nil, nil, 0
+			stream, hdr, err = b.garbleHeader(gctx, req)
+		}
 		<-built
 		defer clear(flabels)
 		if err == nil {
@@ -278,22 +293,23 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	}
 	t0 = time.Now()
 	rd := &brokerGarbleReader{s: stream, left: hdr.StreamBytes}
-	gh, err := gc.ReadHeader(rd)
-	if err != nil {
-		return fmt.Errorf("garbled stream: %w", err)
-	}
-	if !bytes.Equal(gh.ExecID[:], hdr.ExecId) {
-		return errors.New("garbled stream: execution id differs from the header's")
-	}
 	// A slot the garbler erased is a constant in the stream: its label here is not read.
 	labels := hlabels
 	if !f.hardened {
 		labels = flabels
 	}
-	res, err := gc.EvaluateAfterHeader(gctx, f.plan, gh, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
-	clear(labels)
-	if err != nil {
-		return fmt.Errorf("evaluate: %w", err)
+	var res *gc.Result
+	if tables != nil {
+		res, err = gc.EvaluatePregarbled(gctx, f.plan, tables, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
+		clear(labels)
+		if err != nil {
+			return fmt.Errorf("evaluate: %w", err)
+		}
+		if !bytes.Equal(res.Header.ExecID[:], hdr.ExecId) {
+			return errors.New("garbled stream: execution id differs from the header's")
+		}
+	} else if res, err = b.evaluateStream(gctx, f, hdr, rd, labels); err != nil {
+		return err
 	}
 	if err := rd.finish(); err != nil {
 		return fmt.Errorf("garbled stream: %w", err)
@@ -303,6 +319,10 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	e.Exec = hex.EncodeToString(hdr.ExecId)
 	e.Status, e.Round, e.Epoch, e.Valid = contract.StatusOK, hdr.Round, hdr.Epoch, int(hdr.Valid)
 	e.ANDGates, e.Bytes = uint64(f.plan.ANDCount()), hdr.StreamBytes
+	if tables != nil {
+		e.AheadBytes = uint64(gc.TablesSize(f.plan, 0))
+		e.Bytes += e.AheadBytes
+	}
 	b.m.CircuitBytes.WithLabelValues(f.p.Name).Set(float64(e.Bytes))
 	if err := b.publishOutput(ctx, f, tick, &contract.Output{V: contract.Version, Fn: f.f.ID, Exec: e.Exec,
 		Round: hdr.Round, Epoch: hdr.Epoch, Masked: res.Masked, Bits: f.f.OutputBits(), Valid: int(hdr.Valid),
@@ -311,6 +331,23 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 	}
 	b.release(ctx, set, f, slots)
 	return nil
+}
+
+// evaluateStream evaluates a whole garbled stream as it arrives.
+func (b *Broker) evaluateStream(ctx context.Context, f *brokerFunction, hdr *ppsv1.GarbleHeader, rd io.Reader, labels []gc.Label) (*gc.Result, error) {
+	gh, err := gc.ReadHeader(rd)
+	if err != nil {
+		return nil, fmt.Errorf("garbled stream: %w", err)
+	}
+	if !bytes.Equal(gh.ExecID[:], hdr.ExecId) {
+		return nil, errors.New("garbled stream: execution id differs from the header's")
+	}
+	res, err := gc.EvaluateAfterHeader(ctx, f.plan, gh, rd, labels, &gc.Options{ChunkSize: b.opt.ChunkBytes})
+	clear(labels)
+	if err != nil {
+		return nil, fmt.Errorf("evaluate: %w", err)
+	}
+	return res, nil
 }
 
 // check is the consistency check of a faithful execution (spec §3.4) over the labels of

@@ -355,7 +355,12 @@ type Execution struct {
 	Nullified map[string][]uint32 `json:"nullified,omitempty"` // slots by pps.NullReason name
 	ANDGates  uint64              `json:"and_gates,omitempty"`
 	Bytes     uint64              `json:"bytes,omitempty"`
-	Check     time.Duration       `json:"check_ns,omitempty"`
+	// AheadBytes is the part of Bytes garbled and sent ahead, during the window (the AND
+	// tables of a pregarbled execution, BrokerOptions.Pregarble); zero when garbled in full.
+	AheadBytes uint64 `json:"ahead_bytes,omitempty"`
+	// Ahead is how long those tables took to garble, send and read, during the window.
+	Ahead time.Duration `json:"ahead_ns,omitempty"`
+	Check time.Duration `json:"check_ns,omitempty"`
 	// WindowChecked is the number of valid slots whose labels were checked during the
 	// collection window (exactly the labels evaluated); the tick's check covered the rest.
 	WindowChecked int           `json:"window_checked,omitempty"`

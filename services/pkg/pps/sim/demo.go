@@ -277,6 +277,9 @@ type worldOptions struct {
 	check       string // the broker's consistency check (empty: its default, KKRT)
 	// noWindowCheck runs every consistency check at the tick (the broker's --window-check=false).
 	noWindowCheck bool
+	// noPregarble garbles each execution in full at its tick (the broker's
+	// --pregarble=false); by default its gates are garbled ahead, during the window.
+	noPregarble bool
 	// redisAddrs, when set, are the garbler's and the broker's Redis servers (redis-server,
 	// as deployed); otherwise each trust domain gets an embedded miniredis.
 	redisAddrs []string
@@ -536,7 +539,7 @@ func startWorld(ctx context.Context, o worldOptions) (w *world, err error) {
 		ps = append(ps, f.p.Contract)
 	}
 	if w.broker, err = roles.NewBroker(roles.BrokerOptions{NC: w.nc, JS: js, Redis: brdb, Garbler: ppsv1.NewGarblerClient(w.cc),
-		Pipelines: ps, Workers: o.workers, Clock: w.clk, Check: o.check, WindowCheck: !o.noWindowCheck, Registerer: o.brokerReg}); err != nil {
+		Pipelines: ps, Workers: o.workers, Clock: w.clk, Check: o.check, WindowCheck: !o.noWindowCheck, Pregarble: !o.noPregarble, Registerer: o.brokerReg}); err != nil {
 		return nil, err
 	}
 	bctx, bstop := context.WithCancel(context.Background())

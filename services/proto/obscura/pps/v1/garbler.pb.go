@@ -770,9 +770,14 @@ type GarbleRequest struct {
 	OtRequest []byte `protobuf:"bytes,5,opt,name=ot_request,json=otRequest,proto3" json:"ot_request,omitempty"`
 	// chunk_bytes is the size of the data chunks the broker wants (zero: the garbler's default,
 	// 1 MiB; capped by the garbler).
-	ChunkBytes    uint32 `protobuf:"varint,6,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ChunkBytes uint32 `protobuf:"varint,6,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	// pregarbled_exec_id names an execution whose tables a Pregarble streamed to this broker:
+	// the garbler then streams that execution's gc inputs stream only (identity tables,
+	// constant labels, decoding bits) and drops it. FAILED_PRECONDITION (pregarbled_unknown)
+	// when it holds no such execution for the function; the broker garbles in full instead.
+	PregarbledExecId []byte `protobuf:"bytes,7,opt,name=pregarbled_exec_id,json=pregarbledExecId,proto3" json:"pregarbled_exec_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GarbleRequest) Reset() {
@@ -847,6 +852,157 @@ func (x *GarbleRequest) GetChunkBytes() uint32 {
 	return 0
 }
 
+func (x *GarbleRequest) GetPregarbledExecId() []byte {
+	if x != nil {
+		return x.PregarbledExecId
+	}
+	return nil
+}
+
+type PregarbleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FnId          string                 `protobuf:"bytes,1,opt,name=fn_id,json=fnId,proto3" json:"fn_id,omitempty"`
+	CircuitHash   []byte                 `protobuf:"bytes,2,opt,name=circuit_hash,json=circuitHash,proto3" json:"circuit_hash,omitempty"`
+	ChunkBytes    uint32                 `protobuf:"varint,3,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PregarbleRequest) Reset() {
+	*x = PregarbleRequest{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PregarbleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PregarbleRequest) ProtoMessage() {}
+
+func (x *PregarbleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PregarbleRequest.ProtoReflect.Descriptor instead.
+func (*PregarbleRequest) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PregarbleRequest) GetFnId() string {
+	if x != nil {
+		return x.FnId
+	}
+	return ""
+}
+
+func (x *PregarbleRequest) GetCircuitHash() []byte {
+	if x != nil {
+		return x.CircuitHash
+	}
+	return nil
+}
+
+func (x *PregarbleRequest) GetChunkBytes() uint32 {
+	if x != nil {
+		return x.ChunkBytes
+	}
+	return 0
+}
+
+// PregarbleResponse is one message of the Pregarble stream: the header first (exec_id and
+// stream_bytes set), then data chunks.
+type PregarbleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Chunk:
+	//
+	//	*PregarbleResponse_Header
+	//	*PregarbleResponse_Data
+	Chunk         isPregarbleResponse_Chunk `protobuf_oneof:"chunk"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PregarbleResponse) Reset() {
+	*x = PregarbleResponse{}
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PregarbleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PregarbleResponse) ProtoMessage() {}
+
+func (x *PregarbleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PregarbleResponse.ProtoReflect.Descriptor instead.
+func (*PregarbleResponse) Descriptor() ([]byte, []int) {
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PregarbleResponse) GetChunk() isPregarbleResponse_Chunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *PregarbleResponse) GetHeader() *GarbleHeader {
+	if x != nil {
+		if x, ok := x.Chunk.(*PregarbleResponse_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *PregarbleResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Chunk.(*PregarbleResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isPregarbleResponse_Chunk interface {
+	isPregarbleResponse_Chunk()
+}
+
+type PregarbleResponse_Header struct {
+	Header *GarbleHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type PregarbleResponse_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*PregarbleResponse_Header) isPregarbleResponse_Chunk() {}
+
+func (*PregarbleResponse_Data) isPregarbleResponse_Chunk() {}
+
 type OTSetupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// setup is the broker's ot.Setup (MarshalBinary): the session id and the base-OT point A.
@@ -857,7 +1013,7 @@ type OTSetupRequest struct {
 
 func (x *OTSetupRequest) Reset() {
 	*x = OTSetupRequest{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1025,7 @@ func (x *OTSetupRequest) String() string {
 func (*OTSetupRequest) ProtoMessage() {}
 
 func (x *OTSetupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[12]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1038,7 @@ func (x *OTSetupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OTSetupRequest.ProtoReflect.Descriptor instead.
 func (*OTSetupRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{12}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OTSetupRequest) GetSetup() []byte {
@@ -904,7 +1060,7 @@ type OTSetupResponse struct {
 
 func (x *OTSetupResponse) Reset() {
 	*x = OTSetupResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1072,7 @@ func (x *OTSetupResponse) String() string {
 func (*OTSetupResponse) ProtoMessage() {}
 
 func (x *OTSetupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[13]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1085,7 @@ func (x *OTSetupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OTSetupResponse.ProtoReflect.Descriptor instead.
 func (*OTSetupResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{13}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OTSetupResponse) GetSetupReply() []byte {
@@ -970,7 +1126,7 @@ type GarbleHeader struct {
 
 func (x *GarbleHeader) Reset() {
 	*x = GarbleHeader{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1138,7 @@ func (x *GarbleHeader) String() string {
 func (*GarbleHeader) ProtoMessage() {}
 
 func (x *GarbleHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[14]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1151,7 @@ func (x *GarbleHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbleHeader.ProtoReflect.Descriptor instead.
 func (*GarbleHeader) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{14}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GarbleHeader) GetExecId() []byte {
@@ -1068,7 +1224,7 @@ type GarbleResponse struct {
 
 func (x *GarbleResponse) Reset() {
 	*x = GarbleResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1236,7 @@ func (x *GarbleResponse) String() string {
 func (*GarbleResponse) ProtoMessage() {}
 
 func (x *GarbleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[15]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1249,7 @@ func (x *GarbleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbleResponse.ProtoReflect.Descriptor instead.
 func (*GarbleResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{15}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GarbleResponse) GetChunk() isGarbleResponse_Chunk {
@@ -1146,7 +1302,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1314,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[16]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1327,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{16}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseRequest) GetReleases() []*ReleaseRequest_Release {
@@ -1189,7 +1345,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1357,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[17]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1370,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{17}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{19}
 }
 
 type SetupKKRTRequest struct {
@@ -1227,7 +1383,7 @@ type SetupKKRTRequest struct {
 
 func (x *SetupKKRTRequest) Reset() {
 	*x = SetupKKRTRequest{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1395,7 @@ func (x *SetupKKRTRequest) String() string {
 func (*SetupKKRTRequest) ProtoMessage() {}
 
 func (x *SetupKKRTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[18]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1408,7 @@ func (x *SetupKKRTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupKKRTRequest.ProtoReflect.Descriptor instead.
 func (*SetupKKRTRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{18}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetupKKRTRequest) GetSetup() []byte {
@@ -1274,7 +1430,7 @@ type SetupKKRTResponse struct {
 
 func (x *SetupKKRTResponse) Reset() {
 	*x = SetupKKRTResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1442,7 @@ func (x *SetupKKRTResponse) String() string {
 func (*SetupKKRTResponse) ProtoMessage() {}
 
 func (x *SetupKKRTResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[19]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1455,7 @@ func (x *SetupKKRTResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupKKRTResponse.ProtoReflect.Descriptor instead.
 func (*SetupKKRTResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{19}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetupKKRTResponse) GetSetupReply() []byte {
@@ -1329,7 +1485,7 @@ type EvaluateKKRTRequest struct {
 
 func (x *EvaluateKKRTRequest) Reset() {
 	*x = EvaluateKKRTRequest{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1497,7 @@ func (x *EvaluateKKRTRequest) String() string {
 func (*EvaluateKKRTRequest) ProtoMessage() {}
 
 func (x *EvaluateKKRTRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[20]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1510,7 @@ func (x *EvaluateKKRTRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateKKRTRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateKKRTRequest) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{20}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EvaluateKKRTRequest) GetFnId() string {
@@ -1392,7 +1548,7 @@ type EvaluateKKRTResponse struct {
 
 func (x *EvaluateKKRTResponse) Reset() {
 	*x = EvaluateKKRTResponse{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1560,7 @@ func (x *EvaluateKKRTResponse) String() string {
 func (*EvaluateKKRTResponse) ProtoMessage() {}
 
 func (x *EvaluateKKRTResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[21]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1573,7 @@ func (x *EvaluateKKRTResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateKKRTResponse.ProtoReflect.Descriptor instead.
 func (*EvaluateKKRTResponse) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{21}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EvaluateKKRTResponse) GetKkrtResponse() []byte {
@@ -1445,7 +1601,7 @@ type ReleaseRequest_Release struct {
 
 func (x *ReleaseRequest_Release) Reset() {
 	*x = ReleaseRequest_Release{}
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1613,7 @@ func (x *ReleaseRequest_Release) String() string {
 func (*ReleaseRequest_Release) ProtoMessage() {}
 
 func (x *ReleaseRequest_Release) ProtoReflect() protoreflect.Message {
-	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[22]
+	mi := &file_obscura_pps_v1_garbler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1626,7 @@ func (x *ReleaseRequest_Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest_Release.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest_Release) Descriptor() ([]byte, []int) {
-	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{16, 0}
+	return file_obscura_pps_v1_garbler_proto_rawDescGZIP(), []int{18, 0}
 }
 
 func (x *ReleaseRequest_Release) GetPubId() string {
@@ -1537,7 +1693,7 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\ferased_slots\x18\x02 \x03(\rR\verasedSlots\"7\n" +
 	"\tNullified\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\rR\x06reason\"\xf1\x01\n" +
+	"\x06reason\x18\x02 \x01(\rR\x06reason\"\x9f\x02\n" +
 	"\rGarbleRequest\x12\x13\n" +
 	"\x05fn_id\x18\x01 \x01(\tR\x04fnId\x12!\n" +
 	"\fcircuit_hash\x18\x02 \x01(\fR\vcircuitHash\x12/\n" +
@@ -1546,7 +1702,17 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\n" +
 	"ot_request\x18\x05 \x01(\fR\totRequest\x12\x1f\n" +
 	"\vchunk_bytes\x18\x06 \x01(\rR\n" +
-	"chunkBytes\"&\n" +
+	"chunkBytes\x12,\n" +
+	"\x12pregarbled_exec_id\x18\a \x01(\fR\x10pregarbledExecId\"k\n" +
+	"\x10PregarbleRequest\x12\x13\n" +
+	"\x05fn_id\x18\x01 \x01(\tR\x04fnId\x12!\n" +
+	"\fcircuit_hash\x18\x02 \x01(\fR\vcircuitHash\x12\x1f\n" +
+	"\vchunk_bytes\x18\x03 \x01(\rR\n" +
+	"chunkBytes\"j\n" +
+	"\x11PregarbleResponse\x126\n" +
+	"\x06header\x18\x01 \x01(\v2\x1c.obscura.pps.v1.GarbleHeaderH\x00R\x06header\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
+	"\x05chunk\"&\n" +
 	"\x0eOTSetupRequest\x12\x14\n" +
 	"\x05setup\x18\x01 \x01(\fR\x05setup\"Q\n" +
 	"\x0fOTSetupResponse\x12\x1f\n" +
@@ -1592,13 +1758,14 @@ const file_obscura_pps_v1_garbler_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rMODE_FAITHFUL\x10\x01\x12\x11\n" +
-	"\rMODE_HARDENED\x10\x022\xf6\x05\n" +
+	"\rMODE_HARDENED\x10\x022\xca\x06\n" +
 	"\aGarbler\x12D\n" +
 	"\x05Setup\x12\x1c.obscura.pps.v1.SetupRequest\x1a\x1d.obscura.pps.v1.SetupResponse\x12e\n" +
 	"\x10RegisterFunction\x12'.obscura.pps.v1.RegisterFunctionRequest\x1a(.obscura.pps.v1.RegisterFunctionResponse\x12G\n" +
 	"\x06Revoke\x12\x1d.obscura.pps.v1.RevokeRequest\x1a\x1e.obscura.pps.v1.RevokeResponse\x12e\n" +
 	"\x10CheckConsistency\x12'.obscura.pps.v1.CheckConsistencyRequest\x1a(.obscura.pps.v1.CheckConsistencyResponse\x12I\n" +
-	"\x06Garble\x12\x1d.obscura.pps.v1.GarbleRequest\x1a\x1e.obscura.pps.v1.GarbleResponse0\x01\x12J\n" +
+	"\x06Garble\x12\x1d.obscura.pps.v1.GarbleRequest\x1a\x1e.obscura.pps.v1.GarbleResponse0\x01\x12R\n" +
+	"\tPregarble\x12 .obscura.pps.v1.PregarbleRequest\x1a!.obscura.pps.v1.PregarbleResponse0\x01\x12J\n" +
 	"\aRelease\x12\x1e.obscura.pps.v1.ReleaseRequest\x1a\x1f.obscura.pps.v1.ReleaseResponse\x12J\n" +
 	"\aOTSetup\x12\x1e.obscura.pps.v1.OTSetupRequest\x1a\x1f.obscura.pps.v1.OTSetupResponse\x12P\n" +
 	"\tSetupKKRT\x12 .obscura.pps.v1.SetupKKRTRequest\x1a!.obscura.pps.v1.SetupKKRTResponse\x12Y\n" +
@@ -1617,7 +1784,7 @@ func file_obscura_pps_v1_garbler_proto_rawDescGZIP() []byte {
 }
 
 var file_obscura_pps_v1_garbler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_obscura_pps_v1_garbler_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(Mode)(0),                        // 0: obscura.pps.v1.Mode
 	(*SetupRequest)(nil),             // 1: obscura.pps.v1.SetupRequest
@@ -1632,17 +1799,19 @@ var file_obscura_pps_v1_garbler_proto_goTypes = []any{
 	(*CheckConsistencyResponse)(nil), // 10: obscura.pps.v1.CheckConsistencyResponse
 	(*Nullified)(nil),                // 11: obscura.pps.v1.Nullified
 	(*GarbleRequest)(nil),            // 12: obscura.pps.v1.GarbleRequest
-	(*OTSetupRequest)(nil),           // 13: obscura.pps.v1.OTSetupRequest
-	(*OTSetupResponse)(nil),          // 14: obscura.pps.v1.OTSetupResponse
-	(*GarbleHeader)(nil),             // 15: obscura.pps.v1.GarbleHeader
-	(*GarbleResponse)(nil),           // 16: obscura.pps.v1.GarbleResponse
-	(*ReleaseRequest)(nil),           // 17: obscura.pps.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 18: obscura.pps.v1.ReleaseResponse
-	(*SetupKKRTRequest)(nil),         // 19: obscura.pps.v1.SetupKKRTRequest
-	(*SetupKKRTResponse)(nil),        // 20: obscura.pps.v1.SetupKKRTResponse
-	(*EvaluateKKRTRequest)(nil),      // 21: obscura.pps.v1.EvaluateKKRTRequest
-	(*EvaluateKKRTResponse)(nil),     // 22: obscura.pps.v1.EvaluateKKRTResponse
-	(*ReleaseRequest_Release)(nil),   // 23: obscura.pps.v1.ReleaseRequest.Release
+	(*PregarbleRequest)(nil),         // 13: obscura.pps.v1.PregarbleRequest
+	(*PregarbleResponse)(nil),        // 14: obscura.pps.v1.PregarbleResponse
+	(*OTSetupRequest)(nil),           // 15: obscura.pps.v1.OTSetupRequest
+	(*OTSetupResponse)(nil),          // 16: obscura.pps.v1.OTSetupResponse
+	(*GarbleHeader)(nil),             // 17: obscura.pps.v1.GarbleHeader
+	(*GarbleResponse)(nil),           // 18: obscura.pps.v1.GarbleResponse
+	(*ReleaseRequest)(nil),           // 19: obscura.pps.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 20: obscura.pps.v1.ReleaseResponse
+	(*SetupKKRTRequest)(nil),         // 21: obscura.pps.v1.SetupKKRTRequest
+	(*SetupKKRTResponse)(nil),        // 22: obscura.pps.v1.SetupKKRTResponse
+	(*EvaluateKKRTRequest)(nil),      // 23: obscura.pps.v1.EvaluateKKRTRequest
+	(*EvaluateKKRTResponse)(nil),     // 24: obscura.pps.v1.EvaluateKKRTResponse
+	(*ReleaseRequest_Release)(nil),   // 25: obscura.pps.v1.ReleaseRequest.Release
 }
 var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	0,  // 0: obscura.pps.v1.RegisterFunctionRequest.mode:type_name -> obscura.pps.v1.Mode
@@ -1650,32 +1819,35 @@ var file_obscura_pps_v1_garbler_proto_depIdxs = []int32{
 	8,  // 2: obscura.pps.v1.CheckConsistencyRequest.slots:type_name -> obscura.pps.v1.SlotInput
 	8,  // 3: obscura.pps.v1.GarbleRequest.slots:type_name -> obscura.pps.v1.SlotInput
 	11, // 4: obscura.pps.v1.GarbleRequest.nullified:type_name -> obscura.pps.v1.Nullified
-	15, // 5: obscura.pps.v1.GarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
-	23, // 6: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
-	8,  // 7: obscura.pps.v1.EvaluateKKRTRequest.slots:type_name -> obscura.pps.v1.SlotInput
-	1,  // 8: obscura.pps.v1.Garbler.Setup:input_type -> obscura.pps.v1.SetupRequest
-	3,  // 9: obscura.pps.v1.Garbler.RegisterFunction:input_type -> obscura.pps.v1.RegisterFunctionRequest
-	5,  // 10: obscura.pps.v1.Garbler.Revoke:input_type -> obscura.pps.v1.RevokeRequest
-	9,  // 11: obscura.pps.v1.Garbler.CheckConsistency:input_type -> obscura.pps.v1.CheckConsistencyRequest
-	12, // 12: obscura.pps.v1.Garbler.Garble:input_type -> obscura.pps.v1.GarbleRequest
-	17, // 13: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
-	13, // 14: obscura.pps.v1.Garbler.OTSetup:input_type -> obscura.pps.v1.OTSetupRequest
-	19, // 15: obscura.pps.v1.Garbler.SetupKKRT:input_type -> obscura.pps.v1.SetupKKRTRequest
-	21, // 16: obscura.pps.v1.Garbler.EvaluateKKRT:input_type -> obscura.pps.v1.EvaluateKKRTRequest
-	2,  // 17: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
-	4,  // 18: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
-	7,  // 19: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
-	10, // 20: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
-	16, // 21: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
-	18, // 22: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
-	14, // 23: obscura.pps.v1.Garbler.OTSetup:output_type -> obscura.pps.v1.OTSetupResponse
-	20, // 24: obscura.pps.v1.Garbler.SetupKKRT:output_type -> obscura.pps.v1.SetupKKRTResponse
-	22, // 25: obscura.pps.v1.Garbler.EvaluateKKRT:output_type -> obscura.pps.v1.EvaluateKKRTResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	17, // 5: obscura.pps.v1.PregarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
+	17, // 6: obscura.pps.v1.GarbleResponse.header:type_name -> obscura.pps.v1.GarbleHeader
+	25, // 7: obscura.pps.v1.ReleaseRequest.releases:type_name -> obscura.pps.v1.ReleaseRequest.Release
+	8,  // 8: obscura.pps.v1.EvaluateKKRTRequest.slots:type_name -> obscura.pps.v1.SlotInput
+	1,  // 9: obscura.pps.v1.Garbler.Setup:input_type -> obscura.pps.v1.SetupRequest
+	3,  // 10: obscura.pps.v1.Garbler.RegisterFunction:input_type -> obscura.pps.v1.RegisterFunctionRequest
+	5,  // 11: obscura.pps.v1.Garbler.Revoke:input_type -> obscura.pps.v1.RevokeRequest
+	9,  // 12: obscura.pps.v1.Garbler.CheckConsistency:input_type -> obscura.pps.v1.CheckConsistencyRequest
+	12, // 13: obscura.pps.v1.Garbler.Garble:input_type -> obscura.pps.v1.GarbleRequest
+	13, // 14: obscura.pps.v1.Garbler.Pregarble:input_type -> obscura.pps.v1.PregarbleRequest
+	19, // 15: obscura.pps.v1.Garbler.Release:input_type -> obscura.pps.v1.ReleaseRequest
+	15, // 16: obscura.pps.v1.Garbler.OTSetup:input_type -> obscura.pps.v1.OTSetupRequest
+	21, // 17: obscura.pps.v1.Garbler.SetupKKRT:input_type -> obscura.pps.v1.SetupKKRTRequest
+	23, // 18: obscura.pps.v1.Garbler.EvaluateKKRT:input_type -> obscura.pps.v1.EvaluateKKRTRequest
+	2,  // 19: obscura.pps.v1.Garbler.Setup:output_type -> obscura.pps.v1.SetupResponse
+	4,  // 20: obscura.pps.v1.Garbler.RegisterFunction:output_type -> obscura.pps.v1.RegisterFunctionResponse
+	7,  // 21: obscura.pps.v1.Garbler.Revoke:output_type -> obscura.pps.v1.RevokeResponse
+	10, // 22: obscura.pps.v1.Garbler.CheckConsistency:output_type -> obscura.pps.v1.CheckConsistencyResponse
+	18, // 23: obscura.pps.v1.Garbler.Garble:output_type -> obscura.pps.v1.GarbleResponse
+	14, // 24: obscura.pps.v1.Garbler.Pregarble:output_type -> obscura.pps.v1.PregarbleResponse
+	20, // 25: obscura.pps.v1.Garbler.Release:output_type -> obscura.pps.v1.ReleaseResponse
+	16, // 26: obscura.pps.v1.Garbler.OTSetup:output_type -> obscura.pps.v1.OTSetupResponse
+	22, // 27: obscura.pps.v1.Garbler.SetupKKRT:output_type -> obscura.pps.v1.SetupKKRTResponse
+	24, // 28: obscura.pps.v1.Garbler.EvaluateKKRT:output_type -> obscura.pps.v1.EvaluateKKRTResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_obscura_pps_v1_garbler_proto_init() }
@@ -1683,7 +1855,11 @@ func file_obscura_pps_v1_garbler_proto_init() {
 	if File_obscura_pps_v1_garbler_proto != nil {
 		return
 	}
-	file_obscura_pps_v1_garbler_proto_msgTypes[15].OneofWrappers = []any{
+	file_obscura_pps_v1_garbler_proto_msgTypes[13].OneofWrappers = []any{
+		(*PregarbleResponse_Header)(nil),
+		(*PregarbleResponse_Data)(nil),
+	}
+	file_obscura_pps_v1_garbler_proto_msgTypes[17].OneofWrappers = []any{
 		(*GarbleResponse_Header)(nil),
 		(*GarbleResponse_Data)(nil),
 	}
@@ -1693,7 +1869,7 @@ func file_obscura_pps_v1_garbler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_obscura_pps_v1_garbler_proto_rawDesc), len(file_obscura_pps_v1_garbler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Garbler_Revoke_FullMethodName           = "/obscura.pps.v1.Garbler/Revoke"
 	Garbler_CheckConsistency_FullMethodName = "/obscura.pps.v1.Garbler/CheckConsistency"
 	Garbler_Garble_FullMethodName           = "/obscura.pps.v1.Garbler/Garble"
+	Garbler_Pregarble_FullMethodName        = "/obscura.pps.v1.Garbler/Pregarble"
 	Garbler_Release_FullMethodName          = "/obscura.pps.v1.Garbler/Release"
 	Garbler_OTSetup_FullMethodName          = "/obscura.pps.v1.Garbler/OTSetup"
 	Garbler_SetupKKRT_FullMethodName        = "/obscura.pps.v1.Garbler/SetupKKRT"
@@ -67,6 +68,13 @@ type GarblerClient interface {
 	// stream (gc stream format, gate ordered) in chunks the broker evaluates as they arrive.
 	// No size limit: the garbler's and the broker's memory is bounded by the chunk window.
 	Garble(ctx context.Context, in *GarbleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GarbleResponse], error)
+	// Pregarble garbles the gates of one future execution of a faithful-mode function ahead of
+	// its inputs (spec §8.5: the garbler's labels do not depend on them) and streams their
+	// tables: a GarbleHeader (exec_id, stream_bytes) then the gc tables stream. The garbler
+	// holds that execution's fresh Δ and input zero-labels in memory (bounded in count, the
+	// oldest dropped) until a Garble names it in pregarbled_exec_id, which uses it once.
+	// FAILED_PRECONDITION: a hardened-mode function, or a circuit above the garbler's bound.
+	Pregarble(ctx context.Context, in *PregarbleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PregarbleResponse], error)
 	// Release tells the garbler which publisher rounds the broker will never ask for again, so
 	// it erases their seeds (D8: forward secrecy starts at erasure).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
@@ -161,6 +169,25 @@ func (c *garblerClient) Garble(ctx context.Context, in *GarbleRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Garbler_GarbleClient = grpc.ServerStreamingClient[GarbleResponse]
 
+func (c *garblerClient) Pregarble(ctx context.Context, in *PregarbleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PregarbleResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Garbler_ServiceDesc.Streams[1], Garbler_Pregarble_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PregarbleRequest, PregarbleResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Garbler_PregarbleClient = grpc.ServerStreamingClient[PregarbleResponse]
+
 func (c *garblerClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReleaseResponse)
@@ -226,6 +253,13 @@ type GarblerServer interface {
 	// stream (gc stream format, gate ordered) in chunks the broker evaluates as they arrive.
 	// No size limit: the garbler's and the broker's memory is bounded by the chunk window.
 	Garble(*GarbleRequest, grpc.ServerStreamingServer[GarbleResponse]) error
+	// Pregarble garbles the gates of one future execution of a faithful-mode function ahead of
+	// its inputs (spec §8.5: the garbler's labels do not depend on them) and streams their
+	// tables: a GarbleHeader (exec_id, stream_bytes) then the gc tables stream. The garbler
+	// holds that execution's fresh Δ and input zero-labels in memory (bounded in count, the
+	// oldest dropped) until a Garble names it in pregarbled_exec_id, which uses it once.
+	// FAILED_PRECONDITION: a hardened-mode function, or a circuit above the garbler's bound.
+	Pregarble(*PregarbleRequest, grpc.ServerStreamingServer[PregarbleResponse]) error
 	// Release tells the garbler which publisher rounds the broker will never ask for again, so
 	// it erases their seeds (D8: forward secrecy starts at erasure).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
@@ -275,6 +309,9 @@ func (UnimplementedGarblerServer) CheckConsistency(context.Context, *CheckConsis
 }
 func (UnimplementedGarblerServer) Garble(*GarbleRequest, grpc.ServerStreamingServer[GarbleResponse]) error {
 	return status.Error(codes.Unimplemented, "method Garble not implemented")
+}
+func (UnimplementedGarblerServer) Pregarble(*PregarbleRequest, grpc.ServerStreamingServer[PregarbleResponse]) error {
+	return status.Error(codes.Unimplemented, "method Pregarble not implemented")
 }
 func (UnimplementedGarblerServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -392,6 +429,17 @@ func _Garbler_Garble_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Garbler_GarbleServer = grpc.ServerStreamingServer[GarbleResponse]
 
+func _Garbler_Pregarble_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PregarbleRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GarblerServer).Pregarble(m, &grpc.GenericServerStream[PregarbleRequest, PregarbleResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Garbler_PregarbleServer = grpc.ServerStreamingServer[PregarbleResponse]
+
 func _Garbler_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReleaseRequest)
 	if err := dec(in); err != nil {
@@ -508,6 +556,11 @@ var Garbler_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Garble",
 			Handler:       _Garbler_Garble_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Pregarble",
+			Handler:       _Garbler_Pregarble_Handler,
 			ServerStreams: true,
 		},
 	},
