@@ -305,6 +305,12 @@ func (r *Registrar) derive(ctx context.Context, session string, sid uint16, d lo
 		return nil, 0, nil, err
 	}
 	rec := ss.base
+	if r.Policy.Partitions > 0 && d == lois.Down {
+		// The SI replica count of now (the policy's): a change of R — the registrar
+		// restarted with another --partitions, its sessions restored — takes effect at this
+		// epoch, never inside one (§3.11).
+		rec.Replicas = r.Policy.Partitions
+	}
 	rec.Grant = true
 	rec.Created = now.Unix()
 	rec.Streams = []contract.Stream{contract.FromCore(&st)}

@@ -150,9 +150,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// InstallSession installs a session's upload streams for this SI's services and, unless
-// k.Replica is negative (a replica outside the record's partition), its download partition
-// (Installer). A session installed before is left as it is.
+// InstallSession installs a session's upload streams for this SI's services and its
+// download partition (Installer); with k.Replica negative (a replica outside the record's
+// partition) the session's download pools start empty and fill from the first epoch granted
+// with this replica in its partition. A session installed before is left as it is.
 func (s *Server) InstallSession(k *contract.Keys) error {
 	s.up.mu.Lock()
 	defer s.up.mu.Unlock()
@@ -185,9 +186,6 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	s.installed[key] = true
 	s.nSessions++
 	s.cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
-	if k.Replica < 0 {
-		return nil
-	}
 	ss := &serverSession{session: k.Session, wire: wire, byID: map[uint16]*lois.Pool{}, low: map[uint16]int64{}, dip: dip.As4(),
 		waiting: k.AwaitReady}
 	if s.cfg.STP != nil && !s.cfg.Plain {
@@ -197,6 +195,14 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	}
 	for i := range k.Streams {
 		if k.Streams[i].Dir != "down" || !s.mine[k.Streams[i].SID] {
+			continue
+		}
+		if k.Replica < 0 {
+			// Outside the record's partition (a replica added since the session opened): an
+			// empty pool, below its low-water mark, so this replica's first reply to the
+			// device asks for an epoch, which the registrar partitions over the replicas of
+			// now (§3.11: a change of R takes effect at the next epoch).
+			ss.emptyPool(k.Streams[i].SID, s.cfg.LowWaterMin)
 			continue
 		}
 		st, err := k.Streams[i].Core()
@@ -390,6 +396,18 @@ func (s *Server) download() error {
 			s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 		}
 	}
+}
+
+// emptyPool gives the session a pool for sid with no pairs (the caller holds the pools'
+// lock once the session is published).
+func (ss *serverSession) emptyPool(sid uint16, lowMin int) {
+	if ss.byID[sid] != nil {
+		return
+	}
+	p := &lois.Pool{LowWater: lowMin}
+	ss.byID[sid] = p
+	ss.pools.Set(sid, p)
+	ss.list = append(ss.list, sidPool{sid, p})
 }
 
 // add puts this replica's partition of a download stream into the session's pool of its
