@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -141,6 +142,8 @@ func TestCIDaemonPacketRate(t *testing.T) {
 			next += burst
 			base := got.Load()
 			cpu0 := processCPU(t)
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -157,6 +160,7 @@ func TestCIDaemonPacketRate(t *testing.T) {
 			}
 			el := time.Since(start)
 			cpu := processCPU(t) - cpu0
+			runtime.ReadMemStats(&ms1)
 			cancel()
 			wg.Wait()
 			if n, ok := got.Load()-base, testutil.ToFloat64(m.Packets.WithLabelValues("ci", "up", contract.ResultOK)); n != burst || ok != burst {
@@ -165,7 +169,8 @@ func TestCIDaemonPacketRate(t *testing.T) {
 			r, perPkt := burst/el.Seconds(), float64(cpu.Nanoseconds())/burst
 			pps[batch] = append(pps[batch], r)
 			cpuNs[batch] = append(cpuNs[batch], perPkt)
-			t.Logf("round %d, batch %d: %.0f packets/s, %.0f ns of process CPU per packet, table %d entries", round, batch, r, perPkt, entries)
+			t.Logf("round %d, batch %d: %.0f packets/s, %.0f ns of process CPU per packet, %.3f heap allocations per packet (the process's), table %d entries",
+				round, batch, r, perPkt, float64(ms1.Mallocs-ms0.Mallocs)/burst, entries)
 		}
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
