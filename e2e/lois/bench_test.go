@@ -76,6 +76,9 @@ func TestTUNPathPacketRate(t *testing.T) {
 					t.Fatalf("bulk download: %v, %s bytes", err, out)
 				}
 				time.Sleep(100 * time.Millisecond)
+				// The server is the bulk sender: how it recovered losses (SACK or Reno) and
+				// whether it saw reordering, from its namespace's fresh counters.
+				t.Logf("%s server TCP after the bulk download: %s", name, w.srv.tcpStats(t))
 				p1 := count()
 				r := result{bulkPPS: float64(p1-p0) / el.Seconds(), mbps: bulk * 8 / el.Seconds() / 1e6,
 					bulkCPU: (w.roleCPU(t) - cpu0).Seconds() * 1e6 / float64(p1-p0)}
@@ -146,4 +149,19 @@ func (w *world) roleCPU(t *testing.T) time.Duration {
 func (n netns) txDropped(t *testing.T, dev string) string {
 	t.Helper()
 	return strings.TrimSpace(sh(t, "ip", "netns", "exec", n.name, "cat", "/sys/class/net/"+dev+"/statistics/tx_dropped"))
+}
+
+// tcpStats are the namespace's TCP retransmission, recovery and reordering counters (a
+// namespace made for the round starts them at zero).
+func (n netns) tcpStats(t *testing.T) string {
+	t.Helper()
+	out := sh(t, "ip", "netns", "exec", n.name, "nstat", "-asz", "TcpRetransSegs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery",
+		"TcpExtTCPSACKReorder", "TcpExtTCPRenoReorder", "TcpExtTCPTSReorder", "TcpExtTCPSACKDiscard")
+	var f []string
+	for _, line := range strings.Split(out, "\n") {
+		if c := strings.Fields(line); len(c) >= 2 && !strings.HasPrefix(c[0], "#") {
+			f = append(f, strings.TrimPrefix(strings.TrimPrefix(c[0], "TcpExt"), "Tcp")+"="+c[1])
+		}
+	}
+	return strings.Join(f, " ")
 }
