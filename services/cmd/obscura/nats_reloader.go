@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -223,12 +224,10 @@ func (r *natsReloader) check() error {
 // cluster e2e: all three nodes restarted within 2 s, the round-info bucket vanished and the
 // gateways' watches never resumed). So the nodes take turns: time is cut into slots of
 // cfg.Slot, node k restarts only in the first half of slots ≡ k (mod nodes) — two nodes never
-// share a slot, whatever the skew between their syncs — and only when every other node
-// answers /healthz?js-server-only=true (the node restarted in the previous turn is back and
-// current with the meta leader; not the full /healthz, which stays failing for good once an
-// account with JetStream data is removed — "JetStream account … could not be resolved" — and
-// would hold every later turn to --max-wait). After cfg.MaxWait of unhealthy peers it restarts
-// anyway in its turn: accounts that are never loaded are worse than one more node down.
+// share a slot, whatever the skew between their syncs — and only when every other node holds
+// its stream and consumer replicas current (peerHealthy: the node restarted in the previous
+// turn is back and has caught up). After cfg.MaxWait of unhealthy peers it restarts anyway in
+// its turn: accounts that are never loaded are worse than one more node down.
 func (r *natsReloader) restartTurn(hash string) bool {
 	c := r.cfg
 	if len(c.Peers) < 2 {
@@ -265,17 +264,53 @@ func (r *natsReloader) restartTurn(hash string) bool {
 	return false
 }
 
-// peerHealthy asks a peer's monitoring endpoint whether it runs and is current with the
-// JetStream meta leader.
+// peerHealthy asks a peer whether it runs, is current with the JetStream meta leader and holds
+// every stream and consumer replica assigned to it current: /healthz?details=true, whose errors
+// are typed. The 3-node cluster e2e showed why "current" matters: with only the meta layer
+// checked (js-server-only), a node restarted while its peer's memory-stream replicas were still
+// catching up, and the round-info bucket lost its quorum for good ("catchup aborted, no leader").
+// ACCOUNT errors are ignored: an account removed with JetStream data in it stays "could not be
+// resolved" forever and says nothing about the peer's replicas.
 func (r *natsReloader) peerHealthy(base string) error {
-	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?js-server-only=true")
+	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?details=true")
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/healthz %d", resp.StatusCode)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	return replicasCurrent(resp.StatusCode, body)
+}
+
+// replicasCurrent reads a /healthz?details=true answer: nil when every error it lists (if any)
+// is about an account.
+func replicasCurrent(code int, body []byte) error {
+	var st struct {
+		Errors []struct {
+			Type    string `json:"type"`
+			Account string `json:"account"`
+			Error   string `json:"error"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		if code == http.StatusOK {
+			return nil
+		}
+		return fmt.Errorf("/healthz %d", code)
+	}
+	var bad []string
+	for _, e := range st.Errors {
+		if e.Type != "ACCOUNT" {
+			bad = append(bad, e.Error)
+		}
+	}
+	switch {
+	case len(bad) > 0:
+		return fmt.Errorf("/healthz %d: %s", code, strings.Join(bad[:min(len(bad), 3)], "; "))
+	case code != http.StatusOK && len(st.Errors) == 0:
+		return fmt.Errorf("/healthz %d", code)
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats-server/v2/server"
 	"log/slog"
 	"net/http"
 	"os"
@@ -282,8 +284,8 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 // nodes include one accounts file, a reloader beside each node and a supervisor that restarts
 // a node whose server exits (the kubelet). When the accounts change shape every reloader sees
 // it at once — the worst case of a kubelet sync — yet no two nodes are ever down together:
-// each node's downtime (exit until /healthz?js-server-only answers again) overlaps no other's, so the cluster
-// keeps its quorum and an R3 stream every message. Restarting together (the reloader before
+// each node's downtime (exit until it holds its replicas current again) overlaps no other's, so
+// the cluster keeps its quorum and R3 file and memory streams every message. Restarting together (the reloader before
 // turns) lost the quorum and every memory stream in the cluster e2e.
 func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	const nodes = 3
@@ -298,15 +300,8 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	healthy := func(i int) bool {
-		cl := http.Client{Timeout: time.Second}
-		resp, err := cl.Get(c.MonitorURL(i) + "/healthz?js-server-only=true") // the reloader's own notion of a node back
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
+	probe := &natsReloader{http: &http.Client{Timeout: time.Second}}
+	healthy := func(i int) bool { return probe.peerHealthy(c.MonitorURL(i)) == nil } // the reloader's own notion of a node back
 	// Each restart's downtime: from the server's exit (the supervisor starts it at once) until
 	// it is healthy again.
 	type downtime struct {
@@ -344,8 +339,16 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: nodes}); err != nil {
 		t.Fatal(err)
 	}
+	// And a replicated memory stream, as the services' round-info bucket: its replicas live only
+	// in the servers' memory, so a node restarted before the previous one caught up loses it.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3MEM", Subjects: []string{"r3mem.>"}, Replicas: nodes, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
 	for n := range 20 {
 		if _, err := js.Publish(ctx, "r3.x", []byte(strconv.Itoa(n))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "r3mem.x", []byte(strconv.Itoa(n))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -443,7 +446,60 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	if err != nil || info.State.Msgs != 20 {
 		t.Fatalf("R3 after the restarts: %v, %+v; want its 20 messages", err, info)
 	}
+	testenv.Eventually(t, time.Minute, "the memory stream R3MEM with its 20 messages and a leader", func() error {
+		s, err := js.Stream(ctx, "R3MEM")
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 20 || info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("%d messages, cluster %+v", info.State.Msgs, info.Cluster)
+		}
+		return nil
+	})
 	if strings.Contains(logs.String(), "without every peer healthy") {
 		t.Errorf("a reloader gave up waiting for its peers:\n%s", logs.String())
+	}
+}
+
+// TestReplicasCurrentReadsHealthzDetails: a peer whose only /healthz errors are about accounts (a
+// removed account with JetStream data stays "could not be resolved" for good) is current; one
+// with a stream or consumer replica not current, or a meta layer not caught up, is not. The
+// answers are nats-server's own types, marshalled as its monitor does.
+func TestReplicasCurrentReadsHealthzDetails(t *testing.T) {
+	answer := func(errs ...server.HealthzError) (int, []byte) {
+		st := server.HealthStatus{Status: "ok", StatusCode: http.StatusOK, Errors: errs}
+		if len(errs) > 0 {
+			st.Status, st.StatusCode = "unavailable", http.StatusServiceUnavailable
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.StatusCode, b
+	}
+	gone := server.HealthzError{Type: server.HealthzErrorAccount, Account: "PDA_OLD", Error: "JetStream account 'PDA_OLD' could not be resolved"}
+	stream := server.HealthzError{Type: server.HealthzErrorStream, Account: "INTEGRATOR", Stream: "KV_MOHITO_ROUNDINFO", Error: "JetStream stream 'INTEGRATOR > KV_MOHITO_ROUNDINFO' is not current"}
+	meta := server.HealthzError{Type: server.HealthzErrorJetStream, Error: "JetStream is not current with the meta leader"}
+	for _, c := range []struct {
+		name    string
+		errs    []server.HealthzError
+		current bool
+	}{
+		{"no errors", nil, true},
+		{"a removed account only", []server.HealthzError{gone}, true},
+		{"a stream replica catching up", []server.HealthzError{gone, stream}, false},
+		{"the meta layer behind", []server.HealthzError{meta}, false},
+	} {
+		code, body := answer(c.errs...)
+		if err := replicasCurrent(code, body); (err == nil) != c.current {
+			t.Errorf("%s: replicasCurrent = %v, want current %v", c.name, err, c.current)
+		}
+	}
+	if err := replicasCurrent(http.StatusServiceUnavailable, []byte("unavailable")); err == nil {
+		t.Error("a 503 without a readable body counted as current")
 	}
 }
