@@ -109,6 +109,9 @@ type Summary struct {
 	// command was sent again exactly once).
 	MaxAttempts int         `json:"max_attempts,omitempty"`
 	PerSecond   []SecondRow `json:"per_second,omitempty"`
+	// Reconnected counts the devices' MQTT connections re-established (and resubscribed)
+	// after a loss during the run: a NATS node restarted, killed or drained under them.
+	Reconnected int `json:"reconnected,omitempty"`
 }
 
 type roundAcc struct {

@@ -74,6 +74,7 @@ type Cluster struct {
 	procs     map[string]*proc
 	delivered map[string]int
 	conns     []*grpc.ClientConn
+	mqtt      []*client.MQTTTransport // devices over MQTT, closed by Stop
 }
 
 type proc struct {
@@ -449,6 +450,11 @@ func (c *Cluster) startDevices(ctx context.Context, v int) error {
 			if err != nil {
 				return err
 			}
+			// Closed by Stop: an MQTT device reconnects until closed, and a leftover one
+			// would find a later test's NATS on the same port.
+			c.mu.Lock()
+			c.mqtt = append(c.mqtt, m)
+			c.mu.Unlock()
 			tr = m
 		} else {
 			nc, _, err := c.connect(user)
@@ -516,9 +522,11 @@ func (c *Cluster) Stop() {
 	for _, conn := range c.conns {
 		conn.Close()
 	}
-	for _, devs := range c.Devices {
-		for _, d := range devs {
-			_ = d
-		}
+	c.mu.Lock()
+	mqtt := c.mqtt
+	c.mqtt = nil
+	c.mu.Unlock()
+	for _, m := range mqtt {
+		m.Close()
 	}
 }
