@@ -36,6 +36,8 @@ type encRound struct {
 	planMsgs []jetstream.Msg
 	vendors  map[int]*encVendor
 	first    time.Time
+	// retry is set while a timer will call trySeal again (a table claimed by another encoder).
+	retry bool
 }
 
 type encVendor struct {
@@ -179,7 +181,8 @@ func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
 			continue
 		}
 		if err := e.seal(ctx, t, v, r.plan, ev); errors.Is(err, errClaimed) {
-			e.cfg.Log.Debug("table claimed by another encoder; held for redelivery", "t", t, "vendor", v)
+			e.cfg.Log.Debug("table claimed by another encoder; retrying", "t", t, "vendor", v)
+			e.retrySeal(ctx, t, r)
 			all = false
 			continue
 		} else if err != nil {
@@ -205,6 +208,30 @@ func (e *Encoder) trySeal(ctx context.Context, t uint64, r *encRound) {
 		}
 	}
 }
+
+// retrySeal calls trySeal for round t again after claimRetry, once per pending retry. A claim
+// left by an encoder that stopped (a rescale's or a rolling update's previous owner whose
+// release did not reach the server) lapses after claimTTL; waiting for the records' redelivery
+// instead added an ack wait on top, and a round whose table came that late could time out.
+// Called with e.mu held.
+func (e *Encoder) retrySeal(ctx context.Context, t uint64, r *encRound) {
+	if r.retry {
+		return
+	}
+	r.retry = true
+	time.AfterFunc(claimRetry, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		r.retry = false
+		if ctx.Err() != nil || e.rounds[t] != r {
+			return // leadership ended (its rounds were released) or the round was forgotten
+		}
+		e.trySeal(ctx, t, r)
+	})
+}
+
+// claimRetry is how often a claimed table is looked at again.
+const claimRetry = claimTTL / 3
 
 // seal encodes S_v, makes it and the response slots durable (Object Store,
 // Redis), then streams it to the vendor. A rebuilt encoder reuses a table
