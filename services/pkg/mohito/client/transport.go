@@ -51,6 +51,7 @@ type MQTTTransport struct {
 	// reconnects counts the connections re-established after a loss with every subscription
 	// granted again.
 	reconnects int
+	connects   int // connections made, the first included
 	closed     bool
 }
 
@@ -133,10 +134,12 @@ var ErrSubscriptionRefused = errors.New("subscription refused by the broker")
 // lasts (a lost connection runs it again).
 func (m *MQTTTransport) resubscribe(c mqtt.Client) {
 	m.mu.Lock()
+	m.connects++
+	first := m.connects == 1
 	subs := maps.Clone(m.subs)
 	m.mu.Unlock()
-	if len(subs) == 0 {
-		return // the first connection: Subscribe takes them
+	if first {
+		return // the first connection: Subscribe takes them (this may run after it did)
 	}
 	for t, cb := range subs {
 		for subscribe(c, t, cb) != nil {
