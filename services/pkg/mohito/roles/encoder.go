@@ -269,7 +269,13 @@ func (e *Encoder) seal(ctx context.Context, t uint64, v int, pl *plan, ev *encVe
 				// Not encoded (stopped, or a store failed): release the claim so the
 				// next owner encodes at once instead of after claimTTL and an ack wait.
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_ = e.claims.Delete(dctx, name, jetstream.LastRevision(last))
+				if err := e.claims.Delete(dctx, name, jetstream.LastRevision(last)); err != nil {
+					// A renewal whose answer was lost to the stop moved the revision on: the
+					// claim is still ours if it holds our id.
+					if c, gerr := e.claims.Get(dctx, name); gerr == nil && string(c.Value()) == e.id {
+						_ = e.claims.Delete(dctx, name, jetstream.LastRevision(c.Revision()))
+					}
+				}
 				cancel()
 			}
 		}()
