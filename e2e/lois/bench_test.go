@@ -28,7 +28,9 @@ import (
 //
 // LOIS_TUN_BENCH_ROUNDS=n changes the number of rounds; LOIS_TUN_BENCH_NOSACK=1 turns SACK
 // and TCP timestamps off at both endpoints in both modes (hardened LOIS strips them, D-10);
-// LOIS_TUN_BENCH_TXQLEN=q sets the TUN devices' queue length (default 500).
+// LOIS_TUN_BENCH_TXQLEN=q sets the TUN devices' queue length (default: the roles' 4096);
+// LOIS_TUN_BENCH_BATCH=n gives the roles --batch n (1: the CI and the SI move one packet
+// per system call).
 func TestTUNPathPacketRate(t *testing.T) {
 	if os.Getenv("LOIS_TUN_BENCH") == "" {
 		t.Skip("set LOIS_TUN_BENCH=1 to measure the TUN path (needs root)")
@@ -54,7 +56,8 @@ func TestTUNPathPacketRate(t *testing.T) {
 			mode := modes[(round+k)%len(modes)]
 			name := fmt.Sprintf("round%d/%s", round, mode)
 			t.Run(name, func(t *testing.T) {
-				w := setup(t, options{plain: mode == "plain", paper: mode == "lois-paper", n: 1 << 17, handler: h})
+				batch, _ := strconv.Atoi(os.Getenv("LOIS_TUN_BENCH_BATCH"))
+				w := setup(t, options{plain: mode == "plain", paper: mode == "lois-paper", n: 1 << 17, handler: h, batch: batch})
 				if os.Getenv("LOIS_TUN_BENCH_NOSACK") != "" { // both modes without SACK and timestamps, as hardened LOIS makes them
 					for _, n := range []netns{w.dev, w.srv} {
 						n.sysctl(t, "net.ipv4.tcp_sack=0")
@@ -68,6 +71,7 @@ func TestTUNPathPacketRate(t *testing.T) {
 				count := func() int { return w.packets(t, w.dev, "di", "up", "ok") + w.packets(t, w.dev, "di", "down", "ok") }
 				p0 := count()
 				cpu0 := w.roleCPU(t)
+				roles0 := []time.Duration{nsCPU(t, w.dev), nsCPU(t, w.cloud), nsCPU(t, w.srv)}
 				start := time.Now()
 				out, err := w.dev.cmd("curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", "--max-time", "300",
 					fmt.Sprintf("http://%s:%d/bulk", cipS, sid)).Output()
@@ -82,6 +86,11 @@ func TestTUNPathPacketRate(t *testing.T) {
 				p1 := count()
 				r := result{bulkPPS: float64(p1-p0) / el.Seconds(), mbps: bulk * 8 / el.Seconds() / 1e6,
 					bulkCPU: (w.roleCPU(t) - cpu0).Seconds() * 1e6 / float64(p1-p0)}
+				var each []string
+				for i, n := range []netns{w.dev, w.cloud, w.srv} {
+					each = append(each, fmt.Sprintf("%s %.1f", []string{"di", "ci", "si"}[i], (nsCPU(t, n)-roles0[i]).Seconds()*1e6/float64(p1-p0)))
+				}
+				t.Logf("%s role CPU per packet, µs: %s", name, strings.Join(each, ", "))
 
 				c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1,
 					DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return w.dev.dial(network, addr) }}}
@@ -128,18 +137,26 @@ func TestTUNPathPacketRate(t *testing.T) {
 // process in the three namespaces (only the roles, once curl has exited).
 func (w *world) roleCPU(t *testing.T) time.Duration {
 	t.Helper()
-	var ticks int64
+	var d time.Duration
 	for _, n := range []netns{w.dev, w.cloud, w.srv} {
-		for _, pid := range strings.Fields(sh(t, "ip", "netns", "pids", n.name)) {
-			b, err := os.ReadFile("/proc/" + pid + "/stat")
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-			u, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
-			s, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
-			ticks += u + s
+		d += nsCPU(t, n)
+	}
+	return d
+}
+
+// nsCPU is the CPU time (user + system) the processes in namespace n have used so far.
+func nsCPU(t *testing.T, n netns) time.Duration {
+	t.Helper()
+	var ticks int64
+	for _, pid := range strings.Fields(sh(t, "ip", "netns", "pids", n.name)) {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
 		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+		s, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
+		ticks += u + s
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

@@ -59,6 +59,7 @@ type options struct {
 	stp       bool // stochastic traffic padding at the DI and the SI
 	registrar bool // keys through `lois register` and JetStream (nats-server in the cloud namespace) instead of provisioned files
 	n         int  // keystreams per service and direction
+	batch     int  // --batch of the roles (0: their default)
 	cloudWire string
 	devWire   string // where SIs send downloads (default the DI)
 	handler   http.Handler
@@ -109,6 +110,9 @@ func setup(t *testing.T, o options) *world {
 		cw = fmt.Sprintf("%s:%d", cloudWire, ciPort)
 	}
 	common := []string{"--cip", cipS, "--metrics-addr", metrics, "--health-addr", metrics, "--mtu", "1400"}
+	if o.batch > 0 {
+		common = append(common, "--batch", strconv.Itoa(o.batch))
+	}
 	if o.plain {
 		common = append(common, "--plain")
 	}

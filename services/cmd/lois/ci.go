@@ -106,7 +106,7 @@ func runCI(args []string) error {
 			return nil, err
 		}
 		cl, err := roles.NewCloud(roles.CloudConfig{Core: c.core(), Keys: keys, Backends: backends, FlowKey: flowKey,
-			Wire: wire, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain})
+			Wire: wire, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, Batch: c.batch})
 		if err != nil {
 			wire.Close()
 			return nil, daemon.ConfigError(err)

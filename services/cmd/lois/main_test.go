@@ -24,6 +24,8 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"ci bad backend", runCI, []string{"--keys-files", "/x", "--backends", "8080=10.0.0.1:80"}, "--backends"},
 		{"ci bad cip", runCI, []string{"--keys-files", "/x", "--backends", "8080=10.0.0.1:80@10.0.0.2:7402", "--cip", "::1"}, "--cip"},
 		{"si bad service", runSI, []string{"--keys-files", "/x", "--services", "80"}, "--services"},
+		{"ci batch 0", runCI, []string{"--keys-files", "/x", "--backends", "8080=10.0.0.1:80@10.0.0.2:7402", "--batch", "0"}, "--batch"},
+		{"si batch too large", runSI, []string{"--keys-files", "/x", "--services", "80=8080", "--batch", "2000"}, "--batch"},
 		{"si bad mtu", runSI, []string{"--keys-files", "/x", "--services", "80=8080", "--mtu", "100"}, "--mtu"},
 		{"provision no device", runProvision, []string{"--out-dir", t.TempDir(), "--services", "8080"}, "--device-ip"},
 		{"stray argument", runDI, []string{"extra"}, "unexpected"},

@@ -95,7 +95,7 @@ func runSI(args []string) error {
 			lowWater = c.natsFlags.lowWater
 		}
 		s, err := roles.NewServer(roles.ServerConfig{Core: c.core(), Keys: keys, Ports: ports, TUN: tun, Wire: wire,
-			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig(), LowWater: lowWater})
+			Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, Batch: c.batch, STP: c.stpConfig(), LowWater: lowWater})
 		if err != nil {
 			tun.Close()
 			wire.Close()

@@ -2,11 +2,14 @@ package roles
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"unsafe"
 
+	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +42,8 @@ type wireBatch struct {
 	werr     error
 }
 
-// newWireBatch is a batch of up to n datagrams of up to size bytes on conn.
+// newWireBatch is a batch of up to n datagrams of up to size bytes on conn (size 0: it only
+// writes).
 func newWireBatch(conn *net.UDPConn, n, size int) (*wireBatch, error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -56,6 +60,9 @@ func newWireBatch(conn *net.UDPConn, n, size int) (*wireBatch, error) {
 		whdr: make([]mmsghdr, n), wiov: make([]unix.Iovec, n)}
 	mem := make([]byte, n*size)
 	for i := range n {
+		if size == 0 { // a batch that only writes
+			break
+		}
 		b.bufs[i] = mem[i*size : (i+1)*size : (i+1)*size]
 		b.riov[i].Base = &b.bufs[i][0]
 		b.riov[i].SetLen(size)
@@ -138,3 +145,79 @@ func sockaddr4(ap netip.AddrPort) *unix.RawSockaddrInet4 {
 	p[0], p[1] = byte(ap.Port()>>8), byte(ap.Port())
 	return sa
 }
+
+// tunReader reads bursts of packets from a TUN device: as many as are queued, up to
+// len(bufs), one read(2) each (a TUN without IFF_VNET_HDR gives one packet per read) but
+// one wait for all of them, so the caller can send them on in one sendmmsg. Packet i is
+// bufs[i][off:off+size(i)]. Another io.Reader (a test's in-memory TUN) is read one packet at
+// a time.
+type tunReader struct {
+	rc   syscall.RawConn
+	r    io.Reader
+	bufs [][]byte
+	n    []int
+	k    int
+	err  error
+	fn   func(uintptr) bool
+}
+
+// newTUNReader reads tun into n buffers of size bytes, each packet at offset lois.Headroom.
+func newTUNReader(tun io.Reader, n, size int) (*tunReader, error) {
+	t := &tunReader{r: tun, bufs: make([][]byte, n), n: make([]int, n)}
+	for i := range n {
+		t.bufs[i] = make([]byte, size)
+	}
+	f, ok := tun.(*os.File)
+	if !ok {
+		t.bufs, t.n = t.bufs[:1], t.n[:1]
+		return t, nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	t.rc = rc
+	t.fn = func(fd uintptr) bool {
+		for t.k < len(t.bufs) {
+			r, err := unix.Read(int(fd), t.bufs[t.k][lois.Headroom:])
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return t.k > 0 // none yet: wait until readable
+			case err != nil:
+				t.err = err
+				return true
+			}
+			t.n[t.k] = r
+			t.k++
+		}
+		return true
+	}
+	return t, nil
+}
+
+func (t *tunReader) batched() bool { return t.rc != nil }
+
+// read waits for at least one packet and returns how many it read.
+func (t *tunReader) read() (int, error) {
+	if t.rc == nil {
+		n, err := t.r.Read(t.bufs[0][lois.Headroom:])
+		if err != nil {
+			return 0, err
+		}
+		t.n[0] = n
+		return 1, nil
+	}
+	t.k, t.err = 0, nil
+	if err := t.rc.Read(t.fn); err != nil {
+		return 0, err
+	}
+	if t.k > 0 {
+		return t.k, nil // an error after some packets comes back with the next read
+	}
+	return 0, t.err
+}
+
+// size is the length of packet i of the last read.
+func (t *tunReader) size(i int) int { return t.n[i] }

@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"golang.org/x/sys/unix"
 )
 
 // ServerConfig configures an SI.
@@ -33,6 +35,11 @@ type ServerConfig struct {
 	Log     *slog.Logger
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
+	// Batch is how many replies the download loop reads from the TUN per wait (one read
+	// each: as many as are queued) and sends in one sendmmsg. 0 is lois.BatchSize; 1 reads
+	// and sends one at a time (the loop before batching). An in-memory TUN is read one at
+	// a time.
+	Batch int
 	// STP, if set, pads each session's downloads (spec §4).
 	STP *lois.STPConfig
 	// LowWater, if set, announces that a session's download pool of a service fell below
@@ -55,7 +62,8 @@ type serverSession struct {
 	pools   lois.Pools
 	byID    map[uint16]*lois.Pool
 	wire    netip.AddrPort
-	pad     *padder // nil without STP; its mu then guards the pools (lock)
+	sa      *unix.RawSockaddrInet4 // wire for sendmmsg; nil if not IPv4
+	pad     *padder                // nil without STP; its mu then guards the pools (lock)
 	mu      sync.Mutex
 	low     map[uint16]int64 // unix second a low-water event went out, by SID; guarded by lock
 	list    []sidPool        // the pools again, for the per-packet low-water check (no map)
@@ -111,6 +119,9 @@ type Server struct {
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if len(cfg.Ports) == 0 || cfg.TUN == nil || cfg.Wire == nil {
 		return nil, errors.New("lois server: service ports, tun and a wire socket are required")
+	}
+	if cfg.Batch < 0 || cfg.Batch > maxBatch {
+		return nil, fmt.Errorf("lois server: batch %d: want 0 to %d", cfg.Batch, maxBatch)
 	}
 	mine := map[uint16]bool{}
 	for _, sid := range cfg.Ports {
@@ -188,6 +199,9 @@ func (s *Server) InstallSession(k *contract.Keys) error {
 	s.cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
 	ss := &serverSession{session: k.Session, wire: wire, byID: map[uint16]*lois.Pool{}, low: map[uint16]int64{}, dip: dip.As4(),
 		waiting: k.AwaitReady}
+	if wire.Addr().Unmap().Is4() {
+		ss.sa = sockaddr4(wire)
+	}
 	if s.cfg.STP != nil && !s.cfg.Plain {
 		if ss.pad, err = newPadder(*s.cfg.STP); err != nil {
 			return err
@@ -320,68 +334,55 @@ func (s *Server) upload() error {
 // download is SI download (spec §3.9 Step 3): a server's reply is hidden with this
 // replica's partition of the device session's pairs and sent straight to the DI.
 func (s *Server) download() error {
-	buf := make([]byte, lois.Headroom+contract.MaxDatagram)
+	batch := cmp.Or(s.cfg.Batch, lois.BatchSize)
+	in, err := newTUNReader(s.cfg.TUN, batch, lois.Headroom+contract.MaxDatagram)
+	if err != nil {
+		return err
+	}
+	var out *wireBatch
+	if in.batched() && batch > 1 {
+		if out, err = newWireBatch(s.cfg.Wire, batch, 0); err != nil {
+			s.cfg.Log.Warn("downloads sent one datagram at a time", "err", err)
+			out = nil
+		}
+	}
 	var last int64
 	for {
-		n, err := s.cfg.TUN.Read(buf[lois.Headroom:])
+		k, err := in.read()
 		if err != nil {
 			if closed(err) {
 				return nil
 			}
 			return err
 		}
-		pkt := buf[lois.Headroom : lois.Headroom+n]
-		if n < 20 || pkt[0]>>4 != 4 {
-			s.dnC.inc(contract.ResultMalformed)
-			continue
-		}
-		ss := (*s.sessions.Load())[[4]byte(pkt[16:20])]
-		if ss == nil {
-			// A device whose session waits for its READY: held until it comes (or dropped
-			// as exhausted at the deadline), not lost. Off the per-packet path: misses only.
-			if s.park != nil && s.awaitingReady([4]byte(pkt[16:20])) && s.park.park(pkt, nil) {
+		for i := range k {
+			pkt, ss, ok := s.hideReply(in.bufs[i], in.size(i))
+			if !ok {
 				continue
 			}
-			s.dnC.inc(contract.ResultUnknownPeer)
-			continue
-		}
-		off, err := lois.Headroom, error(nil)
-		if s.cfg.Plain {
-			if ihl, ok := plainParse(pkt); !ok {
-				err = lois.ErrMalformed
-			} else if sid, ok := s.cfg.Ports[binary.BigEndian.Uint16(pkt[ihl:])]; !ok {
-				err = lois.ErrUnknownSID
-			} else {
-				plainRewrite(pkt, ihl, 12, 0, s.cfg.Core.CIP, sid)
+			if out != nil && ss.sa != nil {
+				out.queue(pkt, ss.sa)
+				continue
 			}
-		} else {
-			mu := ss.lock()
-			mu.Lock()
-			srvPort := binary.BigEndian.Uint16(pkt[20:])
-			if ss.pad != nil && n >= 40 {
-				if _, ok := s.cfg.Ports[srvPort]; ok {
-					ss.pad.real(pkt, time.Now().UnixNano())
+			if _, err := s.cfg.Wire.WriteToUDPAddrPort(pkt, ss.wire); err != nil {
+				s.dnC.inc(contract.ResultIOError)
+				continue
+			}
+			s.dnC.inc(contract.ResultOK)
+		}
+		if out != nil && out.nw > 0 {
+			sent, failed, err := out.flush()
+			s.dnC[contract.ResultOK].Add(float64(sent))
+			if failed > 0 {
+				s.dnC[contract.ResultIOError].Add(float64(failed))
+			}
+			if err != nil {
+				if closed(err) {
+					return nil
 				}
-			}
-			now := s.clk.now()
-			off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, now)
-			if s.cfg.LowWater != nil {
-				s.checkLow(ss, now)
-			}
-			mu.Unlock()
-			if errors.Is(err, lois.ErrExhausted) && s.park != nil && s.park.park(pkt, ss) {
-				continue
+				return err
 			}
 		}
-		if err != nil {
-			s.dnC.inc(contract.Result(err))
-			continue
-		}
-		if _, err := s.cfg.Wire.WriteToUDPAddrPort(buf[off:lois.Headroom+n], ss.wire); err != nil {
-			s.dnC.inc(contract.ResultIOError)
-			continue
-		}
-		s.dnC.inc(contract.ResultOK)
 		if now := s.clk.now(); now != last {
 			last = now
 			total := 0 // every session and service summed: a service id is never a label
@@ -396,6 +397,60 @@ func (s *Server) download() error {
 			s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 		}
 	}
+}
+
+// hideReply is SI download for the n-byte packet read into buf[lois.Headroom:]: the
+// packet to send and the session whose device gets it, or false when the packet was held
+// (parked) or refused (counted).
+func (s *Server) hideReply(buf []byte, n int) ([]byte, *serverSession, bool) {
+	pkt := buf[lois.Headroom : lois.Headroom+n]
+	if n < 20 || pkt[0]>>4 != 4 {
+		s.dnC.inc(contract.ResultMalformed)
+		return nil, nil, false
+	}
+	ss := (*s.sessions.Load())[[4]byte(pkt[16:20])]
+	if ss == nil {
+		// A device whose session waits for its READY: held until it comes (or dropped
+		// as exhausted at the deadline), not lost. Off the per-packet path: misses only.
+		if s.park != nil && s.awaitingReady([4]byte(pkt[16:20])) && s.park.park(pkt, nil) {
+			return nil, nil, false
+		}
+		s.dnC.inc(contract.ResultUnknownPeer)
+		return nil, nil, false
+	}
+	off, err := lois.Headroom, error(nil)
+	if s.cfg.Plain {
+		if ihl, ok := plainParse(pkt); !ok {
+			err = lois.ErrMalformed
+		} else if sid, ok := s.cfg.Ports[binary.BigEndian.Uint16(pkt[ihl:])]; !ok {
+			err = lois.ErrUnknownSID
+		} else {
+			plainRewrite(pkt, ihl, 12, 0, s.cfg.Core.CIP, sid)
+		}
+	} else {
+		mu := ss.lock()
+		mu.Lock()
+		srvPort := binary.BigEndian.Uint16(pkt[20:])
+		if ss.pad != nil && n >= 40 {
+			if _, ok := s.cfg.Ports[srvPort]; ok {
+				ss.pad.real(pkt, time.Now().UnixNano())
+			}
+		}
+		now := s.clk.now()
+		off, err = s.core.HideDownload(buf[:lois.Headroom+n], lois.Headroom, &ss.pools, now)
+		if s.cfg.LowWater != nil {
+			s.checkLow(ss, now)
+		}
+		mu.Unlock()
+		if errors.Is(err, lois.ErrExhausted) && s.park != nil && s.park.park(pkt, ss) {
+			return nil, nil, false
+		}
+	}
+	if err != nil {
+		s.dnC.inc(contract.Result(err))
+		return nil, nil, false
+	}
+	return buf[off : lois.Headroom+n], ss, true
 }
 
 // emptyPool gives the session a pool for sid with no pairs (the caller holds the pools'
