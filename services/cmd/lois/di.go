@@ -87,7 +87,7 @@ func runDI(args []string) error {
 			return nil, err
 		}
 		dc := roles.DeviceConfig{Core: c.core(), Keys: keys[0], TUN: tun, Wire: wire,
-			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, STP: c.stpConfig()}
+			Cloud: netip.MustParseAddrPort(c.cloudWire), Margin: c.margin, Grace: c.grace, Metrics: m, Log: log, Plain: c.plain, Batch: c.batch, STP: c.stpConfig()}
 		if ctl != nil {
 			dc.Control = ctl
 		}

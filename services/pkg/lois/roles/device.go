@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -35,6 +36,9 @@ type DeviceConfig struct {
 	Log     *slog.Logger
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
+	// Batch is how many download datagrams one recvmmsg reads (recovered under one hold of
+	// the table's lock). 0 is lois.BatchSize; 1 reads one per call.
+	Batch int
 	// STP, if set, pads the uploads (spec §4).
 	STP *lois.STPConfig
 	// Control, if set, replenishes the upload pools (spec §3.12): EPOCH_REQ when a pool
@@ -88,6 +92,9 @@ func (d *Device) lock() *sync.Mutex {
 func NewDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Keys == nil || cfg.TUN == nil || cfg.Wire == nil || !cfg.Cloud.IsValid() {
 		return nil, errors.New("lois device: keys, tun, wire and cloud address are required")
+	}
+	if cfg.Batch < 0 || cfg.Batch > maxBatch {
+		return nil, fmt.Errorf("lois device: batch %d: want 0 to %d", cfg.Batch, maxBatch)
 	}
 	down, err := newTable([]*contract.Keys{cfg.Keys}, "down", int64(cfg.Grace/time.Second))
 	if err != nil {
@@ -456,7 +463,8 @@ func (d *Device) upload() error {
 
 // download recovers the SIs' packets and writes them to the TUN (spec §3.9 DI download).
 func (d *Device) download() error {
-	r := receiver{wire: d.cfg.Wire, tun: d.cfg.TUN, plain: d.cfg.Plain, ex: d.ex, table: &d.down, c: d.dn, seen: &d.seen}
+	r := receiver{wire: d.cfg.Wire, tun: d.cfg.TUN, plain: d.cfg.Plain, ex: d.ex, table: &d.down, c: d.dn, seen: &d.seen,
+		batch: cmp.Or(d.cfg.Batch, lois.BatchSize)}
 	return r.run(func(p []byte) (int, error) {
 		off, _, err := d.core.RecoverDownload(p, 0)
 		return off, err

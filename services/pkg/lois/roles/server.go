@@ -36,9 +36,9 @@ type ServerConfig struct {
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
 	// Batch is how many replies the download loop reads from the TUN per wait (one read
-	// each: as many as are queued) and sends in one sendmmsg. 0 is lois.BatchSize; 1 reads
-	// and sends one at a time (the loop before batching). An in-memory TUN is read one at
-	// a time.
+	// each: as many as are queued) and sends in one sendmmsg, and how many upload datagrams
+	// one recvmmsg reads. 0 is lois.BatchSize; 1 moves one packet per system call (the loops
+	// before batching). An in-memory TUN is read one packet at a time.
 	Batch int
 	// STP, if set, pads each session's downloads (spec §4).
 	STP *lois.STPConfig
@@ -324,7 +324,8 @@ func (s *Server) tick(now time.Time) {
 
 // upload is SI upload (spec §3.9 Step 2b): recover and deliver to the local stack.
 func (s *Server) upload() error {
-	r := receiver{wire: s.cfg.Wire, tun: s.cfg.TUN, plain: s.cfg.Plain, ex: s.ex, table: &s.up, c: s.upC, seen: &s.seen}
+	r := receiver{wire: s.cfg.Wire, tun: s.cfg.TUN, plain: s.cfg.Plain, ex: s.ex, table: &s.up, c: s.upC, seen: &s.seen,
+		batch: cmp.Or(s.cfg.Batch, lois.BatchSize)}
 	return r.run(func(p []byte) (int, error) {
 		off, _, err := s.core.RecoverUpload(p, 0)
 		return off, err
