@@ -32,8 +32,10 @@ const (
 )
 
 // notesPath says whether the run takes the NOTES' path: the install with
-// hack/images/out/values-images.yaml and the NOTES' sample commands (OBSCURA_E2E_CLUSTER_NOTES=1;
-// off by default until a smoke run has passed with it).
+// hack/images/out/values-images.yaml and the NOTES' sample commands (OBSCURA_E2E_CLUSTER_NOTES=1).
+// The phase passes on its own (about two minutes), but it stays out of the CI smoke: the account
+// changes of its eight samples restart nats-server often enough that the kubelet's crash-loop
+// back-off keeps NATS down for minutes in the phases after it (docs/cluster.md step 4b).
 func notesPath() bool { return os.Getenv("OBSCURA_E2E_CLUSTER_NOTES") == "1" }
 
 // notesCommands returns the command lines of the NOTES' sample section: the indented lines
@@ -178,7 +180,8 @@ func (e *env) notesSamples() {
 	e.notesSecrets()
 
 	samples := e.kustomizedSamples(dir)
-	deadline := time.Now().Add(4 * time.Minute)
+	waitStart := time.Now()
+	deadline := waitStart.Add(4 * time.Minute)
 	var notReady map[string]string
 	for {
 		notReady = map[string]string{}
@@ -206,7 +209,8 @@ func (e *env) notesSamples() {
 	for _, k := range keys {
 		e.t.Errorf("NOTES sample path: %s not Ready: %s", k, notReady[k])
 	}
-	e.report.Notes = append(e.report.Notes, fmt.Sprintf("NOTES sample path: %d samples applied, provisioned, %d Ready (or Complete)", len(samples), len(samples)-len(notReady)))
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("NOTES sample path: %d samples applied, provisioned, %d Ready (or Complete) %.0f s after the last command",
+		len(samples), len(samples)-len(notReady), time.Since(waitStart).Seconds()))
 	if len(notReady) > 0 {
 		out, _ := e.try("kubectl", "get", "pods", "-A", "-o", "wide")
 		e.t.Logf("pods:\n%s", tail(out, 6000))
