@@ -224,7 +224,7 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	conns, err := startDevices(ctx, o, p, run, handler)
 	defer func() {
 		for _, c := range conns {
-			c.Close()
+			c.tr.Close()
 		}
 	}()
 	if err != nil {
@@ -367,11 +367,16 @@ loop:
 	}
 	s.Foreign = foreign
 	mu.Unlock()
+	// Every device gets one M6 per round (spec C6): one that received none was deaf all run.
+	var deaf []string
 	for _, c := range conns {
-		if m, ok := c.(*client.MQTTTransport); ok {
-			s.Reconnected += m.Reconnects()
+		s.Reconnected += c.tr.Reconnects()
+		if n, _ := c.dev.Stats(); n == 0 {
+			deaf = append(deaf, c.dev.ID)
 		}
 	}
+	slices.Sort(deaf)
+	s.DeafDevices = len(deaf)
 	s.ExactlyOnce = s.Failed == 0 && s.Duplicated == 0 && s.Commands > 0
 
 	fmt.Fprintf(o.Out, "\n%8s %4s %7s %9s %9s %9s %10s\n", "round", "V*", "ours", "round ms", "p50 ms", "p99 ms", "cmd/s")
@@ -380,6 +385,9 @@ loop:
 	}
 	fmt.Fprintf(o.Out, "\nsummary: %d commands sent, %d answered (%d retried into a later round), %d failed, %d duplicated; %d carrying rounds (period ≈ %v); %d device connections re-established\n",
 		s.Sent, s.Commands, s.Retried, s.Failed, s.Duplicated, s.Rounds, watch.period().Round(time.Millisecond), s.Reconnected)
+	if len(deaf) > 0 {
+		fmt.Fprintf(o.Out, "  %d devices received no round (their vendor sends each one every round): %s\n", len(deaf), strings.Join(deaf[:min(len(deaf), 10)], " "))
+	}
 	// The first few commands that were not delivered exactly once, to debug from the output.
 	shown := 0
 	for _, r := range recs {
@@ -485,11 +493,17 @@ func summarize(recs []driveRecord, w *roundWatch, start time.Time, elapsed time.
 	return s
 }
 
+// driveDevice is one device of the drive and its MQTT connection.
+type driveDevice struct {
+	dev *client.Device
+	tr  *client.MQTTTransport
+}
+
 // startDevices connects every device to the MQTT listener as its own device
 // user (a few at a time) and subscribes it to its command topic.
-func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run string, h client.Handler) ([]client.Transport, error) {
+func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run string, h client.Handler) ([]driveDevice, error) {
 	var mu sync.Mutex
-	var conns []client.Transport
+	var conns []driveDevice
 	var firstErr error
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -511,8 +525,10 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 			defer func() { <-sem; wg.Done() }()
 			// The client id carries the run id: a leftover session of an
 			// earlier run must not take this connection over.
+			var dev *client.Device
 			m, err := dialMQTTRetrying(ctx, o.MQTTAddr, login.User, login.Password, func(m *client.MQTTTransport) error {
-				return client.NewDevice(d.ID, s, p, m, h).Start()
+				dev = client.NewDevice(d.ID, s, p, m, h)
+				return dev.Start()
 			})
 			mu.Lock()
 			defer mu.Unlock()
@@ -522,7 +538,7 @@ func startDevices(ctx context.Context, o DriveOptions, p mohito.Params, run stri
 				}
 				return
 			}
-			conns = append(conns, m)
+			conns = append(conns, driveDevice{dev: dev, tr: m})
 		}()
 	}
 	wg.Wait()

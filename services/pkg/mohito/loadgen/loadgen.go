@@ -112,6 +112,9 @@ type Summary struct {
 	// Reconnected counts the devices' MQTT connections re-established (and resubscribed)
 	// after a loss during the run: a NATS node restarted, killed or drained under them.
 	Reconnected int `json:"reconnected,omitempty"`
+	// DeafDevices counts the devices that received no round during the run although their
+	// vendor sends every device one M6 per round (spec C6): their commands cannot be answered.
+	DeafDevices int `json:"deaf_devices,omitempty"`
 }
 
 type roundAcc struct {
