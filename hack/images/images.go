@@ -70,7 +70,9 @@ func Components(root string) []Component {
 		{Name: "pps", Module: "services", Pkg: "./cmd/pps", Workspace: true, Dest: "/usr/local/bin/pps", Check: []string{"garbler", "-h"}},
 		{Name: "lois", Module: "services", Pkg: "./cmd/lois", Workspace: true, Dest: "/usr/local/bin/lois", Check: []string{"ci", "-h"}},
 		{Name: "sddr", Module: "services", Pkg: "./cmd/sddr", Workspace: true, Dest: "/usr/local/bin/sddr", Check: []string{"mailbox", "-h"}},
-		{Name: "nats-server", Module: "hack/tools/nats", Pkg: "github.com/nats-io/nats-server/v2", Dest: "/usr/local/bin/nats-server", Check: []string{"--version"}},
+		// nats-server under a supervisor that restarts it in place (services/cmd/nats-server): the
+		// reloader's restarts are then no container exits and no crash-loop back-off.
+		{Name: "nats-server", Module: "services", Pkg: "./cmd/nats-server", Workspace: true, Dest: "/usr/local/bin/nats-server", Check: []string{"--version"}},
 		// cert-manager's controllers for self-signed and CA issuance (our main over the library).
 		{Name: "cert-manager", Module: "hack/tools/cert-manager", Pkg: "./cmd/cert-manager-controller", Dest: "/usr/local/bin/cert-manager-controller", Check: []string{"--version"}},
 		{Name: "redis", HostBin: "/usr/bin/redis-server", Dest: "/usr/local/bin/redis-server", Check: []string{"--version"}},
