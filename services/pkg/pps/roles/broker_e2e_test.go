@@ -321,6 +321,8 @@ type btWorldOpts struct {
 	garbler              []garblerEnvOption
 	// windowCheck turns on the broker's window checks (BrokerOptions.WindowCheck).
 	windowCheck bool
+	// pregarble turns on garbling ahead (BrokerOptions.Pregarble).
+	pregarble bool
 }
 
 // startWorld runs n publishers and one subscriber of the pipeline computing body over their
@@ -418,7 +420,7 @@ func startWorldWith(t *testing.T, o btWorldOpts) *btWorld {
 	_ = obs.Flush()
 
 	w.b = w.startBroker(BrokerOptions{Garbler: ppsv1.NewGarblerClient(cc), Redis: rdb, Pipelines: pipelines,
-		Clock: w.clk, ChunkBytes: 4096, Check: o.check, WindowCheck: o.windowCheck}, nil)
+		Clock: w.clk, ChunkBytes: 4096, Check: o.check, WindowCheck: o.windowCheck, Pregarble: o.pregarble}, nil)
 	if o.unregistered {
 		return w
 	}

@@ -6,13 +6,18 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/obscura-iot/obscura/services/pkg/gc"
+	"github.com/obscura-iot/obscura/services/pkg/pps"
+	"github.com/obscura-iot/obscura/services/pkg/pps/contract"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
+	"github.com/obscura-iot/obscura/services/testenv"
 )
 
 // TestGarblerPregarbledOnce: an execution garbled ahead (Pregarble) is garbled with its
@@ -126,5 +131,60 @@ func TestGarblerPregarbledOnce(t *testing.T) {
 	// A full Garble still works.
 	if h, _, err := garble(f.ID, f.Circuit.Hash(), nil); err != nil || bytes.Equal(h.GetExecId(), id1) || bytes.Equal(h.GetExecId(), id2) {
 		t.Fatalf("full Garble after the pregarbled ones: %v", err)
+	}
+}
+
+// dropAll erases every pregarbled execution, as a garbler restart would.
+func (s *pregarbledSet) dropAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, p := range s.byID {
+		p.pg.Erase()
+		delete(s.byID, id)
+	}
+	s.order = nil
+}
+
+// TestBrokerPregarbledExecutions: with Pregarble the broker fetches each execution's AND
+// tables during its window (after registration, then on the window's first publish) and the
+// tick's Garble streams the inputs stream only — the outputs equal the model, the record
+// counts the tables in AheadBytes; when the garbler no longer holds the execution (a
+// restart), the broker garbles that execution in full and the output is still the model's.
+func TestBrokerPregarbledExecutions(t *testing.T) {
+	w := startWorldWith(t, btWorldOpts{n: 9, body: btStats, pregarble: true})
+	for round := range uint64(3) {
+		xs := btValues(9)
+		for i := range xs {
+			xs[i] = xs[i].Add(pps.FixedFromInt(int(round)))
+		}
+		for i, p := range w.pubs {
+			seed, _ := p.seed(t, round)
+			p.publish(t, round, pps.PublishLabels(&seed, xs[i:i+1]))
+		}
+		testenv.Eventually(t, 2*time.Minute, "the next execution garbled ahead", func() error {
+			if !w.b.PregarbleReady() {
+				return errors.New("no tables held")
+			}
+			return nil
+		})
+		restarted := round == 2
+		if restarted {
+			w.g.garbler.pre.dropAll()
+		}
+		o := w.runTick(t, float64(9*(round+1)))
+		w.check(t, o, xs, nil)
+		e := w.lastExecution(t, int(round)+1)
+		if e.Status != contract.StatusOK {
+			t.Fatalf("day %d: execution %+v", round, e)
+		}
+		switch {
+		case !restarted && (e.AheadBytes == 0 || e.Bytes <= e.AheadBytes):
+			t.Errorf("day %d: %d bytes ahead of %d, want the AND tables garbled ahead", round, e.AheadBytes, e.Bytes)
+		case restarted && e.AheadBytes != 0:
+			t.Errorf("day %d: %d bytes ahead after the garbler forgot the execution, want a full Garble", round, e.AheadBytes)
+		}
+	}
+	if !strings.Contains(w.b.log.String(), "garbling in full") {
+		t.Error("the broker did not log its fallback to a full Garble")
 	}
 }
