@@ -39,4 +39,12 @@
 // zero-labels come from AES-128 in counter mode under a key drawn from crypto/rand for the
 // one Garble call and erased after it (pure Go: crypto/rand itself); an identity input's
 // zero-label is then replaced by its 1-row identity gate's hash.
+//
+// Garbling ahead (pregarble.go, §8.5: the Garbler's labels do not depend on the inputs):
+// Pregarble draws an execution's Δ, π key, execID and input zero-labels as Garble does and
+// writes its AND tables (stream version 3) before any input exists; the Pregarbled it returns
+// writes that one execution's inputs stream (version 4: two-row identity gates, since the
+// input labels are already fixed, constant labels and decoding bits) once and is erased,
+// and the evaluator holds the tables (ReadTables) until EvaluatePregarbled uses them once.
+// D22 holds per execution: nothing of a Pregarbled can be passed in or used twice.
 package gc
