@@ -98,3 +98,51 @@ func FuzzReadHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPregarbledStreams feeds arbitrary bytes to ReadTables and EvaluatePregarbled as a
+// pregarbled execution's tables and inputs streams for a fixed small circuit: they must never
+// panic, and every error must wrap ErrMalformed or ErrCircuitMismatch.
+func FuzzPregarbledStreams(f *testing.F) {
+	c := randomCircuit(11, 12, 150)
+	p, err := gc.Compile(c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	bits := make([]bool, c.NumInputWires())
+	in, labels := publisherInputs(bits)
+	in[3] = gc.Input{Const: true, Bit: true}
+	var tabs, ins bytes.Buffer
+	pg, err := gc.Pregarble(context.Background(), p, &tabs, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := pg.Garble(context.Background(), &ins, in, nil, &gc.Options{Context: []byte("fn=1")}); err != nil {
+		f.Fatal(err)
+	}
+	ts, is := tabs.Bytes(), ins.Bytes()
+	f.Add(ts, is)
+	f.Add(ts, is[:len(is)-1])
+	f.Add(ts[:len(ts)-1], is)
+	f.Add(is, ts)
+	f.Add([]byte("OBGC"), []byte("OBGC"))
+	f.Fuzz(func(t *testing.T, ts, is []byte) {
+		ok := func(err error) bool { return errors.Is(err, gc.ErrMalformed) || errors.Is(err, gc.ErrCircuitMismatch) }
+		tb, err := gc.ReadTables(p, bytes.NewReader(ts))
+		if err != nil {
+			if !ok(err) {
+				t.Fatalf("read tables: unexpected error: %v", err)
+			}
+			return
+		}
+		res, err := gc.EvaluatePregarbled(context.Background(), p, tb, bytes.NewReader(is), labels, &gc.Options{ChunkSize: 64})
+		if err != nil {
+			if !ok(err) {
+				t.Fatalf("evaluate: unexpected error: %v", err)
+			}
+			return
+		}
+		if len(res.Masked) != (p.NumOutputWires()+7)/8 {
+			t.Fatalf("%d output bytes", len(res.Masked))
+		}
+	})
+}
