@@ -125,8 +125,13 @@ func (e *env) installCertManager() {
 	for _, f := range e.certManagerCRDs() {
 		e.run("kubectl", "apply", "--server-side", "-f", f)
 	}
-	e.run("kubectl", "wait", "--for=condition=Established", "--timeout=1m",
-		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/certificaterequests.cert-manager.io")
+	// kubectl wait fails at once ("accessor error: <nil>") on a CRD whose status has no
+	// conditions yet, instead of waiting for them (a full run at 20:39 on a loaded machine).
+	testenv.Eventually(e.t, 2*time.Minute, "cert-manager CRDs established", func() error {
+		_, err := e.try("kubectl", "wait", "--for=condition=Established", "--timeout=30s",
+			"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/certificaterequests.cert-manager.io")
+		return err
+	})
 	e.run("kubectl", "create", "namespace", certManagerNS)
 	e.run("kubectl", "apply", "-f", e.writeFile("cert-manager.yaml", fmt.Appendf(nil, certManagerManifest, certManagerNS, certManagerRole, image)))
 	e.run("kubectl", "rollout", "status", "-n", certManagerNS, "deployment/cert-manager", "--timeout", "3m")
