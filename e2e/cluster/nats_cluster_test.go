@@ -179,18 +179,21 @@ func (e *env) killNATSNodeUnderLoad() {
 			inFlight = max(1, int64(math.Ceil(r/p.Seconds())))
 		}
 	}
-	// A crash, not a shutdown: SIGKILL the pod's nats-server (it steps down nothing, flushes
-	// nothing), then force-delete the pod so that its store goes with it.
-	pid, err := natsServerPid(pod)
+	// A crash, not a shutdown: SIGKILL the pod's nats-server — the image's supervisor and the
+	// server it runs (it steps down nothing, flushes nothing) — then force-delete the pod so that
+	// its store goes with it.
+	pids, err := natsServerPids(pod)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	killed := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		e.t.Fatalf("kill nats-server %d of %s: %v", pid, pod, err)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+			e.t.Fatalf("kill nats-server %d of %s: %v", pid, pod, err)
+		}
 	}
 	e.run("kubectl", "delete", "pod", "-n", e.ns, pod, "--grace-period=0", "--force", "--wait=false")
-	e.t.Logf("killed nats-server (pid %d) of %s, the leader of %s, mid-round, and deleted the pod", pid, pod, mohitocontract.StreamWork)
+	e.t.Logf("killed nats-server (pids %v) of %s, the leader of %s, mid-round, and deleted the pod", pids, pod, mohitocontract.StreamWork)
 	testenv.Eventually(e.t, 3*time.Minute, "the StatefulSet recreated "+pod+" and it is ready", func() error {
 		p := &corev1.Pod{}
 		if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: pod}, p); err != nil {
@@ -233,13 +236,13 @@ func (e *env) killNATSNodeUnderLoad() {
 		num(sum["retried"]), num(sum["max_attempts"]), num(sum["failed"]), num(sum["duplicated"]), aborted, inFlight))
 }
 
-// natsServerPid finds the nats-server process of pod on this machine (the local cluster's
-// containers are its processes): the one whose environment names the pod (POD_NAME, which the
-// chart sets for the config's mount).
-func natsServerPid(pod string) (int, error) {
+// natsServerPids finds the nats-server processes of pod on this machine (the local cluster's
+// containers are its processes): those whose environment names the pod (POD_NAME, which the
+// chart sets for the config's mount) — the image's supervisor and the server it runs.
+func natsServerPids(pod string) ([]int, error) {
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var found []int
 	for _, d := range dirs {
@@ -259,10 +262,11 @@ func natsServerPid(pod string) (int, error) {
 			found = append(found, pid)
 		}
 	}
-	if len(found) != 1 {
-		return 0, fmt.Errorf("nats-server processes of pod %s on this machine: %v; want one", pod, found)
+	// The image's supervisor and its server child (services/cmd/nats-server): one or two.
+	if len(found) == 0 || len(found) > 2 {
+		return nil, fmt.Errorf("nats-server processes of pod %s on this machine: %v; want the supervisor and its server", pod, found)
 	}
-	return found[0], nil
+	return found, nil
 }
 
 // natsSettled waits until every NATS node has been healthy, with no container restarted, for
