@@ -289,9 +289,8 @@ func (r *natsReloader) peerHealthy(base string) error {
 func replicasCurrent(code int, body []byte) error {
 	var st struct {
 		Errors []struct {
-			Type    string `json:"type"`
-			Account string `json:"account"`
-			Error   string `json:"error"`
+			Type  string `json:"type"`
+			Error string `json:"error"`
 		} `json:"errors"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
