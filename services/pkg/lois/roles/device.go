@@ -107,6 +107,7 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	d.down.t = down
 	d.up = cfg.Metrics.counters("di", "up")
 	d.dn = cfg.Metrics.counters("di", "down")
+	cfg.Metrics.Cover.WithLabelValues("di") // at 0 from the start: no cover sent without STP
 	for i := range cfg.Keys.Streams {
 		rec := &cfg.Keys.Streams[i]
 		if rec.Dir != "up" {

@@ -153,6 +153,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg.Metrics.Sessions.WithLabelValues("si").Set(float64(s.nSessions))
 	s.upC = cfg.Metrics.counters("si", "up")
 	s.dnC = cfg.Metrics.counters("si", "down")
+	cfg.Metrics.Cover.WithLabelValues("si") // at 0 from the start: no cover sent without STP
 	if cfg.LowWater != nil && !cfg.Plain {
 		s.park = newParker(s.cfg.ExhaustQueue, cfg.Metrics.ExhaustQueued.WithLabelValues("si"), s.sendParked,
 			func(*parked) { s.dnC.inc(contract.ResultExhausted) })

@@ -133,6 +133,12 @@ func NewCoordinator(ctx context.Context, cfg CoordinatorConfig) (*Coordinator, e
 		cfg.Metrics.CapacityRatio.Set(float64(pct) / 100)
 	}
 	cfg.Metrics.RoundPeriod.Set(cfg.Deployment.Round.Seconds())
+	// Every vendor the scheduler may choose is exported from the start, at 0 skips.
+	for v, w := range cfg.Deployment.Weights {
+		if w > 0 {
+			cfg.Metrics.ShufflerSkips.WithLabelValues(strconv.Itoa(v))
+		}
+	}
 	return c, nil
 }
 

@@ -74,8 +74,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Rounds, m.Commands, m.Fakes, m.Bursts, m.BurstExcess, m.StageSeconds, m.RoundSeconds, m.RoundWork, m.RoundPeriod, m.CapacityRatio, m.ShufflerBursts, m.ConsumerPending, m.Dropped, m.Rejected, m.ShufflerSkips, m.KeyEpoch, m.KeyEpochsHeld, m.KeyReloads, m.GatewayCalls, m.GatewayWaiting)
 	}
+	// Every reason is exported from the start, at 0 (as pda_proxy_rejected_total): a clean
+	// run's "Rejected" and "Dropped" panels show zeros, not "no data", and an alert's rate
+	// has a series to start from. Every role exports the whole set (the unused stay at 0).
+	for _, r := range RejectedReasons {
+		m.Rejected.WithLabelValues(r)
+	}
+	for _, r := range DroppedReasons {
+		m.Dropped.WithLabelValues(r)
+	}
 	return m
 }
+
+// RejectedReasons are the reasons of mohito_rejected_total (docs/services.md): the gateway's
+// (unauthenticated, malformed, round_closed, quota, duplicate_envelope), the shuffler's
+// (undecryptable_outer, replayed_envelope, share_check), the decrypt workers'
+// (undecryptable_inner) and the encoder's (duplicate_z).
+var RejectedReasons = []string{"unauthenticated", "malformed", "round_closed", "quota", "duplicate_envelope",
+	"undecryptable_outer", "replayed_envelope", "share_check", "undecryptable_inner", "duplicate_z"}
+
+// DroppedReasons are the reasons of mohito_dropped_total: bad or stale input from the network,
+// by the role that drops it.
+var DroppedReasons = []string{"subject", "stale", "unknown_round", "bad_m2", "bad_m4", "bad_m10", "bad_blob",
+	"bad_response_table", "no_slots", "not_shuffler", "key_epoch", "key_set", "device_rate", "device_no_answer",
+	"device_response", "device_response_late"}
 
 // pending returns a natsx.ConsumerSpec.Pending setting the backlog of consumer.
 func (m *Metrics) pending(consumer string) func(uint64) {

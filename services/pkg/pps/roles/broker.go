@@ -629,6 +629,10 @@ func (b *Broker) publishFunctionStates() {
 			}
 			b.m.Functions.WithLabelValues(f.p.Name, s).Set(v)
 		}
+		// Every nullification reason of the pipeline is exported from the start, at 0.
+		for _, r := range []pps.NullReason{pps.Missing, pps.Inconsistent, pps.NotAllowed, pps.Erased} {
+			b.m.Nullified.WithLabelValues(f.p.Name, r.String())
+		}
 	}
 }
 

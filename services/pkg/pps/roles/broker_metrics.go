@@ -82,8 +82,19 @@ func NewBrokerMetrics(reg prometheus.Registerer) *BrokerMetrics {
 			m.FunctionInfo, m.ANDGates, m.CircuitBytes, m.Executions, m.LastTime, m.LastRound, m.LastValid,
 			m.LastLatency, m.LastStatus)
 	}
+	// The publish stage's reasons are exported from the start, at 0 (as pda_proxy_rejected_total
+	// and sddr_mailbox_rejected_total): a clean run's "Broker rejections" panel shows zeros, not
+	// "no data", and an alert's rate has a series to start from.
+	for _, r := range publishReasons {
+		m.Rejected.WithLabelValues(stagePublish, r)
+	}
 	return m
 }
+
+// publishReasons are the reasons of pps_broker_rejected_total{stage="publish"} (checkPublish
+// and handleLabels).
+var publishReasons = []string{reasonSubject, reasonUndecodable, reasonUnbound, reasonPayloadMode, reasonValueCount,
+	reasonUnknownPub, reasonReplay}
 
 // Rejection stages and reasons.
 const (
