@@ -58,18 +58,31 @@ func TestCluster(t *testing.T) {
 	e.phase("apply the HeaderGateway sample (its session stream's NATS on the node's loopback; a device and a server namespace)", func() {
 		gw = e.applyGateway()
 	})
-	e.phase("one HTTP exchange of a device in its own namespace through the LOIS CI pod; the wire and the status checked", func() {
+	e.phase("one HTTP exchange of a device in its own namespace through the LOIS CI pod (a Prometheus on the node scraping the CI pod, the DI and the SI); the wire and the status checked", func() {
+		gw.mon = e.startMonitor(e.ns)
 		e.runGateway(gw)
+	})
+	e.phase("every LOIS dashboard panel returns data", func() {
+		defer gw.mon.stop()
+		gw.mon.checkDashboard("lois")
 	})
 	e.phase("delete the HeaderGateway", func() { e.deleteGateway(gw) })
 	e.phase("an HPA drives the Round's decrypt workers through its scale subresource", e.hpaDrivesScale)
 	e.phase("apply the EncounterMailbox sample (its own Redis on the node's loopback)", e.applyMailbox)
-	e.phase("two devices exchange sealed messages through the edge and the EncounterMailbox", e.mailboxExchange)
+	var sddrMon *monitor
+	e.phase("two devices exchange sealed messages through the edge and the EncounterMailbox (a Prometheus on the node scraping the mailbox)", func() {
+		sddrMon = e.startMonitor(e.ns)
+		e.mailboxExchange()
+	})
+	e.phase("every SDDR dashboard panel returns data", func() {
+		defer sddrMon.stop()
+		sddrMon.checkDashboard("sddr")
+	})
 	e.phase("delete the EncounterMailbox", e.deleteMailbox)
 	e.phase("the EncounterSimulation sample completes as an Indexed Job of 2 shards; status sums the shards' results", e.runSimulation)
 	e.phase("delete the EncounterSimulation", e.deleteSimulation)
 	if !smoke || os.Getenv("OBSCURA_E2E_CLUSTER_PDA") == "1" {
-		e.phase("an AggregationJob at a growing rate through the edge (mTLS passed through): the shards scale out, the sink holds the exact aggregate", e.pdaScaling)
+		e.phase("an AggregationJob at a growing rate through the edge (mTLS passed through): the shards scale out, the sink holds the exact aggregate; every PDA dashboard panel returns data", e.pdaScaling)
 	}
 	if !smoke {
 		e.scalingPhases()
@@ -83,8 +96,14 @@ func TestCluster(t *testing.T) {
 	e.phase("apply the SecurePipeline sample (its garbler namespace, keys, TLS Secrets, a Redis per trust domain)", func() {
 		pps = e.applyPipeline()
 	})
-	e.phase("one PPS execution: publishers and a subscriber over MQTT, the result checked, status reported", func() {
+	var ppsMon *monitor
+	e.phase("one PPS execution: publishers and a subscriber over MQTT, the result checked, status reported (a Prometheus on the node scraping the broker and the garbler)", func() {
+		ppsMon = e.startMonitor(e.ns, garblerNS)
 		e.runPipeline(pps)
+	})
+	e.phase("every PPS dashboard panel returns data", func() {
+		defer ppsMon.stop()
+		ppsMon.checkDashboard("pps")
 	})
 	e.phase("scan pod logs for secrets", e.scanLogs)
 	e.phase("delete the samples, helm uninstall", e.uninstall)

@@ -64,6 +64,9 @@ type loisRun struct {
 	upRelay, downRelay *udpRelay
 	srvWire            string // where the CI pod sends the service's packets (node side)
 	procs              []*testenv.Daemon
+	// mon, when set, is the Prometheus that scrapes the run (prometheus_test.go): the DI and
+	// SI become its targets once they run.
+	mon *monitor
 }
 
 func (e *env) gateway() (*unstructured.Unstructured, error) {
@@ -196,6 +199,10 @@ func (e *env) runGateway(r *loisRun) {
 	})
 	e.t.Logf("lois hello: %s", strings.TrimSpace(string(helloOut)))
 	start(r.dev, "lois di", "di", "--tun", diTUN, "--wire-listen", loisDIWire, "--keys-file", filepath.Join(keys, "di.json"), "--replenish")
+	if r.mon != nil {
+		r.mon.scrapeInNetns(r.srv, loisMetrics, "si")
+		r.mon.scrapeInNetns(r.dev, loisMetrics, "di")
+	}
 	for _, a := range []struct {
 		n                loisNetns
 		dev, local, peer string

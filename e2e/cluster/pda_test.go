@@ -224,6 +224,10 @@ spec:
 		}
 		return fmt.Errorf("no Ready condition yet")
 	})
+	// A Prometheus on the node scrapes both domains' pods while the participants submit and
+	// the window seals and reveals; the PDA dashboard is checked once the result is at the sink.
+	mon := e.startMonitor(e.ns, pdaProxyNS, pdaDBNS)
+	defer mon.stop()
 	clients := map[string]*pdaclient.Client{}
 	for _, p := range pdaParticipants {
 		clients[p] = e.pdaClient(p)
@@ -432,6 +436,7 @@ spec:
 		len(pdaParticipants), acc, r1, pdaBatch, t1.Sub(t0).Round(time.Second), r4, t2.Sub(t1).Round(time.Second),
 		shards1, at.Sub(t1).Round(time.Second), scaleUp.Note, shards2, res.RingVersion, len(res.Shards),
 		len(res.Revealed), done.Sub(start.Add(pdaWindow)).Round(time.Second)))
+	mon.checkDashboard("pda")
 }
 
 // pdaObservations are the participants' keys: 150 IPs every participant reports (revealed,

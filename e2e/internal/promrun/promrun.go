@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,7 +80,12 @@ func Panels(t testing.TB, rateInterval string, files ...string) []Panel {
 type Server struct {
 	Addr string
 	Dir  string
+	stop func()
 }
+
+// Stop stops the server (SIGTERM, by pid) before the test ends; the test's cleanup does
+// nothing more then.
+func (s *Server) Stop() { s.stop() }
 
 // Start runs bin/prometheus with config (a prometheus.yml; the file is written to the server's
 // directory, whose path replaces "$DIR" in it) on a free 127.0.0.1 port, and stops it (SIGTERM,
@@ -114,21 +120,25 @@ func Start(t testing.TB, config string) *Server {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-waited
-		}
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("prometheus log:\n%s", b)
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-waited:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-waited
 			}
-		}
-	})
+			logf.Close()
+			if t.Failed() {
+				if b, err := os.ReadFile(logPath); err == nil {
+					t.Logf("prometheus log:\n%s", b)
+				}
+			}
+		})
+	}
+	t.Cleanup(s.stop)
 	testenv.Eventually(t, 60*time.Second, "prometheus answers queries", func() error {
 		_, err := s.Query("up")
 		return err
