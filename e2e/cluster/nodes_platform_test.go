@@ -40,6 +40,14 @@ func TestPlatformAcrossNodes(t *testing.T) {
 	defer e.writeReport()
 	defer e.dumpOnFailure()
 	const workers = 3
+	// Each node's kubelet writes its pod logs under the node's own directory, which the
+	// teardown removes: keep a copy of the release's next to the report (pod-logs/obscura-n<i>)
+	// for the reader of a failed run.
+	for i := 1; i <= nodes; i++ {
+		a := startLogArchive(filepath.Join(e.root, "hack/cluster/state/nodes", fmt.Sprintf("n%d", i), "pod-logs"),
+			filepath.Join(e.logs.dst, fmt.Sprintf("obscura-n%d", i)), e.logs.keep, 2*time.Second)
+		t.Cleanup(func() { _ = a.sync(); a.stop() })
+	}
 
 	e.phase("provision keys, devices and tokens", func() {
 		e.provision()
