@@ -137,19 +137,22 @@ func (u *User) Send(ctx context.Context, dev *mohito.DeviceCredentials, payload 
 			attempt--
 			continue
 		}
+		chosen := time.Now()
 		m1, pc, err := mohito.IssueCommandID(ri, dev, j, id, payload, issued, rand.Reader)
 		if err != nil {
 			return nil, err
 		}
 		t, idx, err := u.GW.Submit(ctx, m1)
+		u.GW.rounds.observeSubmit(time.Since(chosen))
 		if err != nil {
 			switch status.Code(err) {
 			case codes.FailedPrecondition, codes.ResourceExhausted, codes.Unavailable:
 				// Closed, over q (or the edge's limit) or unavailable: the next round.
 				if status.Code(err) == codes.FailedPrecondition {
 					// The round closed before its successor reached this client's Rounds
-					// stream (rounds are pipelined: t+1 opens as t closes). Ask once rather
-					// than wait for the push, which lags on a loaded client.
+					// stream (rounds are pipelined: t+1 opens as t closes). The refusal's
+					// trailer carries the current round; without it, ask once rather than
+					// wait for the push, which lags on a loaded client.
 					u.GW.refreshRound(ctx, ri.T)
 				}
 				lastT = ri.T

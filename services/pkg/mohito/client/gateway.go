@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,17 +48,47 @@ func (c *GatewayClient) auth(ctx context.Context) context.Context {
 
 // RoundInfo returns the current round's M0.
 func (c *GatewayClient) RoundInfo(ctx context.Context) (*mohito.RoundInfo, error) {
-	resp, err := c.rpc.RoundInfo(c.auth(ctx), &mohitov1.RoundInfoRequest{})
-	if err != nil {
-		return nil, err
-	}
-	return mohito.ParseRoundInfo(resp.GetRoundInfo())
+	ri, _, err := c.roundInfo(ctx)
+	return ri, err
 }
 
-// Submit sends M1 and returns (t, index).
-func (c *GatewayClient) Submit(ctx context.Context, m1 []byte) (uint64, uint32, error) {
-	resp, err := c.rpc.Submit(c.auth(ctx), &mohitov1.SubmitRequest{Submission: m1})
+// roundInfo returns the current round's M0 and how long ago it opened at the gateway (-1:
+// the gateway did not say).
+func (c *GatewayClient) roundInfo(ctx context.Context) (*mohito.RoundInfo, time.Duration, error) {
+	var hdr metadata.MD
+	resp, err := c.rpc.RoundInfo(c.auth(ctx), &mohitov1.RoundInfoRequest{}, grpc.Header(&hdr))
 	if err != nil {
+		return nil, 0, err
+	}
+	ri, err := mohito.ParseRoundInfo(resp.GetRoundInfo())
+	return ri, roundAgeOf(hdr), err
+}
+
+// roundAgeOf reads RoundAgeMetadata (-1: absent or malformed).
+func roundAgeOf(md metadata.MD) time.Duration {
+	v := md.Get(contract.RoundAgeMetadata)
+	if len(v) != 1 {
+		return -1
+	}
+	ms, err := strconv.ParseUint(v[0], 10, 32)
+	if err != nil {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// Submit sends M1 and returns (t, index). A submission refused because its round closed
+// (FailedPrecondition) may bring the gateway's current round back in the trailer: the
+// client's round feed takes it, so the next NextRound returns it without a RoundInfo call.
+func (c *GatewayClient) Submit(ctx context.Context, m1 []byte) (uint64, uint32, error) {
+	var tr metadata.MD
+	resp, err := c.rpc.Submit(c.auth(ctx), &mohitov1.SubmitRequest{Submission: m1}, grpc.Trailer(&tr))
+	if err != nil {
+		if v := tr.Get(contract.RoundInfoMetadata); len(v) == 1 {
+			if ri, perr := mohito.ParseRoundInfo([]byte(v[0])); perr == nil {
+				c.rounds.offer(ri, roundAgeOf(tr))
+			}
+		}
 		return 0, 0, err
 	}
 	return submitTicket(resp)

@@ -33,6 +33,7 @@ type roundFeed struct {
 	unpushed  bool // the gateway has no Rounds: poll
 	lastUse   time.Time
 	lastError error
+	submitLag time.Duration // smoothed time from NextRound's answer to Submit's (observeSubmit)
 }
 
 // NextRound returns the current round once its t is greater than after: from the rounds the
@@ -84,13 +85,40 @@ func (c *GatewayClient) NextRound(ctx context.Context, after uint64, poll time.D
 }
 
 // refreshRound asks the gateway for its current round once and, when it is newer than
-// after, offers it to the feed as if pushed.
+// after, offers it to the feed as if pushed. A refusal's trailer usually brought it already
+// (Submit): then no call is made.
 func (c *GatewayClient) refreshRound(ctx context.Context, after uint64) {
-	ri, err := c.RoundInfo(ctx)
+	if c.rounds.newest() > after {
+		return
+	}
+	ri, age, err := c.roundInfo(ctx)
 	if err != nil || ri.T <= after {
 		return
 	}
-	c.rounds.offer(ri)
+	c.rounds.offer(ri, age)
+}
+
+// newest returns the newest round the feed holds (0: none).
+func (f *roundFeed) newest() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ri == nil {
+		return 0
+	}
+	return f.ri.T
+}
+
+// observeSubmit records how long a submission took from choosing its round to the gateway's
+// answer (sealing M1 and the call): lateBy keeps that much of a round's period, twice over,
+// as the margin a submission needs to arrive before the round closes.
+func (f *roundFeed) observeSubmit(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.submitLag == 0 {
+		f.submitLag = d
+		return
+	}
+	f.submitLag += (d - f.submitLag) / 4
 }
 
 // lastFraction is the part of a round's period after which NextRound prefers the next round.
@@ -105,18 +133,22 @@ func (f *roundFeed) lateBy(ri *mohito.RoundInfo) time.Duration {
 		return 0
 	}
 	age := time.Since(f.at)
-	if age < time.Duration((1-lastFraction)*float64(f.period)) || age > 2*f.period {
+	// The last quarter of the period, or more when this client's submissions take longer
+	// than an eighth of it (a loaded client; at most the last three quarters).
+	margin := max(time.Duration(lastFraction*float64(f.period)), min(2*f.submitLag, 3*f.period/4))
+	if age < f.period-margin || age > 2*f.period {
 		return 0
 	}
 	return f.period - age + f.period/10
 }
 
-// offer makes ri the feed's round if it is newer.
-func (f *roundFeed) offer(ri *mohito.RoundInfo) {
+// offer makes ri the feed's round if it is newer; age is how long ago it opened at the
+// gateway (negative: unknown, taken as now — a push is sent the moment it opens).
+func (f *roundFeed) offer(ri *mohito.RoundInfo, age time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ri == nil || ri.T > f.ri.T {
-		now := time.Now()
+		now := time.Now().Add(-max(age, 0))
 		if f.ri != nil && ri.T == f.ri.T+1 {
 			f.period = now.Sub(f.at)
 		}
@@ -188,6 +220,6 @@ func (c *GatewayClient) followRounds(after uint64) error {
 		if err != nil {
 			return status.Error(codes.Internal, "malformed M0 on the rounds stream")
 		}
-		c.rounds.offer(ri)
+		c.rounds.offer(ri, -1)
 	}
 }

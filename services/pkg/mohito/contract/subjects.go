@@ -186,4 +186,13 @@ func ParseSubject(s string) (Subject, error) {
 const (
 	AuthorizationMetadata = "authorization"
 	MaxMessageSize        = 1 << 20
+	// RoundInfoMetadata carries the current round's M0 (binary metadata, exactly
+	// RoundInfoSize bytes) in the trailer of a Submit refused because its round closed, so
+	// that the user re-seals for the current round without a RoundInfo call.
+	RoundInfoMetadata = "mohito-round-info-bin"
+	// RoundAgeMetadata is how long ago, in milliseconds, the gateway's current round opened
+	// (six decimal digits, fixed width, at most 999999): with RoundInfoMetadata in a refusal's
+	// trailer and in RoundInfo's header, so that a user that learns a round late knows how
+	// much of its period is left (a round learned near its end is passed over for the next).
+	RoundAgeMetadata = "mohito-round-age-ms"
 )

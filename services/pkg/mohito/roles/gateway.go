@@ -125,6 +125,9 @@ func (s *gatewayServer) RoundInfo(ctx context.Context, _ *mohitov1.RoundInfoRequ
 	if err != nil {
 		return nil, err
 	}
+	if t, cur, age := s.g.cur.current(); t > 0 && string(cur) == string(m0) {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(contract.RoundAgeMetadata, roundAge(age)))
+	}
 	return &mohitov1.RoundInfoResponse{RoundInfo: m0}, nil
 }
 
@@ -167,6 +170,13 @@ func (s *gatewayServer) Submit(ctx context.Context, req *mohitov1.SubmitRequest)
 	}
 	t, idx, err := s.g.submit(ctx, user, req)
 	if err != nil {
+		if status.Code(err) == codes.FailedPrecondition {
+			// Refused for a closed round: the current round rides back in the trailer, so the
+			// user re-seals for it without a RoundInfo call.
+			if ct, m0, age := s.g.cur.current(); ct > 0 {
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(contract.RoundInfoMetadata, string(m0), contract.RoundAgeMetadata, roundAge(age)))
+			}
+		}
 		return nil, err
 	}
 	return &mohitov1.SubmitResponse{T: &t, Index: &idx}, nil
@@ -187,6 +197,11 @@ func (s *gatewayServer) Fetch(ctx context.Context, req *mohitov1.FetchRequest) (
 		return nil, err
 	}
 	return &mohitov1.FetchResponse{Response: m11}, nil
+}
+
+// roundAge formats a round's age for RoundAgeMetadata: milliseconds, six digits.
+func roundAge(d time.Duration) string {
+	return fmt.Sprintf("%06d", min(max(d.Milliseconds(), 0), 999999))
 }
 
 func (g *Gateway) authenticate(ctx context.Context) (string, error) {
@@ -250,6 +265,16 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		g.cfg.Metrics.Commands.WithLabelValues("rejected").Inc()
 		g.cfg.Metrics.Rejected.WithLabelValues("malformed").Inc()
 		return 0, 0, err
+	}
+	if g.cur != nil {
+		// The coordinator closes t once t+1's M0 is published: with a later round current
+		// here for a quarter of a period (or two rounds later), t is closed, and the store's
+		// closed check need not be asked (a refusal storm on a loaded client was one Redis
+		// request per refused Submit).
+		if ct, _, age := g.cur.current(); ct > t+1 || (ct == t+1 && age > g.cfg.Deployment.Round/4) {
+			g.cfg.Metrics.Rejected.WithLabelValues("round_closed").Inc()
+			return 0, 0, status.Error(codes.FailedPrecondition, "round closed: retry in the current round")
+		}
 	}
 	ri, _, err := g.rounds.get(ctx, t)
 	if err != nil {

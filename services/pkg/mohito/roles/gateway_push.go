@@ -218,7 +218,19 @@ type currentRound struct {
 	first   uint64 // the first round this gateway saw current
 	t       uint64
 	m0      []byte
+	at      time.Time // when t became current at this gateway
 	changed chan struct{}
+}
+
+// current returns the current round's t and M0 and how long ago it became current at this
+// gateway (t = 0: none yet).
+func (c *currentRound) current() (uint64, []byte, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.t == 0 {
+		return 0, nil, 0
+	}
+	return c.t, c.m0, time.Since(c.at)
 }
 
 func newCurrentRound() *currentRound { return &currentRound{changed: make(chan struct{})} }
@@ -243,7 +255,7 @@ func (c *currentRound) set(m0 []byte) {
 	if c.first == 0 {
 		c.first = t
 	}
-	c.t, c.m0 = t, m0
+	c.t, c.m0, c.at = t, m0, time.Now()
 	close(c.changed)
 	c.changed = make(chan struct{})
 }

@@ -274,3 +274,60 @@ func FuzzRoundInfoResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestClosedRoundRefusalCarriesCurrentRound: a Submit for a round that closed (a later round
+// has been current at this gateway for over a quarter of a period) is refused without asking
+// the store (this gateway has none: asking it would panic), and the refusal's trailer carries
+// the current round's M0 and its age in six digits, so the client re-seals for the current
+// round without a RoundInfo call.
+func TestClosedRoundRefusalCarriesCurrentRound(t *testing.T) {
+	g, conn := startGatewayConn(t)
+	p := g.cfg.Deployment.Params
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m0 := wellFormedM0(t, p, 12)
+	g.cur.set(m0)
+	g.cur.mu.Lock()
+	g.cur.at = time.Now().Add(-g.cfg.Deployment.Round) // current for a whole period
+	g.cur.mu.Unlock()
+	ri10, err := mohito.ParseRoundInfo(wellFormedM0(t, p, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.rounds.m[10] = ri10 // a round the gateway knows: only the closed check refuses it
+
+	raw := mohitov1.NewGatewayClient(conn)
+	var tr metadata.MD
+	_, err = raw.Submit(metadata.AppendToOutgoingContext(ctx, contract.AuthorizationMetadata, "tok-alice"),
+		&mohitov1.SubmitRequest{Submission: wellFormedM1(p, 10)}, grpc.Trailer(&tr))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("submit to closed round 10: %v", err)
+	}
+	if v := tr.Get(contract.RoundInfoMetadata); len(v) != 1 || v[0] != string(m0) {
+		t.Fatalf("trailer round info: %d values, want round 12's M0", len(v))
+	}
+	age := tr.Get(contract.RoundAgeMetadata)
+	if len(age) != 1 || len(age[0]) != 6 {
+		t.Fatalf("trailer round age %q, want six digits", age)
+	}
+	if ms, _ := strconv.Atoi(age[0]); time.Duration(ms)*time.Millisecond < g.cfg.Deployment.Round {
+		t.Fatalf("round age %s ms, want at least the %v it has been current", age[0], g.cfg.Deployment.Round)
+	}
+	if got := testutil.ToFloat64(g.cfg.Metrics.Rejected.WithLabelValues("round_closed")); got != 1 {
+		t.Fatalf("round_closed rejections %v, want 1", got)
+	}
+
+	// The client takes the round from the refusal: NextRound after 10 answers 12, and no
+	// RoundInfo call is made.
+	alice := client.NewGatewayClient(conn, "tok-alice")
+	if _, _, err := alice.Submit(ctx, wellFormedM1(p, 10)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("client submit: %v", err)
+	}
+	ri, err := alice.NextRound(ctx, 10, time.Hour)
+	if err != nil || ri.T != 12 {
+		t.Fatalf("next round after the refusal: %v, %v", ri, err)
+	}
+	if n := testutil.ToFloat64(g.cfg.Metrics.GatewayCalls.WithLabelValues("RoundInfo", "OK")); n != 0 {
+		t.Fatalf("%v RoundInfo calls; the refusal carried the round", n)
+	}
+}
