@@ -38,8 +38,9 @@ const (
 
 // HeaderGatewayReconciler runs a LOIS cloud: it checks the spec, runs the cloud interfaces
 // (a StatefulSet following the registrar's session stream, the flow key they share, their
-// Service), renders the registrar's settings for devices and server interfaces, and reports
-// what the cloud interfaces count in status.
+// Service), renders the registrar's settings for devices and server interfaces, rotates the
+// session record key on spec.registrar.recordKeyRotation (headergateway_recordkey.go), and
+// reports what the cloud interfaces count in status.
 type HeaderGatewayReconciler struct {
 	client.Client
 	// APIReader lists the cloud interface pods (the operator keeps no informer on Pods).
@@ -50,6 +51,13 @@ type HeaderGatewayReconciler struct {
 	Platform lois.Platform
 	// Services reads what the cloud interfaces report; nil leaves the figures empty.
 	Services loisstatus.Source
+	// RecordKeyStageDelay is how long a staged record key waits before it becomes current
+	// (every pod's mounted Secret has it by then); 0 is 2 minutes. At most half of
+	// spec.registrar.recordKeyRotation.
+	RecordKeyStageDelay time.Duration
+	// RecordKeyRetention is how long a superseded record key stays in its Secret; 0 is the
+	// session stream's max age plus an hour (lois.SessionStreamMaxAge, RecordKeySlack).
+	RecordKeyRetention time.Duration
 }
 
 // +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways,verbs=get;list;watch;update;patch
@@ -83,7 +91,14 @@ func (r *HeaderGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			if o, err = r.applyWorkloads(ctx, &g); err != nil {
 				return ctrl.Result{}, err
 			}
+			wake, err := r.rotateRecordKey(ctx, &g)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
 			next = r.observe(ctx, &g)
+			if wake > 0 && (next == 0 || wake < next) {
+				next = wake
+			}
 		}
 	}
 	res, err := writeStatus(ctx, r.Client, r.Recorder, statusWrite{obj: &g, before: before, after: &g.Status,

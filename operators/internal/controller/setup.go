@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,9 @@ type LOISOptions struct {
 	Image string
 	// Services reads what the cloud interfaces report; nil leaves the figures empty.
 	Services loisstatus.Source
+	// RecordKeyStageDelay and RecordKeyRetention time the record key rotation
+	// (HeaderGatewayReconciler); zero values are its defaults.
+	RecordKeyStageDelay, RecordKeyRetention time.Duration
 }
 
 // SDDROptions configures the SDDR reconcilers.
@@ -124,7 +128,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		{"securepipeline", (&SecurePipelineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Recorder: mgr.GetEventRecorder("securepipeline-controller"),
 			Platform: opts.ppsPlatform(), Services: opts.PPS.Services, MetricsPort: opts.PPS.MetricsPort}).SetupWithManager},
 		{"headergateway", (&HeaderGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("headergateway-controller"),
-			Platform: lois.Platform{Image: opts.LOIS.Image, Runtime: opts.Runtime}, Services: opts.LOIS.Services}).SetupWithManager},
+			Platform: lois.Platform{Image: opts.LOIS.Image, Runtime: opts.Runtime}, Services: opts.LOIS.Services,
+			RecordKeyStageDelay: opts.LOIS.RecordKeyStageDelay, RecordKeyRetention: opts.LOIS.RecordKeyRetention}).SetupWithManager},
 		{"encountermailbox", (&EncounterMailboxReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("encountermailbox-controller"),
 			Platform: sddr.Platform{Image: opts.SDDR.Image, Runtime: opts.Runtime}}).SetupWithManager},
 		{"encountersimulation", (&EncounterSimulationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("encountersimulation-controller"),

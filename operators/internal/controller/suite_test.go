@@ -132,7 +132,7 @@ func runSuite(m *testing.M) int {
 		Mohito:       MohitoOptions{Image: "obscura/mohito:test", IntegratorRedis: "127.0.0.1:6379", Services: services},
 		PDA:          PDAOptions{Image: "obscura/pda:test", Services: pdaServices},
 		PPS:          PPSOptions{Image: "obscura/pps:test", Services: ppsstatus.Metrics{}, MetricsPort: brokerMetrics.Port()},
-		LOIS:         LOISOptions{Image: "obscura/lois:test", Services: loisstatus.Metrics{}},
+		LOIS:         LOISOptions{Image: "obscura/lois:test", Services: loisstatus.Metrics{}, RecordKeyStageDelay: testRecordKeyStageDelay, RecordKeyRetention: testRecordKeyRetention},
 		SDDR:         SDDROptions{Image: "obscura/sddr:test"},
 		NATSAccounts: NATSAccountsOptions{Secret: testAccountsSecret, OperatorUsers: testOperatorUsers}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -265,6 +265,19 @@ type Registrar struct {
 	// +kubebuilder:validation:MaxLength=253
 	NATSSecret string `json:"natsSecret,omitempty"`
 
+	// RecordKeyRotation is how often the operator rotates the record key the session records
+	// are sealed under (Secret <name>-lois-record-key, spec §10): it adds a key with the next
+	// id while records are still sealed under the current one (staged, so every pod's mounted
+	// Secret has it before a record needs it), then makes it current (the registrar follows
+	// its file without a restart), and removes a superseded key once no record sealed under
+	// it can be left in the session stream (its max age). Unset: the key is never rotated.
+	// Server interfaces outside the cluster must read the Secret as it changes.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="registrar.recordKeyRotation must be at least 1s"
+	RecordKeyRotation *metav1.Duration `json:"recordKeyRotation,omitempty"`
+
 	// Vault wraps the seeds the registrar stores with Vault Transit (spec §10), so that a
 	// restarted registrar carries on with the open sessions. Unset, the registrar keeps seeds
 	// in memory only: a restart loses every session and devices HELLO again.
@@ -343,6 +356,53 @@ type HeaderGatewayStatus struct {
 	// LastObserved is when the cloud interfaces' figures were last read.
 	// +optional
 	LastObserved *metav1.Time `json:"lastObserved,omitempty"`
+
+	// RecordKey is the state of the record key rotation (spec.registrar.recordKeyRotation);
+	// unset when the key is not rotated.
+	// +optional
+	RecordKey *RecordKeyStatus `json:"recordKey,omitempty"`
+}
+
+// RecordKeyStatus is where the record key rotation stands.
+type RecordKeyStatus struct {
+	// CurrentID is the id of the key new session records are sealed under.
+	CurrentID int64 `json:"currentID"`
+
+	// StagedID is a key in the Secret that is not current yet: the pods' mounted Secrets are
+	// being given it; it becomes current at PromoteAt.
+	// +optional
+	StagedID *int64 `json:"stagedID,omitempty"`
+
+	// PromoteAt is when the staged key becomes current.
+	// +optional
+	PromoteAt *metav1.Time `json:"promoteAt,omitempty"`
+
+	// Rotations counts the rotations the operator made (a staged key made current).
+	// +optional
+	Rotations int64 `json:"rotations,omitempty"`
+
+	// LastRotation is when the current key was made current by a rotation.
+	// +optional
+	LastRotation *metav1.Time `json:"lastRotation,omitempty"`
+
+	// NextRotation is when the next key is made current.
+	// +optional
+	NextRotation *metav1.Time `json:"nextRotation,omitempty"`
+
+	// Retiring are the superseded keys still in the Secret, for the records sealed under them
+	// that the session stream may still hold; each is removed at its time.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	Retiring []RetiringRecordKey `json:"retiring,omitempty"`
+}
+
+// RetiringRecordKey is a superseded record key and when it leaves the Secret.
+type RetiringRecordKey struct {
+	// ID is the key's id in the record key file.
+	ID int64 `json:"id"`
+	// RemoveAt is when no record sealed under it can be left in the session stream.
+	RemoveAt metav1.Time `json:"removeAt"`
 }
 
 // HeaderGateway runs one LOIS cloud: its cloud interfaces behind one unified port, and the
@@ -361,6 +421,7 @@ type HeaderGatewayStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="CI",type=integer,JSONPath=`.status.cloudReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Record-Key",type=integer,JSONPath=`.status.recordKey.currentID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HeaderGateway struct {
 	metav1.TypeMeta   `json:",inline"`

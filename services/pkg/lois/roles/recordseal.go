@@ -41,7 +41,10 @@ import (
 // grant, a READY, a session re-published) is sealed under the new key. A record under an id
 // the file does not hold is refused (ErrUnknownRecordKey); a replica that meets one reads
 // its key file again (at most once a second: a mounted Secret changes under a running
-// pod) before it refuses. The procedure is in docs/lois.md ("Record key rotation").
+// pod) before it refuses; the sealer reads it again before sealing (at most once a second),
+// so a registrar seals under a key made current in its file without a restart. The
+// procedure is in docs/lois.md ("Record key rotation"); the HeaderGateway operator drives it
+// on spec.registrar.recordKeyRotation.
 const (
 	recordMagic  = "LRS1" // ‖ nonce ‖ AES-256-GCM: key id 0 (records before key ids)
 	recordMagic2 = "LRS2" // ‖ key id (4 bytes, big-endian) ‖ nonce ‖ AES-256-GCM
@@ -203,12 +206,17 @@ func NewRecordKey() []byte {
 func (s *RecordSeal) CurrentKeyID() uint32 { return s.keys.Load().current }
 
 // Seal returns the sealed form of the record data published on subject, under the current
-// key; s nil returns data.
+// key; s nil returns data. A sealer read from a file reads it again first when the last read
+// is a second old or more, so a running registrar follows a rotation of its mounted Secret
+// (the operator's "current <id>" line removed: the new key is current) without a restart.
 func (s *RecordSeal) Seal(subject string, data []byte) []byte {
 	if s == nil {
 		return data
 	}
 	k := s.keys.Load()
+	if r := s.reload(); r != nil {
+		k = r
+	}
 	a := k.aead[k.current]
 	hdr := len(recordMagic2) + 4
 	out := make([]byte, hdr+a.NonceSize(), hdr+a.NonceSize()+len(data)+a.Overhead())

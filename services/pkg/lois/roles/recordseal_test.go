@@ -21,7 +21,8 @@ import (
 // replica whose key file lacks the new id refuses its records with ErrUnknownRecordKey
 // naming the id and the ids it holds, and opens them once its file (a mounted Secret)
 // has the new key, without a restart; "current <id>" keeps sealing under an older key
-// while a new one is distributed; malformed files are refused without quoting a key.
+// while a new one is distributed; a running sealer follows its file when another key is made
+// current, without a restart; malformed files are refused without quoting a key.
 func TestRecordKeyRotation(t *testing.T) {
 	dir := t.TempDir()
 	oldKey, newKey := NewRecordKey(), NewRecordKey()
@@ -107,6 +108,32 @@ func TestRecordKeyRotation(t *testing.T) {
 	}
 	if got, err := before.Open(subj, staged.Seal(subj, data)); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("a staged rotation's record: %v", err)
+	}
+
+	// The registrar's own file is rotated under it (the operator removes "current 0"): its
+	// next record is sealed under key 1 without a restart, and a malformed file met on the
+	// way leaves the keys it holds.
+	registrarFile := write("running", fmt.Sprintf("0 %s\n1 %s\ncurrent 0\n", oldKey, newKey))
+	running, err := ReadRecordKey(registrarFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := binary.BigEndian.Uint32(running.Seal(subj, data)[4:]); id != 0 {
+		t.Fatalf("staged: sealed under key id %d, want 0", id)
+	}
+	write("running", "0 abcd\n")
+	running.lastRead.Store(0) // as if its last read were a second ago or more
+	if id := binary.BigEndian.Uint32(running.Seal(subj, data)[4:]); id != 0 {
+		t.Fatalf("after a malformed file: sealed under key id %d, want 0 (the keys kept)", id)
+	}
+	write("running", fmt.Sprintf("0 %s\n1 %s\n", oldKey, newKey))
+	running.lastRead.Store(0)
+	promoted := running.Seal(subj, data)
+	if id := binary.BigEndian.Uint32(promoted[4:]); id != 1 || running.CurrentKeyID() != 1 {
+		t.Fatalf("after the promotion: sealed under key id %d, want 1", id)
+	}
+	if _, err := (mustSeal(t, newKey)).Open(subj, promoted); err != nil {
+		t.Fatalf("the promoted record does not open under the new key alone: %v", err)
 	}
 
 	for name, content := range map[string]string{
