@@ -49,7 +49,7 @@ func (b *base) bind(f *envflag.Set, wirePort int) {
 	f.Int(&b.mtu, "mtu", 1400, "MTU of the TUN path: a hardened SYN's MSS is clamped to MTU − 52")
 	f.Bool(&b.paperMode, "paper-mode", false, "the paper's behaviour: no IP ID/TTL/option normalisation, MASK 0x3F")
 	f.Bool(&b.plain, "plain", false, "benchmark baseline only: the same path WITHOUT LOIS (headers in clear, CI a plain L4 NAT)")
-	f.Int(&b.batch, "batch", 16, "packets moved per wait — ci: datagrams per recvmmsg/sendmmsg routed together; si: replies read from the TUN and sent in one sendmmsg; di, si: wire datagrams per recvmmsg (1: one packet per system call)")
+	f.Int(&b.batch, "batch", 16, "packets moved per wait — ci: datagrams per recvmmsg/sendmmsg routed together; si: replies read from the TUN and sent in one sendmmsg; di: uploads read from the TUN and sent in one sendmmsg; di, si: wire datagrams per recvmmsg (1: one packet per system call)")
 	f.Duration(&b.margin, "safety-margin", 60*time.Second, "senders stop using an epoch this long before its expiry")
 	f.Duration(&b.grace, "grace", 120*time.Second, "receivers keep an epoch's entries this long after its expiry")
 	f.Bool(&b.stp, "stp", false, "stochastic traffic padding of this sender's packets (di: uploads, si: downloads; spec §4)")

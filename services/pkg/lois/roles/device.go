@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/obscura-iot/obscura/services/pkg/lois"
 	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 )
@@ -37,7 +39,8 @@ type DeviceConfig struct {
 	// Plain runs the path without LOIS (benchmark baseline, plain.go).
 	Plain bool
 	// Batch is how many download datagrams one recvmmsg reads (recovered under one hold of
-	// the table's lock). 0 is lois.BatchSize; 1 reads one per call.
+	// the table's lock), and how many uploads one wait reads from the TUN and one sendmmsg
+	// sends to the CI. 0 is lois.BatchSize; 1 moves one packet per system call.
 	Batch int
 	// STP, if set, pads the uploads (spec §4).
 	STP *lois.STPConfig
@@ -411,55 +414,102 @@ func (d *Device) poolGauge() {
 // below its low-water mark asks for an epoch (with Control); a packet that finds its pool
 // empty is held for the grant (park), or without Control dropped at once (counted
 // "exhausted"); a keystream is never reused (D-20).
+//
+// The loop moves bursts: it reads as many packets as the TUN has queued (up to Batch, one
+// wait for all of them), hides each, and sends them to the CI with one sendmmsg, as the SI's
+// download loop does. Batch 1 (or a TUN that is not a file: a test's in-memory device) reads
+// and sends one packet per system call.
 func (d *Device) upload() error {
-	buf := make([]byte, lois.Headroom+contract.MaxDatagram)
+	batch := cmp.Or(d.cfg.Batch, lois.BatchSize)
+	in, err := newTUNReader(d.cfg.TUN, batch, lois.Headroom+contract.MaxDatagram)
+	if err != nil {
+		return err
+	}
+	var out *wireBatch
+	var cloud *unix.RawSockaddrInet4
+	if in.batched() && batch > 1 && d.cfg.Cloud.Addr().Unmap().Is4() {
+		if out, err = newWireBatch(d.cfg.Wire, batch, 0); err != nil {
+			d.cfg.Log.Warn("uploads sent one datagram at a time", "err", err)
+			out = nil
+		}
+		cloud = sockaddr4(d.cfg.Cloud)
+	}
 	var last int64
 	for {
-		n, err := d.cfg.TUN.Read(buf[lois.Headroom:])
+		k, err := in.read()
 		if err != nil {
 			if closed(err) {
 				return nil
 			}
 			return err
 		}
-		off, err := lois.Headroom, error(nil)
-		if d.cfg.Plain {
-			if _, ok := plainParse(buf[off : off+n]); !ok || [4]byte(buf[off+16:off+20]) != d.cfg.Core.CIP {
-				err = lois.ErrNotLOIS
-			}
-		} else {
-			sid := uint16(0)
-			if n >= 40 {
-				sid = binary.BigEndian.Uint16(buf[off+20+2:]) // dst port; HideUpload refuses IHL ≠ 5
-			}
-			mu := d.lock()
-			mu.Lock()
-			if d.pad != nil && n >= 40 && [4]byte(buf[off+16:off+20]) == d.cfg.Core.CIP {
-				d.pad.real(buf[off:off+n], time.Now().UnixNano())
-			}
-			off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
-			if d.reqc != nil && n >= 40 {
-				d.checkLow(sid)
-			}
-			mu.Unlock()
-			if errors.Is(err, lois.ErrExhausted) && d.reqc != nil && d.park.park(buf[lois.Headroom:lois.Headroom+n], nil) {
+		for i := range k {
+			pkt, ok := d.hideUpload(in.bufs[i], in.size(i))
+			if !ok {
 				continue
 			}
+			if out != nil {
+				out.queue(pkt, cloud)
+				continue
+			}
+			if _, err := d.cfg.Wire.WriteToUDPAddrPort(pkt, d.cfg.Cloud); err != nil {
+				d.up.inc(contract.ResultIOError)
+				continue
+			}
+			d.up.inc(contract.ResultOK)
 		}
-		if err != nil {
-			d.up.inc(contract.Result(err))
-			continue
+		if out != nil && out.nw > 0 {
+			sent, failed, err := out.flush()
+			d.up[contract.ResultOK].Add(float64(sent))
+			if failed > 0 {
+				d.up[contract.ResultIOError].Add(float64(failed))
+			}
+			if err != nil {
+				if closed(err) {
+					return nil
+				}
+				return err
+			}
 		}
-		if _, err := d.cfg.Wire.WriteToUDPAddrPort(buf[off:lois.Headroom+n], d.cfg.Cloud); err != nil {
-			d.up.inc(contract.ResultIOError)
-			continue
-		}
-		d.up.inc(contract.ResultOK)
 		if now := d.clk.now(); now != last { // pools belong to this loop
 			last = now
 			d.poolGauge()
 		}
 	}
+}
+
+// hideUpload is DI upload for the n-byte packet read into buf[lois.Headroom:]: the datagram
+// to send to the CI, or false when the packet was held (parked) or refused (counted).
+func (d *Device) hideUpload(buf []byte, n int) ([]byte, bool) {
+	off, err := lois.Headroom, error(nil)
+	if d.cfg.Plain {
+		if _, ok := plainParse(buf[off : off+n]); !ok || [4]byte(buf[off+16:off+20]) != d.cfg.Core.CIP {
+			err = lois.ErrNotLOIS
+		}
+	} else {
+		sid := uint16(0)
+		if n >= 40 {
+			sid = binary.BigEndian.Uint16(buf[off+20+2:]) // dst port; HideUpload refuses IHL ≠ 5
+		}
+		mu := d.lock()
+		mu.Lock()
+		if d.pad != nil && n >= 40 && [4]byte(buf[off+16:off+20]) == d.cfg.Core.CIP {
+			d.pad.real(buf[off:off+n], time.Now().UnixNano())
+		}
+		off, err = d.core.HideUpload(buf[:lois.Headroom+n], lois.Headroom, d.clk.now())
+		if d.reqc != nil && n >= 40 {
+			d.checkLow(sid)
+		}
+		mu.Unlock()
+		if errors.Is(err, lois.ErrExhausted) && d.reqc != nil && d.park.park(buf[lois.Headroom:lois.Headroom+n], nil) {
+			return nil, false
+		}
+	}
+	if err != nil {
+		d.up.inc(contract.Result(err))
+		return nil, false
+	}
+	return buf[off : lois.Headroom+n], true
 }
 
 // download recovers the SIs' packets and writes them to the TUN (spec §3.9 DI download).
