@@ -63,27 +63,11 @@ var (
 // holds the output mask r, ⌈m/8⌉ bytes LSB first (nil for none), folded into the decoding
 // bits (spec §3.7). It returns the header it wrote.
 func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []byte, opt *Options) (*Header, error) {
-	if len(inputs) != p.nIn {
-		return nil, fmt.Errorf("gc: garble with %d inputs, circuit has %d input wires", len(inputs), p.nIn)
+	hctx, err := checkGarble(p, inputs, mask, opt)
+	if err != nil {
+		return nil, err
 	}
-	if mask != nil && len(mask) != (p.nOut+7)/8 {
-		return nil, fmt.Errorf("gc: mask of %d bytes, want %d", len(mask), (p.nOut+7)/8)
-	}
-	h := &Header{CircuitHash: p.hash, Inputs: uint64(p.nIn), ANDs: uint64(p.nAND), Outputs: uint64(p.nOut)}
-	if opt != nil {
-		if len(opt.Context) > MaxContext {
-			return nil, fmt.Errorf("gc: context of %d bytes (at most %d)", len(opt.Context), MaxContext)
-		}
-		h.Context = append([]byte(nil), opt.Context...)
-	}
-	nConst := 0
-	for u, in := range inputs {
-		if in.Const {
-			nConst++
-		} else if in.A0.Lsb() == in.A1.Lsb() {
-			return nil, fmt.Errorf("gc: input wire %d: %w", u, ErrPermuteBits)
-		}
-	}
+	h := &Header{CircuitHash: p.hash, Inputs: uint64(p.nIn), ANDs: uint64(p.nAND), Outputs: uint64(p.nOut), Context: hctx}
 
 	var delta Label
 	rand.Read(delta[:])
@@ -103,40 +87,18 @@ func Garble(ctx context.Context, p *Plan, w io.Writer, inputs []Input, mask []by
 	sw.write(h.appendTo(nil))
 
 	// Input kinds, identity tables, constant labels.
-	kinds := make([]byte, (p.nIn+7)/8)
-	for u, in := range inputs {
-		if in.Const {
-			kinds[u/8] |= 1 << (u % 8)
-		}
-	}
-	sw.write(kinds)
+	writeKinds(sw, inputs)
 	if err := garbleIdentity(k, sw, h.ExecID, inputs, L[:p.nIn], delta); err != nil {
 		return nil, err
 	}
-	for u, in := range inputs {
-		if in.Const {
-			l := L[u]
-			if in.Bit {
-				l = xorLabel(l, delta)
-			}
-			sw.write(l[:])
-		}
-	}
+	writeConsts(sw, inputs, L, delta)
 
 	// Gate tables, chunk by chunk.
 	if err := garbleTables(ctx, p, k, &delta, L, sw); err != nil {
 		return nil, err
 	}
 
-	d := make([]byte, (p.nOut+7)/8)
-	for j, s := range p.outSlots {
-		bit := L[s][0] & 1
-		if mask != nil {
-			bit ^= mask[j/8] >> (j % 8) & 1
-		}
-		d[j/8] |= bit << (j % 8)
-	}
-	sw.write(d)
+	writeDecoding(sw, p, outputLsbs(p, L), mask)
 	sw.flush()
 	if sw.err != nil {
 		return nil, fmt.Errorf("gc: write garbled stream: %w", sw.err)
@@ -223,30 +185,13 @@ func inputLabels(W []Label) {
 // wire), and a_b, uniformly random and independent of Δ, is a fine input to a CCR hash
 // keyed by a fresh π.
 func garbleIdentity(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
-	const batch = identityBatch / 2
-	sc := getIdentityScratch()
-	defer putIdentityScratch(sc)
-	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
-	tl := binary.NativeEndian.Uint64(exec[:8]) // tweakID(exec, u) = exec[0:8] ‖ LE64(u), as words
-	w0, t := u64s(W0), u64s(tw)
+	w0 := u64s(W0)
 	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
-	for base := 0; base < len(inputs); base += batch {
-		end := min(base+batch, len(inputs))
-		n := 0
-		for u := base; u < end; u++ {
-			in := &inputs[u]
-			if in.Const {
-				continue
-			}
-			src[n], src[n+1] = in.A0, in.A1
-			th := leWord(uint64(u))
-			t[2*n], t[2*n+1], t[2*n+2], t[2*n+3] = tl, th, tl, th
-			n += 2
-		}
-		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
-		h := u64s(dst[:n])
+	var tmp [16]byte
+	x := newIdentityHasher(k, exec, inputs)
+	defer x.done()
+	for base, end, h, ok := x.next(); ok; base, end, h, ok = x.next() {
 		i := 0
-		var tmp [16]byte
 		for u := base; u < end; u++ {
 			in := &inputs[u]
 			if in.Const {

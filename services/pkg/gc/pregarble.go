@@ -1,7 +1,6 @@
 package gc
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -92,10 +91,7 @@ func Pregarble(ctx context.Context, p *Plan, w io.Writer, opt *Options) (*Pregar
 		pg.Erase()
 		return nil, err
 	}
-	pg.outLsb = make([]byte, (p.nOut+7)/8)
-	for j, s := range p.outSlots {
-		pg.outLsb[j/8] |= (L[s][0] & 1) << (j % 8)
-	}
+	pg.outLsb = outputLsbs(p, L)
 	if testHookGarble != nil {
 		testHookGarble(pg.delta, append([]Label(nil), pg.w0...))
 	}
@@ -129,54 +125,21 @@ func (pg *Pregarbled) Garble(ctx context.Context, w io.Writer, inputs []Input, m
 	}
 	defer pg.Erase()
 	p := pg.p
-	if len(inputs) != p.nIn {
-		return nil, fmt.Errorf("gc: garble with %d inputs, circuit has %d input wires", len(inputs), p.nIn)
-	}
-	if mask != nil && len(mask) != (p.nOut+7)/8 {
-		return nil, fmt.Errorf("gc: mask of %d bytes, want %d", len(mask), (p.nOut+7)/8)
+	hctx, err := checkGarble(p, inputs, mask, opt)
+	if err != nil {
+		return nil, err
 	}
 	h := pg.h
-	h.version, h.Context = inputsVersion, nil
-	if opt != nil {
-		if len(opt.Context) > MaxContext {
-			return nil, fmt.Errorf("gc: context of %d bytes (at most %d)", len(opt.Context), MaxContext)
-		}
-		h.Context = append([]byte(nil), opt.Context...)
-	}
-	for u, in := range inputs {
-		if !in.Const && in.A0.Lsb() == in.A1.Lsb() {
-			return nil, fmt.Errorf("gc: input wire %d: %w", u, ErrPermuteBits)
-		}
-	}
+	h.version, h.Context = inputsVersion, hctx
 	k := newFixedKey(h.Key)
 	sw := &streamWriter{w: w, buf: make([]byte, 0, opt.chunk())}
 	sw.write(h.appendTo(nil))
-	kinds := make([]byte, (p.nIn+7)/8)
-	for u, in := range inputs {
-		if in.Const {
-			kinds[u/8] |= 1 << (u % 8)
-		}
-	}
-	sw.write(kinds)
+	writeKinds(sw, inputs)
 	if err := garbleIdentity2(k, sw, h.ExecID, inputs, pg.w0, pg.delta); err != nil {
 		return nil, fmt.Errorf("gc: write inputs stream: %w", err)
 	}
-	for u, in := range inputs {
-		if in.Const {
-			l := pg.w0[u]
-			if in.Bit {
-				l = xorLabel(l, pg.delta)
-			}
-			sw.write(l[:])
-		}
-	}
-	d := append([]byte(nil), pg.outLsb...)
-	for j := range d {
-		if mask != nil {
-			d[j] ^= mask[j]
-		}
-	}
-	sw.write(d)
+	writeConsts(sw, inputs, pg.w0, pg.delta)
+	writeDecoding(sw, p, pg.outLsb, mask)
 	sw.flush()
 	if sw.err != nil {
 		return nil, fmt.Errorf("gc: write inputs stream: %w", sw.err)
@@ -189,29 +152,12 @@ func (pg *Pregarbled) Garble(ctx context.Context, w io.Writer, inputs []Input, m
 // lsb(a0) is h_0 ⊕ W_u^0 and row lsb(a1) is h_1 ⊕ W_u^0 ⊕ Δ; the evaluator holding a gets
 // X = H(a, t) ⊕ row[lsb(a)].
 func garbleIdentity2(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
-	const batch = identityBatch / 2
-	sc := getIdentityScratch()
-	defer putIdentityScratch(sc)
-	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
-	tl := binary.NativeEndian.Uint64(exec[:8])
-	w0, t := u64s(W0), u64s(tw)
+	w0 := u64s(W0)
 	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
 	var rows [32]byte
-	for base := 0; base < len(inputs); base += batch {
-		end := min(base+batch, len(inputs))
-		n := 0
-		for u := base; u < end; u++ {
-			in := &inputs[u]
-			if in.Const {
-				continue
-			}
-			src[n], src[n+1] = in.A0, in.A1
-			th := leWord(uint64(u))
-			t[2*n], t[2*n+1], t[2*n+2], t[2*n+3] = tl, th, tl, th
-			n += 2
-		}
-		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
-		h := u64s(dst[:n])
+	x := newIdentityHasher(k, exec, inputs)
+	defer x.done()
+	for base, end, h, ok := x.next(); ok; base, end, h, ok = x.next() {
 		i := 0
 		for u := base; u < end; u++ {
 			in := &inputs[u]
@@ -220,11 +166,18 @@ func garbleIdentity2(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Inpu
 			}
 			r0 := 16 * int(in.A0[0]&1) // row of a0; a1's is the other
 			r1 := 16 - r0
-			binary.NativeEndian.PutUint64(rows[r0:], h[2*i]^w0[2*u])
-			binary.NativeEndian.PutUint64(rows[r0+8:], h[2*i+1]^w0[2*u+1])
-			binary.NativeEndian.PutUint64(rows[r1:], h[2*i+2]^w0[2*u]^dl)
-			binary.NativeEndian.PutUint64(rows[r1+8:], h[2*i+3]^w0[2*u+1]^dh)
-			sw.write(rows[:])
+			row := rows[:]
+			direct := sw.room() >= 32 // straight into the chunk
+			if direct {
+				row = sw.grow(32)
+			}
+			binary.NativeEndian.PutUint64(row[r0:], h[2*i]^w0[2*u])
+			binary.NativeEndian.PutUint64(row[r0+8:], h[2*i+1]^w0[2*u+1])
+			binary.NativeEndian.PutUint64(row[r1:], h[2*i+2]^w0[2*u]^dl)
+			binary.NativeEndian.PutUint64(row[r1+8:], h[2*i+3]^w0[2*u+1]^dh)
+			if !direct {
+				sw.write(row)
+			}
 			i += 2
 		}
 	}
@@ -255,12 +208,8 @@ func ReadTables(p *Plan, r io.Reader) (*Tables, error) {
 	if h.version != tablesVersion {
 		return nil, malformed("version %d, want a tables stream (%d)", h.version, tablesVersion)
 	}
-	if h.CircuitHash != p.hash {
-		return nil, ErrCircuitMismatch
-	}
-	if h.Inputs != uint64(p.nIn) || h.ANDs != uint64(p.nAND) || h.Outputs != uint64(p.nOut) {
-		return nil, malformed("counts %d/%d/%d do not match the circuit's %d/%d/%d",
-			h.Inputs, h.ANDs, h.Outputs, p.nIn, p.nAND, p.nOut)
+	if err := checkCounts(p, h); err != nil {
+		return nil, err
 	}
 	t := &Tables{h: h, tab: make([]byte, 32*p.nAND)}
 	if _, err := io.ReadFull(r, t.tab); err != nil {
@@ -287,86 +236,40 @@ func EvaluatePregarbled(ctx context.Context, p *Plan, t *Tables, r io.Reader, la
 	if h.version != inputsVersion {
 		return nil, malformed("version %d, want a pregarbled execution's inputs stream (%d)", h.version, inputsVersion)
 	}
-	if h.CircuitHash != p.hash || t.h.CircuitHash != p.hash {
+	if t.h.CircuitHash != p.hash {
 		return nil, ErrCircuitMismatch
+	}
+	if err := checkCounts(p, h); err != nil {
+		return nil, err
 	}
 	if h.ExecID != t.h.ExecID || h.Key != t.h.Key {
 		return nil, malformed("inputs stream of execution %x, tables of %x", h.ExecID, t.h.ExecID)
-	}
-	if h.Inputs != uint64(p.nIn) || h.ANDs != uint64(p.nAND) || h.Outputs != uint64(p.nOut) {
-		return nil, malformed("counts %d/%d/%d do not match the circuit's %d/%d/%d",
-			h.Inputs, h.ANDs, h.Outputs, p.nIn, p.nAND, p.nOut)
 	}
 	if len(labels) != p.nIn {
 		return nil, fmt.Errorf("gc: evaluate with %d input labels, circuit has %d input wires", len(labels), p.nIn)
 	}
 	buf := make([]byte, opt.chunk())
-	kinds := make([]byte, (p.nIn+7)/8)
-	if _, err := io.ReadFull(r, kinds); err != nil {
-		return nil, readErr("input kinds", err)
+	kinds, err := readKinds(r, p.nIn)
+	if err != nil {
+		return nil, err
 	}
-	if p.nIn%8 != 0 && kinds[len(kinds)-1]>>(p.nIn%8) != 0 {
-		return nil, malformed("input kind padding bits are not zero")
-	}
-	isConst := func(u int) bool { return kinds[u/8]>>(u%8)&1 == 1 }
 	k := newFixedKey(h.Key)
 	L := p.getLabels()
 	defer p.putLabels(L)
 	L[p.zeroSlot] = Label{}
 	L[p.oneSlot] = Label{}
-
-	const batch = identityBatch
-	sc := getIdentityScratch()
-	defer putIdentityScratch(sc)
-	src, tw, dst, scratch := sc.src[:], sc.tw[:], sc.dst[:], sc.tmp[:]
-	idBuf := make([]byte, 32*batch)
-	tl := binary.NativeEndian.Uint64(h.ExecID[:8])
-	lw, tws := u64s(L), u64s(tw)
-	for base := 0; base < p.nIn; base += batch {
-		end := min(base+batch, p.nIn)
-		n := 0
-		for u := base; u < end; u++ {
-			if !isConst(u) {
-				src[n] = labels[u]
-				tws[2*n], tws[2*n+1] = tl, leWord(uint64(u))
-				n++
-			}
-		}
-		if _, err := io.ReadFull(r, idBuf[:32*n]); err != nil {
-			return nil, readErr("identity tables", err)
-		}
-		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
-		hw := u64s(dst[:n])
-		i := 0
-		for u := base; u < end; u++ {
-			if isConst(u) {
-				continue
-			}
-			row := idBuf[32*i+16*int(labels[u][0]&1):]
-			lw[2*u] = hw[2*i] ^ binary.NativeEndian.Uint64(row)
-			lw[2*u+1] = hw[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
-			i++
-		}
-	}
-	for u := range p.nIn {
-		if isConst(u) {
-			if _, err := io.ReadFull(r, L[u][:]); err != nil {
-				return nil, readErr("constant labels", err)
-			}
-		}
-	}
-	if err := evalTables(ctx, p, k, L, bytes.NewReader(tab), buf); err != nil {
+	if err := evalIdentity(k, h.ExecID, r, 2, kinds, labels, L, buf); err != nil {
 		return nil, err
 	}
-	d := make([]byte, (p.nOut+7)/8)
-	if _, err := io.ReadFull(r, d); err != nil {
-		return nil, readErr("decoding bits", err)
+	if err := readConsts(r, kinds, p.nIn, L, buf); err != nil {
+		return nil, err
 	}
-	if p.nOut%8 != 0 && d[len(d)-1]>>(p.nOut%8) != 0 {
-		return nil, malformed("decoding padding bits are not zero")
+	if err := evalHeld(ctx, p, k, L, tab, len(buf)/32); err != nil {
+		return nil, err
 	}
-	for j, s := range p.outSlots {
-		d[j/8] ^= (L[s][0] & 1) << (j % 8)
+	d, err := readDecoding(r, p, L)
+	if err != nil {
+		return nil, err
 	}
 	if testHookEvaluate != nil {
 		testHookEvaluate(append([]Label(nil), L...))
