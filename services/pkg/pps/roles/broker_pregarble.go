@@ -80,13 +80,7 @@ func (b *Broker) fetchTables(ctx context.Context, f *brokerFunction) (*gc.Tables
 	if want := gc.TablesSize(f.plan, 0); hdr.StreamBytes != uint64(want) {
 		return nil, fmt.Errorf("pregarble: a tables stream of %d bytes announced, %d expected", hdr.StreamBytes, want)
 	}
-	rd := &chunkReader{recv: func() ([]byte, bool, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil, false, err
-		}
-		return m.GetData(), m.GetHeader() != nil, nil
-	}, left: hdr.StreamBytes}
+	rd := streamReader(stream.Recv, hdr.StreamBytes)
 	t, err := gc.ReadTables(f.plan, rd)
 	if err != nil {
 		return nil, fmt.Errorf("pregarble: %w", err)
@@ -128,11 +122,30 @@ func (b *Broker) PregarbleReady() bool {
 }
 
 // chunkReader is a stream's data chunks as an io.Reader that refuses more bytes than
-// announced.
+// announced: the evaluator reads it as it arrives, holding one chunk at a time.
 type chunkReader struct {
 	recv func() (data []byte, header bool, err error)
 	buf  []byte
 	left uint64
+}
+
+// chunkMsg is a garbler stream's message, a header or a data chunk: Garble's and
+// Pregarble's.
+type chunkMsg interface {
+	GetData() []byte
+	GetHeader() *ppsv1.GarbleHeader
+}
+
+// streamReader reads the data chunks received by recv (a stream's Recv) after a header
+// that announced left bytes.
+func streamReader[M chunkMsg](recv func() (M, error), left uint64) *chunkReader {
+	return &chunkReader{recv: func() ([]byte, bool, error) {
+		m, err := recv()
+		if err != nil {
+			return nil, false, err
+		}
+		return m.GetData(), m.GetHeader() != nil, nil
+	}, left: left}
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {

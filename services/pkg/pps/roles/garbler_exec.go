@@ -58,6 +58,14 @@ type slotSeeds struct {
 	derived []bool
 }
 
+// gone is the slots the garbler hard-wires to their identities on its own (erased or not
+// allowed), in order.
+func (s *slotSeeds) gone() []uint32 {
+	g := slices.Concat(s.erased, s.notAllowed)
+	slices.Sort(g)
+	return g
+}
+
 func (s *slotSeeds) zero() {
 	for k := range s.seeds {
 		s.seeds[k] = pps.Seed{}
@@ -245,8 +253,7 @@ func (g *Garbler) CheckConsistency(ctx context.Context, req *ppsv1.CheckConsiste
 	}
 	g.m.checks.Inc()
 	g.m.psiElems.Add(float64(len(psi.Positions)))
-	erased := slices.Concat(ss.erased, ss.notAllowed)
-	slices.Sort(erased)
+	erased := ss.gone()
 	g.log.Debug("consistency check answered", "fn", cf.f.ID, "positions", len(psi.Positions), "erased_slots", len(erased))
 	return &ppsv1.CheckConsistencyResponse{PsiResponse: b, ErasedSlots: erased}, nil
 }
@@ -338,10 +345,9 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		roundCh      chan allocatedRound // faithful mode: the round allocated beside the labels
 		a            *pps.Assignment
 		inputs       []gc.Input
-		garblerNulls = slices.Concat(ss.erased, ss.notAllowed)
+		garblerNulls = ss.gone()
 		otResponse   []byte
 	)
-	slices.Sort(garblerNulls)
 	if hardened {
 		var hg *pps.HardenedGarbling
 		hg, otResponse, err = g.hardenedInputs(cf, nulls, ss, otReq)

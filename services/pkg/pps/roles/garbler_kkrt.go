@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -210,8 +209,7 @@ func (g *Garbler) EvaluateKKRT(ctx context.Context, req *ppsv1.EvaluateKKRTReque
 	}
 	g.m.checks.Inc()
 	g.m.kkrtPositions.Add(float64(len(kr.Positions)))
-	erased := slices.Concat(ss.erased, ss.notAllowed)
-	slices.Sort(erased)
+	erased := ss.gone()
 	g.log.Debug("KKRT check answered", "fn", cf.f.ID, "positions", len(kr.Positions), "erased_slots", len(erased))
 	return &ppsv1.EvaluateKKRTResponse{KkrtResponse: b, ErasedSlots: erased}, nil
 }

@@ -292,7 +292,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		e.Nullified[pps.Erased.String()] = append(e.Nullified[pps.Erased.String()], s)
 	}
 	t0 = time.Now()
-	rd := &brokerGarbleReader{s: stream, left: hdr.StreamBytes}
+	rd := streamReader(stream.Recv, hdr.StreamBytes)
 	// A slot the garbler erased is a constant in the stream: its label here is not read.
 	labels := hlabels
 	if !f.hardened {
@@ -503,54 +503,4 @@ func (t *brokerPSI) EvaluatePSI(ctx context.Context, req *pps.PSIRequest) (*pps.
 		return nil, err
 	}
 	return &out, nil
-}
-
-// brokerGarbleReader is the garbled stream as an io.Reader over the gRPC stream's data
-// chunks: the evaluator reads it as it arrives, holding one chunk at a time, and it refuses
-// more bytes than the header announced.
-type brokerGarbleReader struct {
-	s    grpc.ServerStreamingClient[ppsv1.GarbleResponse]
-	buf  []byte
-	left uint64
-}
-
-func (r *brokerGarbleReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		if r.left == 0 {
-			return 0, io.EOF
-		}
-		msg, err := r.s.Recv()
-		if err == io.EOF {
-			return 0, io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return 0, err
-		}
-		d := msg.GetData()
-		if msg.GetHeader() != nil {
-			return 0, errors.New("a second header in the garbled stream")
-		}
-		if uint64(len(d)) > r.left {
-			return 0, fmt.Errorf("garbled stream longer than the %d bytes announced", r.left)
-		}
-		r.left -= uint64(len(d))
-		r.buf = d
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
-// finish checks that the evaluator consumed the whole stream and that nothing follows it.
-func (r *brokerGarbleReader) finish() error {
-	if len(r.buf) != 0 || r.left != 0 {
-		return fmt.Errorf("%d bytes left after evaluation", uint64(len(r.buf))+r.left)
-	}
-	if _, err := r.s.Recv(); err != io.EOF {
-		if err == nil {
-			return errors.New("data after the announced end of the garbled stream")
-		}
-		return err
-	}
-	return nil
 }
