@@ -139,7 +139,9 @@ func (f *roundFeed) lateBy(ri *mohito.RoundInfo) time.Duration {
 	if age < f.period-margin || age > 2*f.period {
 		return 0
 	}
-	return f.period - age + f.period/10
+	// Past its period the round is closed or closing and its successor's push is late (a
+	// loaded client reads its pushes late): wait for it a quarter period rather than not at all.
+	return max(f.period-age+f.period/10, f.period/4)
 }
 
 // offer makes ri the feed's round if it is newer; age is how long ago it opened at the
