@@ -169,7 +169,6 @@ func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds input
 	}
 	tl := binary.NativeEndian.Uint64(exec[:8])
 	lw, tws := u64s(L), u64s(tw)
-	two := uint64(rows - 1) // 1 with two rows: every row is sent
 	for base := 0; base < len(labels); base += batch {
 		end := min(base+batch, len(labels))
 		n := 0
@@ -186,15 +185,26 @@ func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds input
 		hashLabels(k, dst[:n], src[:n], tw[:n], scratch[:n])
 		h := u64s(dst[:n])
 		i := 0
+		if rows == 1 {
+			for u := base; u < end; u++ {
+				if kinds.isConst(u) {
+					continue
+				}
+				m := -uint64(labels[u][0] & 1) // the row of permute bit 0 is implicit
+				row := idBuf[16*i:]
+				lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)&m
+				lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])&m
+				i++
+			}
+			continue
+		}
 		for u := base; u < end; u++ {
 			if kinds.isConst(u) {
 				continue
 			}
-			lsb := uint64(labels[u][0] & 1)
-			m := -(lsb | two)
-			row := idBuf[rb*i+16*int(lsb&two):]
-			lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)&m
-			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])&m
+			row := idBuf[32*i+16*int(labels[u][0]&1):]
+			lw[2*u] = h[2*i] ^ binary.NativeEndian.Uint64(row)
+			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
 			i++
 		}
 	}
