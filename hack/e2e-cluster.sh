@@ -2,7 +2,7 @@
 # The cluster end-to-end test (make e2e-cluster, docs/cluster.md): bring the local cluster up,
 # build and import the images, run e2e/cluster against it, and always tear the cluster down.
 #
-#   E2E_CLUSTER_MODE=full|smoke   full (default): install, the NOTES' sample path, samples, load
+#   E2E_CLUSTER_MODE=full|smoke   full (default): install, samples, load
 #                                 ×1/×4/×8/×1 with capacity classes and autoscaling asserted, upgrade,
 #                                 one LOIS exchange, one PDA AggregationJob, one PPS execution, log
 #                                 scan, uninstall;
@@ -13,7 +13,8 @@
 #                                 its workload runs and every panel of its dashboard must return
 #                                 data (Mohito, LOIS, SDDR, PPS; PDA in full mode, or in the smoke
 #                                 with OBSCURA_E2E_CLUSTER_PDA=1)
-#   OBSCURA_E2E_CLUSTER_NOTES=0   skip the NOTES' sample path (on by default)
+#   OBSCURA_E2E_CLUSTER_NOTES=0|1 the NOTES' sample path: on by default in the smoke (one NATS
+#                                 server), off in full mode (3-node NATS); 0 or 1 forces it
 #   E2E_KEEP_CLUSTER=1            leave the cluster running afterwards (for debugging)
 #   E2E_REPORT=<file>             where the run's figures go (default e2e/cluster/out/report.json)
 set -euo pipefail
