@@ -1,13 +1,13 @@
 package lois
 
 import (
-	"bytes"
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 )
 
 // SessionStreamMaxAge is how long the session stream keeps a record: the registrar daemon's
@@ -28,56 +28,18 @@ type RecordKeys struct {
 	Staged  bool
 }
 
-// ParseRecordKeys reads a record key file as the services do: a bare line of 64 hex digits is
-// key id 0, "<id> <64 hex digits>" a key with an id, "current <id>" the key records are
-// sealed under (default: the highest id); blank lines and # comments are ignored. Errors never
-// quote a key.
+// ParseRecordKeys reads a record key file as the services do (contract.ParseRecordKeyFile).
+// Errors never quote a key.
 func ParseRecordKeys(b []byte) (*RecordKeys, error) {
 	k := &RecordKeys{Keys: map[uint32]string{}}
-	current, hasCurrent := uint32(0), false
-	for i, line := range bytes.Split(b, []byte("\n")) {
-		f := strings.Fields(string(line))
-		if len(f) == 0 || f[0][0] == '#' {
-			continue
-		}
-		id, key := uint64(0), f[0]
-		switch {
-		case len(f) == 1:
-		case len(f) == 2 && f[0] == "current":
-			c, err := strconv.ParseUint(f[1], 10, 32)
-			if err != nil || hasCurrent {
-				return nil, fmt.Errorf("line %d: want one \"current <id>\"", i+1)
-			}
-			current, hasCurrent = uint32(c), true
-			continue
-		case len(f) == 2:
-			var err error
-			if id, err = strconv.ParseUint(f[0], 10, 32); err != nil {
-				return nil, fmt.Errorf("line %d: key id: want a decimal of 32 bits", i+1)
-			}
-			key = f[1]
-		default:
-			return nil, fmt.Errorf("line %d: want \"<id> <64 hex digits>\"", i+1)
-		}
-		if b, err := hex.DecodeString(key); err != nil || len(b) != 32 {
-			return nil, fmt.Errorf("line %d: want 64 hex digits", i+1)
-		}
-		if _, dup := k.Keys[uint32(id)]; dup {
-			return nil, fmt.Errorf("line %d: key id %d twice", i+1, id)
-		}
-		k.Keys[uint32(id)] = strings.ToLower(key)
-		k.Current = max(k.Current, uint32(id))
+	f, err := contract.ParseRecordKeyFile(b, func(id uint32, key []byte) error {
+		k.Keys[id] = hex.EncodeToString(key)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if len(k.Keys) == 0 {
-		return nil, fmt.Errorf("no key")
-	}
-	if hasCurrent {
-		if _, ok := k.Keys[current]; !ok {
-			return nil, fmt.Errorf("current key id %d is not in the file", current)
-		}
-		k.Staged = current != k.Current
-		k.Current = current
-	}
+	k.Current, k.Staged = f.Current, f.Named && f.Current != slices.Max(f.IDs)
 	return k, nil
 }
 

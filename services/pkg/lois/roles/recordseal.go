@@ -11,9 +11,10 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
 )
 
 // Session records on LOIS_SESSIONS carry stream keys (a receiver derives every keystream of
@@ -51,7 +52,7 @@ const (
 )
 
 // RecordKeyLen is the record key's length in bytes.
-const RecordKeyLen = 32
+const RecordKeyLen = contract.RecordKeyLen
 
 // ErrRecordSeal is a record that does not open under the record key, or a clear record
 // where sealed ones are required (and the reverse).
@@ -134,61 +135,21 @@ func readRecordKeys(path string) (*recordKeys, error) {
 	return k, nil
 }
 
-// parseRecordKeys parses a record key file's content (error messages never quote a key).
+// parseRecordKeys parses a record key file's content (contract.ParseRecordKeyFile; error
+// messages never quote a key).
 func parseRecordKeys(b []byte) (*recordKeys, error) {
 	k := &recordKeys{aead: map[uint32]cipher.AEAD{}}
-	current, hasCurrent := uint32(0), false
-	key := make([]byte, RecordKeyLen)
-	defer clear(key)
-	for i, line := range bytes.Split(b, []byte("\n")) {
-		f := bytes.Fields(line)
-		if len(f) == 0 || f[0][0] == '#' {
-			continue
-		}
-		id, hexKey := uint64(0), f[0]
-		switch {
-		case len(f) == 1:
-		case len(f) == 2 && string(f[0]) == "current":
-			c, err := strconv.ParseUint(string(f[1]), 10, 32)
-			if err != nil || hasCurrent {
-				return nil, fmt.Errorf("line %d: want one \"current <id>\"", i+1)
-			}
-			current, hasCurrent = uint32(c), true
-			continue
-		case len(f) == 2:
-			var err error
-			if id, err = strconv.ParseUint(string(f[0]), 10, 32); err != nil {
-				return nil, fmt.Errorf("line %d: key id: want a decimal of 32 bits", i+1)
-			}
-			hexKey = f[1]
-		default:
-			return nil, fmt.Errorf("line %d: want \"<id> <%d hex digits>\"", i+1, 2*RecordKeyLen)
-		}
-		if len(hexKey) != 2*RecordKeyLen {
-			return nil, fmt.Errorf("line %d: want %d hex digits", i+1, 2*RecordKeyLen)
-		}
-		if _, err := hex.Decode(key, hexKey); err != nil {
-			return nil, fmt.Errorf("line %d: want %d hex digits", i+1, 2*RecordKeyLen)
-		}
-		if _, dup := k.aead[uint32(id)]; dup {
-			return nil, fmt.Errorf("line %d: key id %d twice", i+1, id)
-		}
+	f, err := contract.ParseRecordKeyFile(b, func(id uint32, key []byte) error {
 		a, err := newRecordAEAD(key)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			k.aead[id] = a
 		}
-		k.aead[uint32(id)] = a
-		k.current = max(k.current, uint32(id))
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if len(k.aead) == 0 {
-		return nil, fmt.Errorf("no key (want %d hex digits, or \"<id> <hex>\" lines)", 2*RecordKeyLen)
-	}
-	if hasCurrent {
-		if _, ok := k.aead[current]; !ok {
-			return nil, fmt.Errorf("current key id %d is not in the file", current)
-		}
-		k.current = current
-	}
+	k.current = f.Current
 	return k, nil
 }
 
