@@ -470,6 +470,12 @@ func startTCPRelay(e *env, from loisNetns, listen, dst string) {
 	}); err != nil {
 		e.t.Fatalf("relay listen %s in %s: %v", listen, from.name, err)
 	}
+	relayTCP(e, l, func() (net.Conn, error) { return net.DialTimeout("tcp4", dst, 5*time.Second) })
+}
+
+// relayTCP joins each connection l accepts to one dial makes, both ways, until the test ends
+// (then it closes l and every connection, and waits for its goroutines).
+func relayTCP(e *env, l net.Listener, dial func() (net.Conn, error)) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
@@ -481,7 +487,7 @@ func startTCPRelay(e *env, from loisNetns, listen, dst string) {
 			if err != nil {
 				return
 			}
-			u, err := net.DialTimeout("tcp4", dst, 5*time.Second)
+			u, err := dial()
 			if err != nil {
 				c.Close()
 				continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"slices"
@@ -248,32 +247,10 @@ func (m *monitor) scrapeInNetns(n loisNetns, addr, role string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				var u net.Conn
-				if err := n.do(func() (err error) { u, err = net.DialTimeout("tcp4", addr, 5*time.Second); return err }); err != nil {
-					return
-				}
-				defer u.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				_ = u.SetDeadline(time.Now().Add(10 * time.Second))
-				go func() { _, _ = io.Copy(u, c) }()
-				_, _ = io.Copy(c, u)
-			}()
-		}
-	}()
-	e.t.Cleanup(func() { l.Close(); wg.Wait() })
+	relayTCP(e, l, func() (u net.Conn, err error) {
+		err = n.do(func() (err error) { u, err = net.DialTimeout("tcp4", addr, 5*time.Second); return err })
+		return u, err
+	})
 	m.addStatic(podsd.Group{Targets: []string{l.Addr().String()}, Labels: map[string]string{
 		"namespace": n.name, "pod": "lois-" + role, podsd.LabelSystem: "lois", podsd.LabelRole: role,
 		podsd.LabelInstance: gatewayName, "__metrics_path__": "/metrics"}})
