@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 )
 
 // SessionStreamMaxAge is how long the session stream keeps a record: the registrar daemon's
@@ -20,6 +20,9 @@ const SessionStreamMaxAge = 26 * time.Hour
 // shows the rotation (the kubelet's sync period) and the clocks of the pods.
 const RecordKeySlack = time.Hour
 
+// recordKeyLen is a record key's length in bytes (lois/roles RecordKeyLen: AES-256-GCM).
+const recordKeyLen = 32
+
 // RecordKeys is the content of a record key file (services/pkg/lois/roles RecordSeal): keys by
 // id as hex, the current one, and whether a "current <id>" line names it (a staged rotation).
 type RecordKeys struct {
@@ -28,11 +31,11 @@ type RecordKeys struct {
 	Staged  bool
 }
 
-// ParseRecordKeys reads a record key file as the services do (contract.ParseRecordKeyFile).
+// ParseRecordKeys reads a record key file as the services do (keys.ParseIDFile).
 // Errors never quote a key.
 func ParseRecordKeys(b []byte) (*RecordKeys, error) {
 	k := &RecordKeys{Keys: map[uint32]string{}}
-	f, err := contract.ParseRecordKeyFile(b, func(id uint32, key []byte) error {
+	f, err := keys.ParseIDFile(b, recordKeyLen, func(id uint32, key []byte) error {
 		k.Keys[id] = hex.EncodeToString(key)
 		return nil
 	})

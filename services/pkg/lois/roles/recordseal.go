@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/obscura-iot/obscura/services/pkg/lois/contract"
+	"github.com/obscura-iot/obscura/services/pkg/keys"
 )
 
 // Session records on LOIS_SESSIONS carry stream keys (a receiver derives every keystream of
@@ -52,7 +52,7 @@ const (
 )
 
 // RecordKeyLen is the record key's length in bytes.
-const RecordKeyLen = contract.RecordKeyLen
+const RecordKeyLen = 32
 
 // ErrRecordSeal is a record that does not open under the record key, or a clear record
 // where sealed ones are required (and the reverse).
@@ -135,11 +135,11 @@ func readRecordKeys(path string) (*recordKeys, error) {
 	return k, nil
 }
 
-// parseRecordKeys parses a record key file's content (contract.ParseRecordKeyFile; error
+// parseRecordKeys parses a record key file's content (keys.ParseIDFile; error
 // messages never quote a key).
 func parseRecordKeys(b []byte) (*recordKeys, error) {
 	k := &recordKeys{aead: map[uint32]cipher.AEAD{}}
-	f, err := contract.ParseRecordKeyFile(b, func(id uint32, key []byte) error {
+	f, err := keys.ParseIDFile(b, RecordKeyLen, func(id uint32, key []byte) error {
 		a, err := newRecordAEAD(key)
 		if err == nil {
 			k.aead[id] = a

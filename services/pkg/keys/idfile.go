@@ -1,4 +1,4 @@
-package contract
+package keys
 
 import (
 	"bytes"
@@ -7,28 +7,24 @@ import (
 	"strconv"
 )
 
-// RecordKeyLen is a session record key's length in bytes (AES-256-GCM).
-const RecordKeyLen = 32
-
-// RecordKeyFile is what a record key file names besides its keys: their ids in file order and
+// IDFile is what a key file with key ids names besides its keys: their ids in file order and
 // the current one (the id a "current <id>" line names — Named — or else the highest).
-type RecordKeyFile struct {
+type IDFile struct {
 	IDs     []uint32
 	Current uint32
 	Named   bool
 }
 
-// ParseRecordKeyFile reads a record key file, shared by the registrar and cloud interfaces
-// (lois/roles RecordSeal) and the HeaderGateway operator that rotates it: a bare line of 64
-// hex digits is key id 0, "<id> <64 hex digits>" a key with an id, "current <id>" the key
-// records are sealed under; blank lines and # comments are ignored. Each key goes to add with
-// its id, in a buffer wiped after add returns (add copies what it keeps). Errors never quote
-// a key.
-func ParseRecordKeyFile(b []byte, add func(id uint32, key []byte) error) (RecordKeyFile, error) {
-	var f RecordKeyFile
+// ParseIDFile reads a key file with key ids of keyLen bytes each — the LOIS session record key
+// file, read by the registrar and cloud interfaces and rotated by the HeaderGateway operator: a
+// bare line of 2·keyLen hex digits is key id 0, "<id> <hex>" a key with an id, "current <id>"
+// the key in use; blank lines and # comments are ignored. Each key goes to add with its id, in
+// a buffer wiped after add returns (add copies what it keeps). Errors never quote a key.
+func ParseIDFile(b []byte, keyLen int, add func(id uint32, key []byte) error) (IDFile, error) {
+	var f IDFile
 	seen := map[uint32]bool{}
 	current, named := uint32(0), false
-	key := make([]byte, RecordKeyLen)
+	key := make([]byte, keyLen)
 	defer clear(key)
 	for i, line := range bytes.Split(b, []byte("\n")) {
 		w := bytes.Fields(line)
@@ -52,13 +48,13 @@ func ParseRecordKeyFile(b []byte, add func(id uint32, key []byte) error) (Record
 			}
 			hexKey = w[1]
 		default:
-			return f, fmt.Errorf("line %d: want \"<id> <%d hex digits>\"", i+1, 2*RecordKeyLen)
+			return f, fmt.Errorf("line %d: want \"<id> <%d hex digits>\"", i+1, 2*keyLen)
 		}
-		if len(hexKey) != 2*RecordKeyLen {
-			return f, fmt.Errorf("line %d: want %d hex digits", i+1, 2*RecordKeyLen)
+		if len(hexKey) != 2*keyLen {
+			return f, fmt.Errorf("line %d: want %d hex digits", i+1, 2*keyLen)
 		}
 		if _, err := hex.Decode(key, hexKey); err != nil {
-			return f, fmt.Errorf("line %d: want %d hex digits", i+1, 2*RecordKeyLen)
+			return f, fmt.Errorf("line %d: want %d hex digits", i+1, 2*keyLen)
 		}
 		if seen[uint32(id)] {
 			return f, fmt.Errorf("line %d: key id %d twice", i+1, id)
@@ -71,7 +67,7 @@ func ParseRecordKeyFile(b []byte, add func(id uint32, key []byte) error) (Record
 		f.Current = max(f.Current, uint32(id))
 	}
 	if len(f.IDs) == 0 {
-		return f, fmt.Errorf("no key (want %d hex digits, or \"<id> <hex>\" lines)", 2*RecordKeyLen)
+		return f, fmt.Errorf("no key (want %d hex digits, or \"<id> <hex>\" lines)", 2*keyLen)
 	}
 	if named {
 		if !seen[current] {
