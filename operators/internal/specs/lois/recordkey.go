@@ -3,6 +3,7 @@ package lois
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -48,12 +49,7 @@ func ParseRecordKeys(b []byte) (*RecordKeys, error) {
 
 // IDs are the key ids in ascending order.
 func (k *RecordKeys) IDs() []uint32 {
-	ids := make([]uint32, 0, len(k.Keys))
-	for id := range k.Keys {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(k.Keys))
 }
 
 // Highest is the highest key id.

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -69,12 +70,7 @@ type recordKeys struct {
 }
 
 func (k *recordKeys) ids() []uint32 {
-	ids := make([]uint32, 0, len(k.aead))
-	for id := range k.aead {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(k.aead))
 }
 
 // RecordSeal seals and opens session records under one cloud's record keys.
