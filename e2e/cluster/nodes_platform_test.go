@@ -32,7 +32,7 @@ import (
 // host — users through the edge (an edge pod's address on the node bridge, TLS), devices over
 // MQTT to a NATS pod — and every command is answered exactly once, across nodes and under the
 // policies; with OBSCURA_E2E_NODES_DRAIN=1, a node is then drained under load (drainUnderLoad)
-// and again no command may be lost (it fails today: docs/cluster.md).
+// and again no command may be lost (it passed on 2026-11-29: docs/cluster.md).
 // The release is not uninstalled: the cluster is taken down after the run.
 func TestPlatformAcrossNodes(t *testing.T) {
 	nodes := skipUnlessMultiNode(t)
