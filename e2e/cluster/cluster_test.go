@@ -215,8 +215,8 @@ func (e *env) roundStatus() map[string]any {
 // uninstalls the release and checks that nothing of it is left.
 func (e *env) uninstall() {
 	e.deletePipeline()
-	e.run("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m",
-		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
+	// The second vendor joined only in full mode: --ignore-not-found.
+	e.run("kubectl", append([]string{"delete", "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found"}, seriesObjects()...)...)
 	e.run("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "3m")
 	for _, s := range e.createdSecrets {
 		e.run("kubectl", "delete", "secret", "-n", e.ns, s, "--ignore-not-found")
@@ -410,8 +410,7 @@ func (e *env) reset() {
 		return
 	}
 	e.t.Logf("namespace %s exists: removing an earlier run", e.ns)
-	_, _ = e.try("kubectl", "delete", "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found",
-		"rounds.mohito.obscura.dev/"+roundName, "shufflers.mohito.obscura.dev/"+vendorName+"-shuffler", "vendors.mohito.obscura.dev/"+vendorName)
+	_, _ = e.try("kubectl", append([]string{"delete", "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found"}, seriesObjects()...)...)
 	_, _ = e.try("helm", "uninstall", release, "-n", e.ns, "--wait", "--timeout", "2m", "--ignore-not-found")
 	e.run("kubectl", "delete", "namespace", e.ns, "--wait", "--timeout", "3m")
 }

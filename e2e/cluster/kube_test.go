@@ -40,8 +40,8 @@ type env struct {
 	// secrets are values no pod log may contain (keys, tokens, device ids, passwords).
 	secrets map[string]string
 	// The host-side client: the mohito CLI, the provisioned files, the edge's CA and server
-	// name, the devices' MQTT logins.
-	mohito, prov, ca, edgeServerName, creds string
+	// name, the devices' MQTT logins, the devices file the drives use (the series' vendors').
+	mohito, prov, ca, edgeServerName, creds, devices string
 	// vaultToken is the root token of the dev Vault the run installs.
 	vaultToken string
 	// logs keeps a copy of every pod log of the run's namespaces (logarchive_test.go).

@@ -45,7 +45,9 @@ func (e *env) provision() {
 		out = filepath.Join(e.outDir(), "provision")
 		_ = os.RemoveAll(out)
 	}
-	e.exec(bin, "provision", "--vendors", "1", "--devices-per-vendor", strconv.Itoa(devicesPerVendor),
+	// Two vendors: the second (secondVendor) joins the series only for the load phases, where
+	// encoder partitions, which own whole vendors, have more than one vendor to share out.
+	e.exec(bin, "provision", "--vendors", "2", "--devices-per-vendor", strconv.Itoa(devicesPerVendor),
 		"--users", strconv.Itoa(scaleTokens), "--out", out)
 	e.prov = out
 	read := e.readProvision
@@ -55,6 +57,10 @@ func (e *env) provision() {
 	e.secret(vendorName+"-vendor-key", map[string][]byte{"epoch-0.key": read("vendor-0.key")})
 	e.secret(roundName+"-user-tokens", map[string][]byte{"tokens.json": read("tokens.json")})
 	e.secret(vendorName+"-devices", map[string][]byte{"devices.json": read("devices-0.json")})
+	e.secret(secondVendor+"-vendor-key", map[string][]byte{"epoch-0.key": read("vendor-1.key")})
+	e.secret(secondVendor+"-devices", map[string][]byte{"devices.json": read("devices-1.json")})
+	// Until the second vendor joins, users command the first vendor's devices only.
+	e.devices = e.vendorDevices(0)
 	var toks map[string]string
 	if err := json.Unmarshal(read("tokens.json"), &toks); err != nil {
 		e.t.Fatal(err)
@@ -71,7 +77,7 @@ func (e *env) provision() {
 	for tok := range toks {
 		e.secrets["token "+tok[:4]+"…"] = tok
 	}
-	for _, k := range []string{"integrator.key", "vendor-0.key"} {
+	for _, k := range []string{"integrator.key", "vendor-0.key", "vendor-1.key"} {
 		b64 := strings.TrimSpace(string(read(k)))
 		e.secrets[k+" (base64)"] = b64
 		if raw, err := base64.StdEncoding.DecodeString(b64); err == nil {
@@ -126,24 +132,35 @@ func (e *env) applySamples() {
 		"-p", `{"spec":{"decryptWorkers":{"min":1,"max":3,"targetLag":100}}}`)
 }
 
-// deviceCredentials writes the driver's MQTT logins from the Vendor's NATS Secret, where the
+// deviceCredentials writes the driver's MQTT logins from each Vendor's NATS Secret, where the
 // operator issued each device of the registry its own login (<id>.user, <id>.password: what the
-// vendor hands to that device; no login is shared between devices, issue 15 #2).
+// vendor hands to that device; no login is shared between devices, issue 15 #2), for the devices
+// the drives use (e.devices).
 func (e *env) deviceCredentials() string {
 	var devs []struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		Vendor int    `json:"vendor"`
 	}
-	if err := json.Unmarshal(e.readProvision("devices.json"), &devs); err != nil {
+	b, err := os.ReadFile(e.devices)
+	if err == nil {
+		err = json.Unmarshal(b, &devs)
+	}
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	logins := map[string]map[string]string{}
 	testenv.Eventually(e.t, 2*time.Minute, "the operator issued every registered device its own NATS login", func() error {
-		s := &corev1.Secret{}
-		if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: vendorName + "-nats"}, s); err != nil {
-			return err
-		}
+		secrets := map[int]*corev1.Secret{}
 		missing := 0
 		for _, d := range devs {
+			s, ok := secrets[d.Vendor]
+			if !ok {
+				s = &corev1.Secret{}
+				if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: vendorNames[d.Vendor] + "-nats"}, s); err != nil {
+					return err
+				}
+				secrets[d.Vendor] = s
+			}
 			user, pw := s.Data[d.ID+".user"], s.Data[d.ID+".password"]
 			if len(user) == 0 || len(pw) == 0 {
 				missing++
@@ -159,7 +176,7 @@ func (e *env) deviceCredentials() string {
 	for id, l := range logins {
 		e.secrets["NATS password of device "+id] = l["password"]
 	}
-	b, _ := json.Marshal(logins)
+	b, _ = json.Marshal(logins)
 	return e.writeFile("device-credentials.json", b)
 }
 
@@ -196,7 +213,7 @@ func (e *env) driveRaw(name string, users int, d time.Duration) (map[string]any,
 func (e *env) driveAt(name, edge, mqtt string, users int, d time.Duration) (map[string]any, error) {
 	js := filepath.Join(e.outDir(), "drive-"+name+".json")
 	args := []string{"drive", "--gateway", edge, "--ca-file", e.ca, "--server-name", e.edgeServerName,
-		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", filepath.Join(e.prov, "devices.json"),
+		"--tokens-file", filepath.Join(e.prov, "tokens.json"), "--devices-file", e.devices,
 		"--mqtt", mqtt, "--device-credentials-file", e.creds,
 		"--duration", d.String(), "--users", strconv.Itoa(users), "--timeout", "90s", "--progress", "10s", "--json", js}
 	out, err := exec.Command(e.mohito, args...).CombinedOutput()

@@ -28,29 +28,31 @@ const (
 	scaleTokens = 8 * scaleBaseUsers
 )
 
-// scaleRound is the Round patch of the load phases: classes 100–800 % of a base of 64
-// commands per round (δ 8, jitter 8, so the largest draw 8 × 64 + 16 = 528 fits K_v = 544), a
+// scaleRound is the Round patch of the load phases: classes 100–800 % of each vendor's base of
+// 32 commands per round (δ 8, jitter 8, so the largest draw 8 × 32 + 16 = 272 fits K_v = 288), a
 // hold of ten periods, and decryption workers of 100 millicores that scale on one pending
 // message each, restarted from one replica (between 1 and 4): the earlier phases left 3, and a
 // scale-in takes a 3-minute cooldown per step, so without the reset ×1 began at the count ×8
 // could reach. At 50 millicores one worker did not hold ×1's base class (p90 work 1.97 s of
-// 1.6 s) and the workers were at 4 before the load grew. The encoders autoscale too, but a
-// partition owns whole vendors and this series has one, so they stay at one partition of 200
-// millicores (enough for the largest class). Users wait for each answer, so they fall into every other round:
-// ×1 (64 users, ≤ 64 real commands a round) fits the base class; ×4 (≤ 256) and ×8 (≤ 320, one
-// per device) burst until the class holds them; back at ×1 every round is mostly fakes and
-// the class comes down.
+// 1.6 s) and the workers were at 4 before the load grew. The encoders autoscale from one
+// partition of 200 millicores up to one per vendor (a partition owns whole vendors; the series
+// has two for these phases, addSecondVendor). Users wait for each answer, so they fall into
+// every other round and spread over both vendors' devices: ×1 (64 users, ≈ 16 real commands per
+// vendor a round) fits the base class; ×4 (≈ 64) and ×8 (≈ 128, at most one per device) burst
+// until the class holds them; back at ×1 every round is mostly fakes and the class comes down.
+// Σ C_v is what one vendor with a base of 64 had, so the workers face the work they did then.
 const scaleRound = `{"spec":{"delta":8,
   "capacity":{"draw":"Random","classes":{"percent":[100,200,400,800],"hold":"20s","burstPercent":5,"lowerFakePercent":50}},
   "decryptWorkers":{"replicas":1,"min":1,"max":4,"targetLag":1,"autoscaler":"Operator",
     "resources":{"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"100m","memory":"256Mi"}}},
-  "encoders":{"partitions":1,"autoscale":true,"min":1,"max":4,"targetLag":1,
+  "encoders":{"partitions":1,"autoscale":true,"min":1,"max":2,"targetLag":1,
     "resources":{"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"200m","memory":"256Mi"}}}}}`
 
-const scaleVendor = `{"spec":{"capacity":{"base":64,"jitter":8,"paddedEntries":544}}}`
+// scaleVendor is each vendor's capacity in the load phases.
+const scaleVendor = `{"spec":{"capacity":{"base":32,"jitter":8,"paddedEntries":288}}}`
 
-// deploymentFinal checks the series' deployment document for the load phases' vendor capacity
-// and a shuffler weight equal to the vendor's devices.
+// deploymentFinal checks the series' deployment document for both vendors with the load
+// phases' capacity and a shuffler weight equal to each vendor's devices.
 func (e *env) deploymentFinal() error {
 	cm := &corev1.ConfigMap{}
 	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: roundName + "-deployment"}, cm); err != nil {
@@ -68,12 +70,13 @@ func (e *env) deploymentFinal() error {
 	if err := json.Unmarshal([]byte(cm.Data["deployment.json"]), &doc); err != nil {
 		return err
 	}
-	if doc.Delta != 8 || len(doc.Vendors) != 1 {
+	if doc.Delta != 8 || len(doc.Vendors) != len(vendorNames) {
 		return fmt.Errorf("delta %d, %d vendors", doc.Delta, len(doc.Vendors))
 	}
-	v := doc.Vendors[0]
-	if v.Devices != devicesPerVendor || v.Base != 64 || v.PaddedEntries != 544 || v.ShufflerWeight == nil || *v.ShufflerWeight != devicesPerVendor {
-		return fmt.Errorf("vendor in the document: %+v (shuffler weight %v)", v, v.ShufflerWeight)
+	for i, v := range doc.Vendors {
+		if v.Devices != devicesPerVendor || v.Base != 32 || v.PaddedEntries != 288 || v.ShufflerWeight == nil || *v.ShufflerWeight != devicesPerVendor {
+			return fmt.Errorf("vendor %d in the document: %+v (shuffler weight %v)", i, v, v.ShufflerWeight)
+		}
 	}
 	return nil
 }
@@ -116,11 +119,13 @@ type ScaleSample struct {
 // scalingPhases configures the Round for the phases, runs them and asserts what each must show.
 func (e *env) scalingPhases() {
 	e.ca = e.edgeCA()
-	e.creds = e.deviceCredentials()
+	e.phase("a second Vendor and its Shuffler join the series (encoder partitions own whole vendors)", e.addSecondVendor)
 	e.phase("capacity classes and 100m decryption workers for the load phases", func() {
-		e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+vendorName, "--type=merge", "-p", scaleVendor)
+		for _, v := range vendorNames {
+			e.run("kubectl", "patch", "-n", e.ns, "vendors.mohito.obscura.dev/"+v, "--type=merge", "-p", scaleVendor)
+		}
 		e.run("kubectl", "patch", "-n", e.ns, "rounds.mohito.obscura.dev/"+roundName, "--type=merge", "-p", strings.Join(strings.Fields(scaleRound), ""))
-		// The Vendor's change reaches the series' deployment document through its Shuffler's
+		// The Vendors' change reaches the series' deployment document through its Shuffler's
 		// status (the shuffler weight is its devices); each step rolls every role, so the load
 		// starts only once the document is final and everything has rolled.
 		testenv.Eventually(e.t, 4*time.Minute, "deployment document with the new capacity and shuffler weight", e.deploymentFinal)
