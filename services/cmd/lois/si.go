@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,22 @@ type siConfig struct {
 	base
 	natsFlags
 	tun, keysFiles, services string
+	// netns, tunAddr, tunRoutes place and address the TUN (an SI the operator runs in the
+	// server's network namespace, roles.TUNSetup); empty: the device as found or made here.
+	netns, tunAddr, tunRoutes string
+}
+
+// tunSetup is the TUN's placement and addresses; validate checked them.
+func (c *siConfig) tunSetup() roles.TUNSetup {
+	s := roles.TUNSetup{Netns: c.netns}
+	if c.tunAddr != "" {
+		s.Addr = netip.MustParseAddr(c.tunAddr)
+		s.MTU = c.mtu
+	}
+	for _, r := range splitList(c.tunRoutes) {
+		s.Routes = append(s.Routes, netip.MustParsePrefix(r))
+	}
+	return s
 }
 
 // parseServices reads "port=sid,…": the local server's port and its service id.
@@ -52,6 +69,19 @@ func (c *siConfig) validate() error {
 	if len(splitList(c.keysFiles)) == 0 && c.url == "" {
 		errs = append(errs, fmt.Errorf("--keys-files or --nats-url is required (this replica's keys files, or the registrar's session stream)"))
 	}
+	if c.tunAddr != "" {
+		if a, err := netip.ParseAddr(c.tunAddr); err != nil || !a.Is4() {
+			errs = append(errs, fmt.Errorf("--tun-addr %q: want an IPv4 address", c.tunAddr))
+		}
+	}
+	for _, r := range splitList(c.tunRoutes) {
+		if p, err := netip.ParsePrefix(r); err != nil || !p.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("--tun-routes %q: want IPv4 prefixes", r))
+		}
+	}
+	if c.tunRoutes != "" && c.tunAddr == "" {
+		errs = append(errs, fmt.Errorf("--tun-routes needs --tun-addr (the routes' source, the server's address)"))
+	}
 	if s, err := parseServices(c.services); err != nil {
 		errs = append(errs, fmt.Errorf("--services: %w", err))
 	} else if len(s) == 0 {
@@ -65,6 +95,9 @@ func runSI(args []string) error {
 	f := daemon.NewFlags("si")
 	c.base.bind(f, contract.DefaultServerWirePort)
 	f.String(&c.tun, "tun", "lois1", "TUN device towards the real servers (created if absent, in this network namespace)")
+	f.String(&c.netns, "netns", "", "network namespace file (/run/netns/<name>) of the server: the TUN is made there (needs CAP_SYS_ADMIN); empty: this process's namespace")
+	f.String(&c.tunAddr, "tun-addr", "", "give the TUN this IPv4 address as a /32 (the server's address SIP), the --mtu, and set it up; empty: the device is configured by someone else")
+	f.String(&c.tunRoutes, "tun-routes", "", "comma-separated IPv4 prefixes of the devices (DIP) routed into the TUN, so the server's replies reach the SI (with --tun-addr)")
 	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions for this replica (secret)")
 	f.String(&c.services, "services", "", "comma-separated server-port=sid of the services behind this SI")
 	c.natsFlags.bind(f, true)
@@ -81,7 +114,7 @@ func runSI(args []string) error {
 	}
 	ports, _ := parseServices(c.services)
 	return serve("lois-si", &c.base, func(log *slog.Logger, m *roles.Metrics, health *telemetry.Health) (func(context.Context) error, error) {
-		tun, err := roles.OpenTUN(c.tun)
+		tun, err := roles.OpenTUNWith(c.tun, c.tunSetup())
 		if err != nil {
 			return nil, err
 		}
