@@ -129,3 +129,145 @@ rounds:
 	VPXORD Z31, Z31, Z31
 	VZEROALL
 	RET
+
+// One ChaCha20 quarter round on 8 lanes (AVX2): the 16- and 8-bit rotations are byte
+// shuffles, the 12- and 7-bit ones two shifts and an OR through Y15.
+#define QR8(a, b, c, d) \
+	VPADDD  b, a, a \
+	VPXOR   a, d, d \
+	VPSHUFB ·rot16<>(SB), d, d \
+	VPADDD  d, c, c \
+	VPXOR   c, b, b \
+	VPSLLD  $12, b, Y15 \
+	VPSRLD  $20, b, b \
+	VPOR    Y15, b, b \
+	VPADDD  b, a, a \
+	VPXOR   a, d, d \
+	VPSHUFB ·rot8<>(SB), d, d \
+	VPADDD  d, c, c \
+	VPXOR   c, b, b \
+	VPSLLD  $7, b, Y15 \
+	VPSRLD  $25, b, b \
+	VPOR    Y15, b, b
+
+DATA ·rot16<>+0x00(SB)/8, $0x0504070601000302
+DATA ·rot16<>+0x08(SB)/8, $0x0D0C0F0E09080B0A
+DATA ·rot16<>+0x10(SB)/8, $0x0504070601000302
+DATA ·rot16<>+0x18(SB)/8, $0x0D0C0F0E09080B0A
+GLOBL ·rot16<>(SB), RODATA|NOPTR, $32
+
+DATA ·rot8<>+0x00(SB)/8, $0x0605040702010003
+DATA ·rot8<>+0x08(SB)/8, $0x0E0D0C0F0A09080B
+DATA ·rot8<>+0x10(SB)/8, $0x0605040702010003
+DATA ·rot8<>+0x18(SB)/8, $0x0E0D0C0F0A09080B
+GLOBL ·rot8<>(SB), RODATA|NOPTR, $32
+
+// func chacha20x8AVX2(state *[16]uint32, lanes *[8]uint32, out *uint32)
+//
+// Eight ChaCha20 blocks of one key and nonce, block counters state[12]+lanes[i], state
+// added, written with a stride of 16 words: out[16w+i] is word w of block i — so two calls,
+// the second with lanes 8…15 and out+32 bytes, fill chacha20x16AVX512's layout. AVX2 has 16
+// vector registers: Y15 is the rotations' temporary, and words 12 and 15 take turns in Y12
+// (the other in the frame): each column and diagonal round does the three quarter rounds
+// without it first. The frame and every vector register used are zeroed before returning.
+TEXT ·chacha20x8AVX2(SB), NOSPLIT, $64-24
+	MOVQ state+0(FP), SI
+	MOVQ lanes+8(FP), BX
+	MOVQ out+16(FP), DI
+
+	VPBROADCASTD 0(SI), Y0
+	VPBROADCASTD 4(SI), Y1
+	VPBROADCASTD 8(SI), Y2
+	VPBROADCASTD 12(SI), Y3
+	VPBROADCASTD 16(SI), Y4
+	VPBROADCASTD 20(SI), Y5
+	VPBROADCASTD 24(SI), Y6
+	VPBROADCASTD 28(SI), Y7
+	VPBROADCASTD 32(SI), Y8
+	VPBROADCASTD 36(SI), Y9
+	VPBROADCASTD 40(SI), Y10
+	VPBROADCASTD 44(SI), Y11
+	VPBROADCASTD 48(SI), Y12
+	VPADDD       (BX), Y12, Y12
+	VPBROADCASTD 52(SI), Y13
+	VPBROADCASTD 56(SI), Y14
+	VPBROADCASTD 60(SI), Y15
+	VMOVDQU      Y15, 32(SP) // word 15
+
+	MOVQ $10, CX
+
+rounds8:
+	// Column round; Y12 = word 12.
+	QR8(Y0, Y4, Y8, Y12)
+	QR8(Y1, Y5, Y9, Y13)
+	QR8(Y2, Y6, Y10, Y14)
+	VMOVDQU Y12, 0(SP)
+	VMOVDQU 32(SP), Y12 // word 15
+	QR8(Y3, Y7, Y11, Y12)
+	// Diagonal round; Y12 = word 15.
+	QR8(Y0, Y5, Y10, Y12)
+	QR8(Y2, Y7, Y8, Y13)
+	QR8(Y3, Y4, Y9, Y14)
+	VMOVDQU Y12, 32(SP)
+	VMOVDQU 0(SP), Y12 // word 12
+	QR8(Y1, Y6, Y11, Y12)
+	DECQ CX
+	JNZ  rounds8
+
+	VPBROADCASTD 0(SI), Y15
+	VPADDD       Y15, Y0, Y0
+	VMOVDQU      Y0, 0(DI)
+	VPBROADCASTD 4(SI), Y15
+	VPADDD       Y15, Y1, Y1
+	VMOVDQU      Y1, 64(DI)
+	VPBROADCASTD 8(SI), Y15
+	VPADDD       Y15, Y2, Y2
+	VMOVDQU      Y2, 128(DI)
+	VPBROADCASTD 12(SI), Y15
+	VPADDD       Y15, Y3, Y3
+	VMOVDQU      Y3, 192(DI)
+	VPBROADCASTD 16(SI), Y15
+	VPADDD       Y15, Y4, Y4
+	VMOVDQU      Y4, 256(DI)
+	VPBROADCASTD 20(SI), Y15
+	VPADDD       Y15, Y5, Y5
+	VMOVDQU      Y5, 320(DI)
+	VPBROADCASTD 24(SI), Y15
+	VPADDD       Y15, Y6, Y6
+	VMOVDQU      Y6, 384(DI)
+	VPBROADCASTD 28(SI), Y15
+	VPADDD       Y15, Y7, Y7
+	VMOVDQU      Y7, 448(DI)
+	VPBROADCASTD 32(SI), Y15
+	VPADDD       Y15, Y8, Y8
+	VMOVDQU      Y8, 512(DI)
+	VPBROADCASTD 36(SI), Y15
+	VPADDD       Y15, Y9, Y9
+	VMOVDQU      Y9, 576(DI)
+	VPBROADCASTD 40(SI), Y15
+	VPADDD       Y15, Y10, Y10
+	VMOVDQU      Y10, 640(DI)
+	VPBROADCASTD 44(SI), Y15
+	VPADDD       Y15, Y11, Y11
+	VMOVDQU      Y11, 704(DI)
+	VPBROADCASTD 48(SI), Y15
+	VPADDD       (BX), Y15, Y15
+	VPADDD       Y15, Y12, Y12
+	VMOVDQU      Y12, 768(DI)
+	VPBROADCASTD 52(SI), Y15
+	VPADDD       Y15, Y13, Y13
+	VMOVDQU      Y13, 832(DI)
+	VPBROADCASTD 56(SI), Y15
+	VPADDD       Y15, Y14, Y14
+	VMOVDQU      Y14, 896(DI)
+	VMOVDQU      32(SP), Y12
+	VPBROADCASTD 60(SI), Y15
+	VPADDD       Y15, Y12, Y12
+	VMOVDQU      Y12, 960(DI)
+
+	// Erase the key and keystream from the frame and the registers.
+	VPXOR   Y15, Y15, Y15
+	VMOVDQU Y15, 0(SP)
+	VMOVDQU Y15, 32(SP)
+	VZEROALL
+	RET

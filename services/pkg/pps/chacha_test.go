@@ -9,14 +9,32 @@ import (
 	"golang.org/x/crypto/chacha20"
 )
 
-// TestChaChaX16 checks the label PRG's 16-way ChaCha20 (chacha_amd64.s) against x/crypto's
-// ChaCha20 with libsodium's DRG nonce, for random seeds at value indices 0, 1, a few others
-// and the last index whose blocks fit the 32-bit counter; and that ValueLabels and
-// DeriveLabels agree value by value.
+// TestChaChaX16 checks the label PRG's 16-way ChaCha20 (chacha_amd64.s: AVX-512, and two
+// 8-way AVX2 passes) against x/crypto's ChaCha20 with libsodium's DRG nonce, for random
+// seeds at value indices 0, 1, a few others and the last index whose blocks fit the 32-bit
+// counter; and that ValueLabels and DeriveLabels agree value by value. Each version the CPU
+// has runs.
 func TestChaChaX16(t *testing.T) {
-	if !hasChaChaX16 {
+	avx512, avx2 := chachaX16Variants()
+	if !hasChaChaX16 || !(avx512 || avx2) {
 		t.Skip("no 16-way ChaCha20 on this CPU or build")
 	}
+	defer func(v bool) { chachaX16AVX512 = v }(chachaX16AVX512)
+	for _, variant := range []struct {
+		name string
+		has  bool
+	}{{"avx512", avx512}, {"avx2", avx2}} {
+		t.Run(variant.name, func(t *testing.T) {
+			if !variant.has {
+				t.Skip("not on this CPU")
+			}
+			chachaX16AVX512 = variant.name == "avx512"
+			checkChaChaX16(t)
+		})
+	}
+}
+
+func checkChaChaX16(t *testing.T) {
 	for i := range 20 {
 		var seed Seed
 		rand.Read(seed[:])
@@ -53,11 +71,24 @@ func pairBytes(ps []LabelPair) []byte {
 	return b
 }
 
+// BenchmarkValueLabels derives one value's 32 label pairs (1 KiB of ChaCha20), and as the
+// same-run baseline the same keystream through x/crypto's pure-Go ChaCha20 (prgAt, the
+// path without AVX2 or AVX-512).
 func BenchmarkValueLabels(b *testing.B) {
 	var seed Seed
 	rand.Read(seed[:])
-	b.SetBytes(valueLabelBytes)
-	for b.Loop() {
-		ValueLabels(&seed, 3)
-	}
+	b.Run("labels", func(b *testing.B) {
+		b.SetBytes(valueLabelBytes)
+		for b.Loop() {
+			ValueLabels(&seed, 3)
+		}
+	})
+	b.Run("xcrypto", func(b *testing.B) {
+		var buf [valueLabelBytes]byte
+		b.SetBytes(valueLabelBytes)
+		for b.Loop() {
+			clear(buf[:])
+			prgAt(&seed, 3*2*ValueBits, buf[:])
+		}
+	})
 }
