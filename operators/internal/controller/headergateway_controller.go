@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +36,20 @@ const (
 	// ReasonValidatedOnly: the operator has no LOIS image or NATS URL; the spec is valid but
 	// nothing runs.
 	ReasonValidatedOnly = "ValidatedOnly"
+	// ReasonPodSecurityForbidsServerInterfaces: server.placement netns in a namespace whose
+	// Pod Security admission enforces baseline or restricted, which refuse the SI's pod.
+	ReasonPodSecurityForbidsServerInterfaces = "PodSecurityForbidsServerInterfaces"
+
+	// ConditionServerInterfaces says whether the server interfaces the operator runs are
+	// ready (server.placement netns), or that they are run by someone else (external).
+	ConditionServerInterfaces = "ServerInterfaces"
+	// Its reasons.
+	ReasonServerInterfacesExternal = "External"
+	ReasonServerInterfacesReady    = "Ready"
+	ReasonServerInterfacesNotReady = "NotReady"
+
+	// LabelPodSecurityEnforce is the namespace label of Pod Security admission's level.
+	LabelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
 )
 
 // HeaderGatewayReconciler runs a LOIS cloud: it checks the spec, runs the cloud interfaces
@@ -64,6 +80,7 @@ type HeaderGatewayReconciler struct {
 // +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=lois.obscura.dev,resources=headergateways/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete
@@ -114,6 +131,21 @@ func (r *HeaderGatewayReconciler) evaluate(ctx context.Context, g *loisv1.Header
 	if err := lois.Validate(g); err != nil {
 		return *degraded(ReasonInvalidGateway, "%v", err), nil
 	}
+	if lois.RunsServerInterfaces(g) {
+		reader := r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		var ns corev1.Namespace
+		if err := reader.Get(ctx, client.ObjectKey{Name: g.Namespace}, &ns); err != nil {
+			return outcome{}, fmt.Errorf("get namespace %s: %w", g.Namespace, err)
+		}
+		if level := ns.Labels[LabelPodSecurityEnforce]; level != "" && level != "privileged" {
+			return *degraded(ReasonPodSecurityForbidsServerInterfaces,
+				"server.placement netns: namespace %s enforces the %s pod security level (%s); the server interfaces' pods need privileged (the host network, host paths /dev/net/tun and /run/netns, root with NET_ADMIN and SYS_ADMIN): label it %s=privileged or use server.placement external",
+				g.Namespace, level, LabelPodSecurityEnforce, LabelPodSecurityEnforce), nil
+		}
+	}
 	if name := g.Spec.Registrar.NATSSecret; name != "" {
 		var s corev1.Secret
 		err := r.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: name}, &s)
@@ -141,9 +173,13 @@ func (r *HeaderGatewayReconciler) summary(g *loisv1.HeaderGateway) string {
 	if v := g.Spec.Registrar.Vault; v != nil {
 		seeds = "seeds wrapped by Vault Transit key " + v.SeedKey
 	}
-	return fmt.Sprintf("%d services behind %s:%d; %d cloud interfaces, %d server interfaces per service; padding %s; cloud %s; registrar: %s",
+	sis := "run beside their servers"
+	if lois.RunsServerInterfaces(g) {
+		sis = "run by the operator in the services' network namespaces"
+	}
+	return fmt.Sprintf("%d services behind %s:%d; %d cloud interfaces, %d server interfaces per service (%s); padding %s; cloud %s; registrar: %s",
 		len(g.Spec.Services), orDefaultString(g.Spec.CloudAddress, "198.18.0.1"), lois.UnifiedPort(g),
-		lois.CloudReplicas(g), lois.ServerReplicas(g), pad, lois.Cloud(g), seeds)
+		lois.CloudReplicas(g), lois.ServerReplicas(g), sis, pad, lois.Cloud(g), seeds)
 }
 
 // applyWorkloads runs the cloud interfaces and the registrar daemon, and renders the
@@ -167,18 +203,76 @@ func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.
 			return outcome{}, fmt.Errorf("header gateway %s/%s: %w", g.Namespace, g.Name, err)
 		}
 	}
+	sis := lois.ServerInterfaces(g, r.Platform)
+	for _, o := range sis {
+		if err := applyOwned(ctx, r.Client, g, o); err != nil {
+			return outcome{}, fmt.Errorf("header gateway %s/%s: %w", g.Namespace, g.Name, err)
+		}
+	}
+	if err := r.pruneServerInterfaces(ctx, g, sis); err != nil {
+		return outcome{}, err
+	}
 	var ro rollout
 	for _, o := range []client.Object{ci, reg} {
 		if err := ro.observe(ctx, r.Client, o); err != nil {
 			return outcome{}, err
 		}
 	}
+	var siRo rollout
+	g.Status.ServerReplicas = 0
+	for _, o := range sis {
+		if err := siRo.observe(ctx, r.Client, o); err != nil {
+			return outcome{}, err
+		}
+		g.Status.ServerReplicas += o.Status.ReadyReplicas
+	}
+	setServerInterfacesCondition(g, sis, siRo)
 	g.Status.CloudReplicas = ci.Status.ReadyReplicas
-	if !ro.done() {
-		return rollingOut("%d of %d cloud interfaces ready, registrar %d of 1; waiting for %s", ci.Status.ReadyReplicas, lois.CloudReplicas(g),
-			reg.Status.AvailableReplicas, strings.Join(ro.waiting, ", ")), nil
+	if !ro.done() || !siRo.done() {
+		return rollingOut("%d of %d cloud interfaces ready, registrar %d of 1, %d of %d server interfaces the operator runs; waiting for %s",
+			ci.Status.ReadyReplicas, lois.CloudReplicas(g), reg.Status.AvailableReplicas, g.Status.ServerReplicas, len(sis),
+			strings.Join(append(ro.waiting, siRo.waiting...), ", ")), nil
 	}
 	return ready(r.summary(g)), nil
+}
+
+// setServerInterfacesCondition reports the server interfaces: external ones the operator
+// cannot see (the registrar waits for their install acks), its own by their StatefulSets.
+func setServerInterfacesCondition(g *loisv1.HeaderGateway, sis []*appsv1.StatefulSet, ro rollout) {
+	c := metav1.Condition{Type: ConditionServerInterfaces, ObservedGeneration: g.Generation}
+	switch {
+	case len(sis) == 0:
+		c.Status, c.Reason = metav1.ConditionUnknown, ReasonServerInterfacesExternal
+		c.Message = fmt.Sprintf("server.placement external: the server interfaces %s run beside their servers, not by the operator; the registrar waits for their install acks",
+			strings.Join(lois.ServerReplicaNames(g), ", "))
+	case ro.done():
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonServerInterfacesReady
+		c.Message = fmt.Sprintf("%d of %d server interfaces ready in the services' network namespaces", g.Status.ServerReplicas, len(sis))
+	default:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonServerInterfacesNotReady
+		c.Message = fmt.Sprintf("%d of %d server interfaces ready; waiting for %s (a pod that does not start: its namespace's network namespace missing on the node, or pod security)",
+			g.Status.ServerReplicas, len(sis), strings.Join(ro.waiting, ", "))
+	}
+	meta.SetStatusCondition(&g.Status.Conditions, c)
+}
+
+// pruneServerInterfaces deletes the server interface StatefulSets of g that keep is not
+// (a service removed, or placement back to external).
+func (r *HeaderGatewayReconciler) pruneServerInterfaces(ctx context.Context, g *loisv1.HeaderGateway, keep []*appsv1.StatefulSet) error {
+	var list appsv1.StatefulSetList
+	if err := r.List(ctx, &list, client.InNamespace(g.Namespace), client.MatchingLabels(lois.PodSelector(g, lois.RoleServer))); err != nil {
+		return fmt.Errorf("list server interfaces of header gateway %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	for i := range list.Items {
+		s := &list.Items[i]
+		if !metav1.IsControlledBy(s, g) || slices.ContainsFunc(keep, func(k *appsv1.StatefulSet) bool { return k.Name == s.Name }) {
+			continue
+		}
+		if err := r.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete server interface %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
+	return nil
 }
 
 // observe reads the cloud interfaces' figures into status and returns when to look again.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,199 @@ func TestHeaderGatewayRunsRegistrar(t *testing.T) {
 	bad.Spec.Registrar.Vault = &loisv1.SeedVault{Address: "vault:8200", Role: "r", SeedKey: "k"}
 	if err := k8s.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "must be an http:// or https:// URL") {
 		t.Errorf("a Vault address without a scheme: %v", err)
+	}
+}
+
+// siFlags are the flags `lois si` (services/cmd/lois/si.go, common.go, registrar.go) defines:
+// every OBSCURA_<FLAG> variable the operator gives its server interfaces must be one of them.
+var siFlags = []string{"metrics-addr", "health-addr", "addr-file", "log-level", "cip", "unified-port", "mtu", "paper-mode", "plain",
+	"batch", "safety-margin", "grace", "stp", "stp-period", "stp-q", "stp-rate", "stp-tick", "wire-listen", "ordinal-ports",
+	"tun", "netns", "tun-addr", "tun-routes", "keys-files", "services", "nats-url", "nats-user", "nats-password-file", "cloud",
+	"replica-name", "replica", "record-key-file"}
+
+// netnsGateway is the sample with the operator running its server interface (placement
+// netns) in the network namespace web-ns.
+func netnsGateway(t *testing.T, ns string) *loisv1.HeaderGateway {
+	g := sampleGateway(t, ns)
+	g.Spec.Server.Placement = loisv1.ServerPlacementNetns
+	g.Spec.Server.DeviceNetworks = []string{"10.99.0.0/24"}
+	g.Spec.Services[0].NetworkNamespace = "web-ns"
+	g.Spec.Services[0].ServerWire = "127.0.0.1:7402"
+	return g
+}
+
+// TestHeaderGatewayRunsServerInterfaces: with server.placement netns the operator runs each
+// service's server interface — a StatefulSet of one pod, `lois si` with the flags it reads
+// (its replica name the one the registrar waits for, its TUN in the service's network
+// namespace with the backend's address and the device networks' routes, its wire on
+// serverWire, the record key as a file), on the node's network with exactly the exception
+// docs/lois.md documents (root, NET_ADMIN and SYS_ADMIN, /dev/net/tun and /run/netns). The
+// gateway is Ready only once it is ready (condition ServerInterfaces, status.serverReplicas);
+// placement external removes it and says the SIs are external.
+func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
+	ns := namespace(t)
+	g := netnsGateway(t, ns)
+	create(t, g)
+	conds := func() []metav1.Condition { return g.Status.Conditions }
+	waitRollingOut(t, g, conds)
+	ctx := context.Background()
+	var ss appsv1.StatefulSet
+	eventually(t, "server interface StatefulSet", func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-si-8080"}, &ss)
+	})
+	if *ss.Spec.Replicas != 1 || !metav1.IsControlledBy(&ss, g) || ss.Spec.Selector.MatchLabels[lois.LabelService] != "8080" {
+		t.Fatalf("replicas %d, owners %v, selector %v", *ss.Spec.Replicas, ss.OwnerReferences, ss.Spec.Selector.MatchLabels)
+	}
+	if si := meta.FindStatusCondition(g.Status.Conditions, ConditionServerInterfaces); si == nil || si.Status != metav1.ConditionFalse ||
+		si.Reason != ReasonServerInterfacesNotReady || !strings.Contains(si.Message, "edge-lois-si-8080") {
+		t.Errorf("ServerInterfaces while rolling out: %+v", si)
+	}
+	pod := ss.Spec.Template.Spec
+	c := pod.Containers[0]
+	if c.Args[0] != "si" || c.Image != "obscura/lois:test" || !pod.HostNetwork {
+		t.Errorf("args %v image %s host network %v", c.Args, c.Image, pod.HostNetwork)
+	}
+	e := env(c)
+	for k, want := range map[string]string{
+		specs.Env(lois.FlagServices):      "80=8080",
+		specs.Env(lois.FlagReplicaName):   "si-8080-0",
+		specs.Env(lois.FlagReplica):       "0",
+		specs.Env(lois.FlagWireListen):    "127.0.0.1:7402",
+		specs.Env(lois.FlagTUN):           "lois-si-8080",
+		specs.Env(lois.FlagNetns):         "/run/netns/web-ns",
+		specs.Env(lois.FlagTUNAddr):       "10.200.0.10",
+		specs.Env(lois.FlagTUNRoutes):     "10.99.0.0/24",
+		specs.Env(lois.FlagCIP):           "198.18.0.1",
+		specs.Env(lois.FlagUnifiedPort):   "443",
+		specs.Env(lois.FlagMTU):           "1400",
+		specs.Env(lois.FlagCloud):         "edge",
+		specs.Env(lois.FlagNATSURL):       testRuntime.NATSURL,
+		specs.Env(lois.FlagSTP):           "true",
+		specs.Env(lois.FlagSTPQ):          "0.1",
+		specs.Env(lois.FlagRecordKeyFile): lois.SecretsDir + "/record/" + lois.RecordKeyFile,
+		specs.EnvNATSUser:                 "secret:edge-lois-nats/user",
+	} {
+		if e[k] != want {
+			t.Errorf("%s = %q, want %q", k, e[k], want)
+		}
+	}
+	allowed := map[string]bool{}
+	for _, f := range siFlags {
+		allowed[specs.Env(f)] = true
+	}
+	for k := range e {
+		if strings.HasPrefix(k, "OBSCURA_") && !allowed[k] {
+			t.Errorf("%s is no flag of lois si", k)
+		}
+	}
+	sc := c.SecurityContext
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsNonRoot == nil || *sc.RunAsNonRoot ||
+		!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "SYS_ADMIN"}) || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		sc.Privileged != nil && *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("security context beyond the documented exception: %+v", sc)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.HostPath.Path] = string(*v.HostPath.Type)
+		}
+	}
+	if len(hostPaths) != 2 || hostPaths["/dev/net/tun"] != "CharDevice" || hostPaths["/run/netns"] != "Directory" {
+		t.Errorf("host paths %v", hostPaths)
+	}
+	var cm corev1.ConfigMap
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Data["OBSCURA_WAIT_FOR"]; got != "edge-lois-ci-0,si-8080-0" {
+		t.Errorf("the registrar waits for %q, want the CI and the operator's SI", got)
+	}
+
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if si := meta.FindStatusCondition(g.Status.Conditions, ConditionServerInterfaces); si == nil || si.Status != metav1.ConditionTrue || g.Status.ServerReplicas != 1 {
+		t.Errorf("ServerInterfaces %+v, serverReplicas %d", si, g.Status.ServerReplicas)
+	}
+
+	// A second service gets a server interface of its own; back to external, both go.
+	s2 := g.Spec.Services[0]
+	s2.Name, s2.Port, s2.ServerWire, s2.NetworkNamespace = "api", 8081, "127.0.0.1:7403", "api-ns"
+	s2.Backend.Address = "10.200.0.11"
+	g.Spec.Services = append(g.Spec.Services, s2)
+	update(t, g)
+	eventually(t, "a server interface per service", func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-si-8081"}, &ss)
+	})
+	if e := env(ss.Spec.Template.Spec.Containers[0]); e[specs.Env(lois.FlagNetns)] != "/run/netns/api-ns" || e[specs.Env(lois.FlagReplicaName)] != "si-8081-0" {
+		t.Errorf("second SI: netns %q name %q", e[specs.Env(lois.FlagNetns)], e[specs.Env(lois.FlagReplicaName)])
+	}
+	g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = loisv1.ServerPlacementExternal, nil
+	for i := range g.Spec.Services {
+		g.Spec.Services[i].NetworkNamespace = ""
+	}
+	update(t, g)
+	eventually(t, "the operator's server interfaces removed", func() error {
+		var list appsv1.StatefulSetList
+		if err := k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels(lois.PodSelector(g, lois.RoleServer))); err != nil {
+			return err
+		}
+		if len(list.Items) != 0 {
+			return errorf("%d server interface StatefulSets left", len(list.Items))
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			return err
+		}
+		si := meta.FindStatusCondition(g.Status.Conditions, ConditionServerInterfaces)
+		if si == nil || si.Status != metav1.ConditionUnknown || si.Reason != ReasonServerInterfacesExternal || !strings.Contains(si.Message, "si-8081-0") {
+			return errorf("ServerInterfaces %+v", si)
+		}
+		return nil
+	})
+}
+
+// TestHeaderGatewayServerInterfaceRefusals: the server interface fields CEL refuses, and a
+// namespace whose Pod Security level would refuse the SI's pod: Degraded with a reason that
+// says so, nothing run.
+func TestHeaderGatewayServerInterfaceRefusals(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		mut  func(*loisv1.HeaderGateway)
+		msg  string
+	}{
+		{"netns-without-namespace", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].NetworkNamespace = "" }, "needs every service's networkNamespace"},
+		{"namespace-when-external", func(g *loisv1.HeaderGateway) { g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = "", nil },
+			"applies only with server.placement netns"},
+		{"netns-two-replicas", func(g *loisv1.HeaderGateway) { g.Spec.Server.Replicas = 2 }, "server.replicas must be 1"},
+		{"netns-without-device-networks", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = nil }, "needs server.deviceNetworks"},
+		{"bad-device-network", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = []string{"10.99.0.1"} }, "must be IPv4 prefixes"},
+		{"ipv6-device-network", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = []string{"2001:db8::/64"} }, "must be IPv4 prefixes"},
+		{"bad-namespace-name", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].NetworkNamespace = "../etc" }, "networkNamespace"},
+		{"unknown-placement", func(g *loisv1.HeaderGateway) { g.Spec.Server.Placement = "sidecar" }, "Unsupported value"},
+		{"resources-when-external", func(g *loisv1.HeaderGateway) {
+			g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks, g.Spec.Services[0].NetworkNamespace = "", nil, ""
+			g.Spec.Server.Resources = &corev1.ResourceRequirements{}
+		}, "server.resources applies only"},
+	} {
+		g := netnsGateway(t, ns)
+		g.Name = c.name
+		c.mut(g)
+		err := k8s.Create(ctx, g)
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: admitted or wrong message: %v", c.name, err)
+		}
+	}
+
+	restricted := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-",
+		Labels: map[string]string{LabelPodSecurityEnforce: "baseline"}}}
+	create(t, restricted)
+	g := netnsGateway(t, restricted.Name)
+	create(t, g)
+	conds := func() []metav1.Condition { return g.Status.Conditions }
+	waitReadyMessage(t, g, conds, ReasonPodSecurityForbidsServerInterfaces, "enforces the baseline pod security level")
+	var ss appsv1.StatefulSet
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: restricted.Name, Name: "edge-lois-si-8080"}, &ss); err == nil {
+		t.Error("a server interface run where its pod would be refused")
 	}
 }

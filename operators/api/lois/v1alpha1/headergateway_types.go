@@ -29,6 +29,23 @@ const (
 	PaddingSTP PaddingPolicy = "stp"
 )
 
+// ServerPlacement is who runs the server interfaces and where (docs/lois.md "Server
+// interfaces run by the operator").
+// +kubebuilder:validation:Enum=external;netns
+type ServerPlacement string
+
+const (
+	// ServerPlacementExternal: the server interfaces run beside their servers, started by
+	// whoever runs the servers (as si-<port>-<i>); the operator waits for them (the default).
+	ServerPlacementExternal ServerPlacement = "external"
+	// ServerPlacementNetns: the operator runs one server interface per service as a pod on the
+	// node's network whose TUN it makes inside the service's network namespace on the node
+	// (services[].networkNamespace, /run/netns/<name>), addressed with backend.address and
+	// routed to server.deviceNetworks. Needs a privileged-level namespace (NET_ADMIN,
+	// SYS_ADMIN, /dev/net/tun, host paths, the host network).
+	ServerPlacementNetns ServerPlacement = "netns"
+)
+
 // HeaderGatewaySpec is one LOIS cloud: devices hide their packets' headers with one-time
 // keystreams and send them to CloudAddress:UnifiedPort; the cloud interfaces look the
 // keystream up, pick a service's server and forward; the server interfaces recover the
@@ -36,6 +53,8 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.services.all(s, s.port != self.unifiedPort)",message="a service's port (its SID) must differ from the unified port: devices would not tell them apart"
 // +kubebuilder:validation:XValidation:rule="duration(self.keystreams.lifetime) > duration(self.keystreams.safetyMargin) + duration(self.keystreams.grace)",message="keystreams.lifetime must exceed safetyMargin + grace (spec §3.12)"
+// +kubebuilder:validation:XValidation:rule="!has(self.server.placement) || self.server.placement != 'netns' || self.services.all(s, has(s.networkNamespace))",message="server.placement netns needs every service's networkNamespace"
+// +kubebuilder:validation:XValidation:rule="(has(self.server.placement) && self.server.placement == 'netns') || self.services.all(s, !has(s.networkNamespace))",message="services[].networkNamespace applies only with server.placement netns"
 type HeaderGatewaySpec struct {
 	// CloudAddress is the cloud address CIP every device sends to and every reply comes from
 	// (IPv4; `lois --cip`).
@@ -121,6 +140,15 @@ type Service struct {
 	// +kubebuilder:validation:MaxLength=21
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{1,3}(\\\\.[0-9]{1,3}){3}:[0-9]{1,5}$') && isIP(self.split(':')[0])",message="serverWire must be IPv4:port"
 	ServerWire string `json:"serverWire"`
+
+	// NetworkNamespace is, with server.placement netns, the network namespace on the node in
+	// which this service's server runs (/run/netns/<name>, as `ip netns add` makes it): the
+	// operator's server interface makes its TUN there, with backend.address and routes to
+	// server.deviceNetworks, and listens on serverWire on the node's network.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+	NetworkNamespace string `json:"networkNamespace,omitempty"`
 }
 
 // Backend is one server.
@@ -160,7 +188,12 @@ type CloudInterface struct {
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
-// ServerInterface says how many server interfaces serve each service.
+// ServerInterface says how many server interfaces serve each service, and who runs them.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.placement) || self.placement != 'netns' || !has(self.replicas) || self.replicas == 1",message="server.placement netns runs one server interface per service (its TUN takes the service's namespace): server.replicas must be 1"
+// +kubebuilder:validation:XValidation:rule="!has(self.placement) || self.placement != 'netns' || (has(self.deviceNetworks) && size(self.deviceNetworks) > 0)",message="server.placement netns needs server.deviceNetworks (the device addresses the servers' replies are routed to the TUN for)"
+// +kubebuilder:validation:XValidation:rule="(has(self.placement) && self.placement == 'netns') || !has(self.deviceNetworks)",message="server.deviceNetworks applies only with server.placement netns"
+// +kubebuilder:validation:XValidation:rule="!has(self.resources) || (has(self.placement) && self.placement == 'netns')",message="server.resources applies only to server interfaces the operator runs (server.placement netns)"
 type ServerInterface struct {
 	// Replicas of the server interface per service: the download keystreams of every
 	// session are partitioned i mod Replicas (spec §3.11), so no two replicas ever hold the
@@ -171,6 +204,27 @@ type ServerInterface struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// Placement is external (the default: the server interfaces run beside their servers,
+	// not by the operator) or netns (the operator runs each service's server interface, its
+	// TUN in services[].networkNamespace).
+	// +optional
+	// +kubebuilder:default=external
+	Placement ServerPlacement `json:"placement,omitempty"`
+
+	// DeviceNetworks are, with placement netns, the IPv4 prefixes of the device addresses
+	// (DIP) routed into each server interface's TUN in the server's namespace, so the server's
+	// replies reach it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=18
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="server.deviceNetworks must be IPv4 prefixes"
+	DeviceNetworks []string `json:"deviceNetworks,omitempty"`
+
+	// Resources replace the server interface container's defaults (placement netns).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // Keystreams is the keystream budget and rotation.
@@ -318,7 +372,8 @@ type HeaderGatewayStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Progressing, Degraded.
+	// Conditions: Ready, Progressing, Degraded; ServerInterfaces (whether the operator's
+	// server interfaces run and are ready, or that they are external).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -327,6 +382,11 @@ type HeaderGatewayStatus struct {
 	// CloudReplicas is the number of cloud interface replicas running and ready.
 	// +optional
 	CloudReplicas int32 `json:"cloudReplicas,omitempty"`
+
+	// ServerReplicas is the number of server interfaces the operator runs that are ready,
+	// over every service (server.placement netns; 0 otherwise).
+	// +optional
+	ServerReplicas int32 `json:"serverReplicas,omitempty"`
 
 	// Devices is the number of device sessions the cloud interfaces have installed (the
 	// smallest count over the replicas that answered: a session counts once every replica
@@ -421,6 +481,7 @@ type RetiringRecordKey struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="CI",type=integer,JSONPath=`.status.cloudReplicas`,priority=1
+// +kubebuilder:printcolumn:name="SI",type=integer,JSONPath=`.status.serverReplicas`,priority=1
 // +kubebuilder:printcolumn:name="Record-Key",type=integer,JSONPath=`.status.recordKey.currentID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HeaderGateway struct {

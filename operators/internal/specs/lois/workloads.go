@@ -204,12 +204,59 @@ func Validate(g *loisv1.HeaderGateway) error {
 		}
 		backends[s.Backend.Address] = s.ServerWire
 	}
+	if err := validateServers(g); err != nil {
+		return err
+	}
 	k := keystreams(g)
 	if k.Lifetime.Duration <= k.SafetyMargin.Duration+k.Grace.Duration {
 		return fmt.Errorf("keystreams.lifetime %s must exceed safetyMargin %s + grace %s", k.Lifetime.Duration, k.SafetyMargin.Duration, k.Grace.Duration)
 	}
 	if WirePort(g)+int(CloudReplicas(g))+MetricsHostPortOffset > 65535 {
 		return fmt.Errorf("cloud.wirePort %d leaves no room for %d replicas", WirePort(g), CloudReplicas(g))
+	}
+	return nil
+}
+
+// validateServers checks the server interfaces' settings: with placement netns every
+// service names its namespace and has a wire address of its own (each SI binds it on the
+// node's network), one SI per service, device networks that parse; without, none of these.
+func validateServers(g *loisv1.HeaderGateway) error {
+	sv := g.Spec.Server
+	switch sv.Placement {
+	case "", loisv1.ServerPlacementExternal:
+		if len(sv.DeviceNetworks) > 0 || sv.Resources != nil {
+			return errors.New("server.deviceNetworks and server.resources apply only with server.placement netns")
+		}
+		for _, s := range g.Spec.Services {
+			if s.NetworkNamespace != "" {
+				return fmt.Errorf("service %s: networkNamespace applies only with server.placement netns", s.Name)
+			}
+		}
+		return nil
+	case loisv1.ServerPlacementNetns:
+	default:
+		return fmt.Errorf("server.placement %q: want external or netns", sv.Placement)
+	}
+	if ServerReplicas(g) != 1 {
+		return fmt.Errorf("server.placement netns runs one server interface per service: server.replicas %d must be 1", sv.Replicas)
+	}
+	if len(sv.DeviceNetworks) == 0 {
+		return errors.New("server.placement netns needs server.deviceNetworks")
+	}
+	for _, n := range sv.DeviceNetworks {
+		if p, err := netip.ParsePrefix(n); err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("server.deviceNetworks %q is not an IPv4 prefix", n)
+		}
+	}
+	wires := map[string]string{}
+	for _, s := range g.Spec.Services {
+		if s.NetworkNamespace == "" || strings.ContainsAny(s.NetworkNamespace, "/") || s.NetworkNamespace == "." || s.NetworkNamespace == ".." {
+			return fmt.Errorf("service %s: server.placement netns needs networkNamespace, a name in %s", s.Name, NetnsDir)
+		}
+		if prev, dup := wires[s.ServerWire]; dup {
+			return fmt.Errorf("services %s and %s share serverWire %s: each server interface binds its own on the node", prev, s.Name, s.ServerWire)
+		}
+		wires[s.ServerWire] = s.Name
 	}
 	return nil
 }
@@ -577,3 +624,107 @@ func Registrar(g *loisv1.HeaderGateway, pl Platform) *appsv1.Deployment {
 		},
 	}
 }
+
+// RoleServer is the server interface (`lois si`) the operator runs with server.placement
+// netns.
+const RoleServer = "si"
+
+// Flags of `lois si` the operator sets for its server interfaces.
+const (
+	FlagTUN       = "tun"
+	FlagNetns     = "netns"
+	FlagTUNAddr   = "tun-addr"
+	FlagTUNRoutes = "tun-routes"
+	FlagReplica   = "replica"
+	// NetnsDir is where `ip netns add` keeps the named network namespaces (a host path).
+	NetnsDir = "/run/netns"
+	// TUNDevice is the TUN clone device (a host path).
+	TUNDevice = "/dev/net/tun"
+)
+
+// RunsServerInterfaces says whether the operator runs g's server interfaces.
+func RunsServerInterfaces(g *loisv1.HeaderGateway) bool {
+	return g.Spec.Server.Placement == loisv1.ServerPlacementNetns
+}
+
+// ServerName is the StatefulSet of the server interface in front of service port, e.g.
+// edge-lois-si-8080.
+func ServerName(g *loisv1.HeaderGateway, port int32) string {
+	return Name(g, RoleServer) + "-" + strconv.Itoa(int(port))
+}
+
+// ServerTUN is the SI's TUN device name for service port (at most 15 bytes).
+func ServerTUN(port int32) string { return "lois-si-" + strconv.Itoa(int(port)) }
+
+// ServerInterfaces runs, with server.placement netns, one server interface per service: a
+// StatefulSet of one pod on the node's network (`lois si`, its wire socket on serverWire),
+// whose TUN the SI makes inside the service's network namespace on the node, gives the
+// backend's address and routes server.deviceNetworks into. Its name in install acks is
+// si-<port>-0, the name the registrar waits for (server.replicas is 1 with netns). The pod
+// is privileged-level: root with NET_ADMIN (the TUN and its routes) and SYS_ADMIN (setns),
+// the host paths /dev/net/tun and /run/netns, the host network. nil without netns.
+func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSet {
+	if !RunsServerInterfaces(g) {
+		return nil
+	}
+	var out []*appsv1.StatefulSet
+	for _, s := range sortedServices(g) {
+		l := labels(g, RoleServer)
+		l[LabelService] = strconv.Itoa(int(s.Port))
+		env := append(common(g), padding(g)...)
+		env = append(env,
+			corev1.EnvVar{Name: specs.Env(FlagNATSURL), Value: NATSURL(g, pl)},
+			corev1.EnvVar{Name: specs.Env(FlagServices), Value: fmt.Sprintf("%d=%d", s.Backend.Port, s.Port)},
+			corev1.EnvVar{Name: specs.Env(FlagReplicaName), Value: fmt.Sprintf("si-%d-0", s.Port)},
+			corev1.EnvVar{Name: specs.Env(FlagReplica), Value: "0"},
+			corev1.EnvVar{Name: specs.Env(FlagWireListen), Value: s.ServerWire},
+			corev1.EnvVar{Name: specs.Env(FlagTUN), Value: ServerTUN(s.Port)},
+			corev1.EnvVar{Name: specs.Env(FlagNetns), Value: NetnsDir + "/" + s.NetworkNamespace},
+			corev1.EnvVar{Name: specs.Env(FlagTUNAddr), Value: s.Backend.Address},
+			corev1.EnvVar{Name: specs.Env(FlagTUNRoutes), Value: strings.Join(g.Spec.Server.DeviceNetworks, ",")},
+		)
+		sp := specs.Pod{Role: RoleServer, Image: pl.Image, Binary: Binary, Labels: l,
+			CPU: "100m", Memory: "128Mi", Resources: g.Spec.Server.Resources,
+			Files: []specs.File{recordKeyFile(g)}, NATSSecret: NATSSecretName(g), Env: env}
+		rt := pl.Runtime
+		rt.NATSURL = NATSURL(g, pl)
+		// The SI's wire socket is on serverWire, an address of the node: the pod is on the
+		// node's network whatever the runtime (dynamic metrics and health ports, exec probes).
+		rt.HostNetwork = true
+		t := sp.Template(rt)
+		c := &t.Spec.Containers[0]
+		dedupEnv(c)
+		// The pod security exception (docs/lois.md): root with NET_ADMIN and SYS_ADMIN only.
+		c.SecurityContext.RunAsNonRoot = ptr.To(false)
+		c.SecurityContext.RunAsUser = ptr.To[int64](0)
+		c.SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN", "SYS_ADMIN"}
+		t.Spec.SecurityContext.RunAsNonRoot = ptr.To(false)
+		c.VolumeMounts = append(c.VolumeMounts,
+			corev1.VolumeMount{Name: "tun", MountPath: TUNDevice},
+			corev1.VolumeMount{Name: "netns", MountPath: NetnsDir, ReadOnly: true, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
+		t.Spec.Volumes = append(t.Spec.Volumes,
+			corev1.Volume{Name: "tun", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: TUNDevice, Type: ptr.To(corev1.HostPathCharDev)}}},
+			corev1.Volume{Name: "netns", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: NetnsDir, Type: ptr.To(corev1.HostPathDirectory)}}})
+		out = append(out, &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: ServerName(g, s.Port), Namespace: g.Namespace, Labels: sp.Labels},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas:            ptr.To(int32(1)),
+				ServiceName:         ServerName(g, s.Port),
+				PodManagementPolicy: appsv1.ParallelPodManagement,
+				Selector:            &metav1.LabelSelector{MatchLabels: ServerSelector(g, s.Port)},
+				Template:            t,
+			},
+		})
+	}
+	return out
+}
+
+// ServerSelector selects the server interface pods of service port.
+func ServerSelector(g *loisv1.HeaderGateway, port int32) map[string]string {
+	sel := PodSelector(g, RoleServer)
+	sel[LabelService] = strconv.Itoa(int(port))
+	return sel
+}
+
+// LabelService ties a server interface's objects to its service's port.
+const LabelService = "lois.obscura.dev/service"
