@@ -3,6 +3,7 @@ package gc_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -88,27 +89,67 @@ func BenchmarkPregarbledInputsGarble(b *testing.B) {
 }
 
 // BenchmarkEvaluatePregarbled times EvaluatePregarbled alone: the inputs stream's identity
-// gates, then the held tables.
+// gates, then the held tables. prehashed: the labels' identity hashes computed ahead
+// (Tables.Prehash on 2 goroutines, outside the timer: the broker does it while the garbler
+// works), so the identity gates are one XOR per wire.
 func BenchmarkEvaluatePregarbled(b *testing.B) {
-	p, in, labels := inputsCase(b)
+	for _, prehash := range []bool{false, true} {
+		name := "hashed"
+		if prehash {
+			name = "prehashed"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, in, labels := inputsCase(b)
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				var tabs, inputs bytes.Buffer
+				pg, err := gc.Pregarble(ctx, p, &tabs, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pg.Garble(ctx, &inputs, in, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+				t, err := gc.ReadTables(p, &tabs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if prehash {
+					if err := t.Prehash(labels, 2); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if _, err := gc.EvaluatePregarbled(ctx, p, t, &inputs, labels, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPrehash times Tables.Prehash of a Table 2 shape's labels on 1 and 2 goroutines.
+func BenchmarkPrehash(b *testing.B) {
+	p, _, labels := inputsCase(b)
 	ctx := context.Background()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		var tabs, inputs bytes.Buffer
-		pg, err := gc.Pregarble(ctx, p, &tabs, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := pg.Garble(ctx, &inputs, in, nil, nil); err != nil {
-			b.Fatal(err)
-		}
-		t, err := gc.ReadTables(p, &tabs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		if _, err := gc.EvaluatePregarbled(ctx, p, t, &inputs, labels, nil); err != nil {
-			b.Fatal(err)
-		}
+	var tabs bytes.Buffer
+	pg, err := gc.Pregarble(ctx, p, &tabs, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg.Erase()
+	t, err := gc.ReadTables(p, &tabs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, w := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			for b.Loop() {
+				if err := t.Prehash(labels, w); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -52,7 +52,7 @@ func EvaluateAfterHeader(ctx context.Context, p *Plan, h *Header, r io.Reader, l
 	L[p.oneSlot] = Label{} // the Garbler folded Δ into ¬a's zero-label: evaluate INV as a copy
 
 	// Identity gates, a batch at a time; constant labels.
-	if err := evalIdentity(k, h.ExecID, r, 1, kinds, labels, L, buf); err != nil {
+	if err := evalIdentity(k, h.ExecID, r, 1, kinds, labels, nil, L, buf); err != nil {
 		return nil, err
 	}
 	if err := readConsts(r, kinds, p.nIn, L, buf); err != nil {

@@ -88,23 +88,28 @@ func writeDecoding(sw *streamWriter, p *Plan, lsbs, mask []byte) {
 // returns the batch of wires [base, end) with h holding 4 words per non-constant wire in
 // order (h_0 low, high, h_1 low, high), until ok is false. done returns its scratch.
 type identityHasher struct {
-	k      *fixedKey
-	inputs []Input
-	tl     uint64 // tweakID(exec, u) = exec[0:8] ‖ LE64(u), as words
-	sc     *identityScratch
-	base   int
+	k          *fixedKey
+	inputs     []Input
+	tl         uint64 // tweakID(exec, u) = exec[0:8] ‖ LE64(u), as words
+	sc         *identityScratch
+	base, stop int
 }
 
 func newIdentityHasher(k *fixedKey, exec [16]byte, inputs []Input) *identityHasher {
-	return &identityHasher{k: k, inputs: inputs, tl: binary.NativeEndian.Uint64(exec[:8]), sc: getIdentityScratch()}
+	return newIdentityHasherRange(k, exec, inputs, 0, len(inputs))
+}
+
+// newIdentityHasherRange hashes the wires [from, to) of inputs only.
+func newIdentityHasherRange(k *fixedKey, exec [16]byte, inputs []Input, from, to int) *identityHasher {
+	return &identityHasher{k: k, inputs: inputs, tl: binary.NativeEndian.Uint64(exec[:8]), sc: getIdentityScratch(), base: from, stop: to}
 }
 
 func (x *identityHasher) next() (base, end int, h []uint64, ok bool) {
 	const batch = identityBatch / 2
-	if x.base >= len(x.inputs) {
+	if x.base >= x.stop {
 		return 0, 0, nil, false
 	}
-	base, end = x.base, min(x.base+batch, len(x.inputs))
+	base, end = x.base, min(x.base+batch, x.stop)
 	x.base = end
 	src, tw, dst, scratch := x.sc.src[:], x.sc.tw[:], x.sc.dst[:], x.sc.tmp[:]
 	t := u64s(tw)
@@ -156,8 +161,9 @@ func readKinds(r io.Reader, nIn int) (inputKinds, error) {
 // evalIdentity reads the identity tables of rows rows per wire from r and sets L[u] of every
 // non-constant input wire u from its label a = labels[u] and h = H(a, tweakID(exec, u)):
 // with 1 row (Garble's), X = h ⊕ (lsb(a) ? T_u : 0), the row of permute bit 0 being
-// implicit; with 2 rows (Pregarbled.Garble's), X = h ⊕ row[lsb(a)]. buf is scratch.
-func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds inputKinds, labels, L []Label, buf []byte) error {
+// implicit; with 2 rows (Pregarbled.Garble's), X = h ⊕ row[lsb(a)]. pre, when not nil,
+// holds every wire's h already (Tables.Prehash; 2 rows only). buf is scratch.
+func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds inputKinds, labels, pre, L []Label, buf []byte) error {
 	const batch = identityBatch
 	sc := getIdentityScratch()
 	defer putIdentityScratch(sc)
@@ -169,6 +175,9 @@ func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds input
 	}
 	tl := binary.NativeEndian.Uint64(exec[:8])
 	lw, tws := u64s(L), u64s(tw)
+	if pre != nil && rows == 2 {
+		return evalIdentityPrehashed(r, kinds, labels, pre, L, idBuf)
+	}
 	for base := 0; base < len(labels); base += batch {
 		end := min(base+batch, len(labels))
 		n := 0
@@ -207,6 +216,37 @@ func evalIdentity(k *fixedKey, exec [16]byte, r io.Reader, rows int, kinds input
 			lw[2*u+1] = h[2*i+1] ^ binary.NativeEndian.Uint64(row[8:])
 			i++
 		}
+	}
+	return nil
+}
+
+// evalIdentityPrehashed is evalIdentity's 2-row loop over hashes computed ahead (pre[u] =
+// H(labels[u], tweakID(exec, u))): it reads a buffer of rows at a time and sets
+// L[u] = pre[u] ⊕ row[lsb(labels[u])].
+func evalIdentityPrehashed(r io.Reader, kinds inputKinds, labels, pre, L []Label, buf []byte) error {
+	lw, hw := u64s(L), u64s(pre)
+	most := len(buf) / 32
+	for base := 0; base < len(labels); {
+		n, end := 0, base
+		for ; end < len(labels) && n < most; end++ {
+			if !kinds.isConst(end) {
+				n++
+			}
+		}
+		if _, err := io.ReadFull(r, buf[:32*n]); err != nil {
+			return readErr("identity tables", err)
+		}
+		i := 0
+		for u := base; u < end; u++ {
+			if kinds.isConst(u) {
+				continue
+			}
+			row := buf[32*i+16*int(labels[u][0]&1):]
+			lw[2*u] = hw[2*u] ^ binary.NativeEndian.Uint64(row)
+			lw[2*u+1] = hw[2*u+1] ^ binary.NativeEndian.Uint64(row[8:])
+			i++
+		}
+		base = end
 	}
 	return nil
 }

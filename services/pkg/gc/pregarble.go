@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -131,11 +132,10 @@ func (pg *Pregarbled) Garble(ctx context.Context, w io.Writer, inputs []Input, m
 	}
 	h := pg.h
 	h.version, h.Context = inputsVersion, hctx
-	k := newFixedKey(h.Key)
 	sw := &streamWriter{w: w, buf: make([]byte, 0, opt.chunk())}
 	sw.write(h.appendTo(nil))
 	writeKinds(sw, inputs)
-	if err := garbleIdentity2(k, sw, h.ExecID, inputs, pg.w0, pg.delta); err != nil {
+	if err := garbleIdentity2(h.Key, sw, h.ExecID, inputs, pg.w0, pg.delta); err != nil {
 		return nil, fmt.Errorf("gc: write inputs stream: %w", err)
 	}
 	writeConsts(sw, inputs, pg.w0, pg.delta)
@@ -150,14 +150,70 @@ func (pg *Pregarbled) Garble(ctx context.Context, w io.Writer, inputs []Input, m
 // garbleIdentity2 writes the two-row identity tables of the input wires whose zero-labels
 // W0 are fixed: for publisher labels (a0, a1) and h_b = H(a_b, tweakID(exec, u)), row
 // lsb(a0) is h_0 ⊕ W_u^0 and row lsb(a1) is h_1 ⊕ W_u^0 ⊕ Δ; the evaluator holding a gets
-// X = H(a, t) ⊕ row[lsb(a)].
-func garbleIdentity2(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
+// X = H(a, t) ⊕ row[lsb(a)]. With 2+ cores and at least identityParallelMin wires, a second
+// goroutine computes the rows of the second half into a buffer while this one writes the
+// first half's straight into the stream's chunks; the buffer follows.
+func garbleIdentity2(key [16]byte, sw *streamWriter, exec [16]byte, inputs []Input, W0 []Label, delta Label) error {
+	split := len(inputs)
+	if len(inputs) >= identityParallelMin && runtime.GOMAXPROCS(0) > 1 {
+		split = len(inputs) / 2
+	}
+	var (
+		tail []byte
+		done chan struct{}
+	)
+	if split < len(inputs) {
+		m := 0
+		for u := split; u < len(inputs); u++ {
+			if !inputs[u].Const {
+				m++
+			}
+		}
+		tail, done = make([]byte, 32*m), make(chan struct{})
+		go func() {
+			defer close(done)
+			x := newIdentityHasherRange(newFixedKey(key), exec, inputs, split, len(inputs))
+			defer x.done()
+			off := 0
+			rows2(x, inputs, W0, delta, func(n int) []byte {
+				off += n
+				return tail[off-n : off]
+			}, func([]byte) {})
+		}()
+	}
+	x := newIdentityHasherRange(newFixedKey(key), exec, inputs, 0, split)
+	var scratch [32 * identityBatch / 2]byte
+	rows2(x, inputs, W0, delta, func(n int) []byte {
+		if sw.room() >= n { // straight into the chunk
+			return sw.grow(n)
+		}
+		return scratch[:n]
+	}, func(b []byte) {
+		if len(b) > 0 && &b[0] == &scratch[0] {
+			sw.write(b)
+		}
+	})
+	x.done()
+	clear(scratch[:])
+	if done != nil {
+		<-done
+		sw.write(tail)
+		clear(tail)
+	}
+	return sw.err
+}
+
+// identityParallelMin is the number of input wires from which garbleIdentity2 computes the
+// rows on two goroutines (82,944 for a Table 2 statistic).
+const identityParallelMin = 1 << 13
+
+// rows2 computes the two-row identity tables of x's wires (garbleIdentity2), a batch at a
+// time: dst(n) gives the n bytes the batch's rows go to, filled(b) is called with them.
+func rows2(x *identityHasher, inputs []Input, W0 []Label, delta Label, dst func(n int) []byte, filled func(b []byte)) {
 	w0 := u64s(W0)
 	dl, dh := binary.NativeEndian.Uint64(delta[:8]), binary.NativeEndian.Uint64(delta[8:])
-	var rows [32]byte
-	x := newIdentityHasher(k, exec, inputs)
-	defer x.done()
 	for base, end, h, ok := x.next(); ok; base, end, h, ok = x.next() {
+		out := dst(16 * len(h) / 2) // 2 words of h per row, 32 bytes per wire
 		i := 0
 		for u := base; u < end; u++ {
 			in := &inputs[u]
@@ -166,23 +222,15 @@ func garbleIdentity2(k *fixedKey, sw *streamWriter, exec [16]byte, inputs []Inpu
 			}
 			r0 := 16 * int(in.A0[0]&1) // row of a0; a1's is the other
 			r1 := 16 - r0
-			row := rows[:]
-			direct := sw.room() >= 32 // straight into the chunk
-			if direct {
-				row = sw.grow(32)
-			}
+			row := out[16*i : 16*i+32]
 			binary.NativeEndian.PutUint64(row[r0:], h[2*i]^w0[2*u])
 			binary.NativeEndian.PutUint64(row[r0+8:], h[2*i+1]^w0[2*u+1])
 			binary.NativeEndian.PutUint64(row[r1:], h[2*i+2]^w0[2*u]^dl)
 			binary.NativeEndian.PutUint64(row[r1+8:], h[2*i+3]^w0[2*u+1]^dh)
-			if !direct {
-				sw.write(row)
-			}
 			i += 2
 		}
+		filled(out)
 	}
-	clear(rows[:])
-	return sw.err
 }
 
 // Tables is the evaluator's copy of a pregarbled execution's AND tables.
@@ -190,6 +238,61 @@ type Tables struct {
 	h   *Header
 	mu  sync.Mutex
 	tab []byte // nil once used
+	// pre are the identity hashes of the labels prehashed (Prehash), nil when none.
+	pre       []Label
+	preLabels []Label
+}
+
+// Prehash hashes the evaluator's input labels for the identity gates of t's execution ahead
+// of its inputs stream: H(labels[u], tweakID(exec, u)) depends on the labels and the
+// execution's π key and execID only, which the tables' header holds, so the evaluator can
+// compute it while the Garbler garbles the inputs; EvaluatePregarbled called with the same
+// labels slice, unchanged, then only XORs each wire's row. The work is split over up to
+// workers goroutines (at most one per 4,096 wires). The hashes of wires the stream turns out
+// to carry as constants are not used. labels as for EvaluatePregarbled; EvaluatePregarbled
+// with any other slice hashes them itself. ErrUsed once t is used.
+func (t *Tables) Prehash(labels []Label, workers int) error {
+	if uint64(len(labels)) != t.h.Inputs {
+		return fmt.Errorf("gc: prehash %d input labels, circuit has %d input wires", len(labels), t.h.Inputs)
+	}
+	t.mu.Lock()
+	used := t.tab == nil
+	t.mu.Unlock()
+	if used {
+		return ErrUsed
+	}
+	pre := make([]Label, len(labels))
+	tl := binary.NativeEndian.Uint64(t.h.ExecID[:8])
+	workers = max(1, min(workers, len(labels)/4096))
+	hash := func(from, to int) {
+		k := newFixedKey(t.h.Key) // one per goroutine: the generic kernel uses its scratch
+		sc := getIdentityScratch()
+		defer putIdentityScratch(sc)
+		tw := u64s(sc.tw[:])
+		for base := from; base < to; base += identityBatch {
+			end := min(base+identityBatch, to)
+			n := end - base
+			for i := range n {
+				tw[2*i], tw[2*i+1] = tl, leWord(uint64(base+i))
+			}
+			hashLabels(k, pre[base:end], labels[base:end], sc.tw[:n], sc.tmp[:n])
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Go(func() { hash(len(labels)*w/workers, len(labels)*(w+1)/workers) })
+	}
+	hash(0, len(labels)/workers)
+	wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tab == nil {
+		clear(pre)
+		return ErrUsed
+	}
+	clear(t.pre)
+	t.pre, t.preLabels = pre, labels
+	return nil
 }
 
 // ExecID is the execution's id.
@@ -223,11 +326,15 @@ func ReadTables(p *Plan, r io.Reader) (*Tables, error) {
 // its tables are released.
 func EvaluatePregarbled(ctx context.Context, p *Plan, t *Tables, r io.Reader, labels []Label, opt *Options) (*Result, error) {
 	t.mu.Lock()
-	tab := t.tab
-	t.tab = nil
+	tab, pre, preLabels := t.tab, t.pre, t.preLabels
+	t.tab, t.pre, t.preLabels = nil, nil, nil
 	t.mu.Unlock()
 	if tab == nil {
 		return nil, ErrUsed
+	}
+	defer clear(pre)
+	if len(pre) == 0 || len(labels) != len(preLabels) || &labels[0] != &preLabels[0] {
+		pre = nil // not these labels' hashes: evalIdentity hashes them
 	}
 	h, err := ReadHeader(r)
 	if err != nil {
@@ -258,7 +365,7 @@ func EvaluatePregarbled(ctx context.Context, p *Plan, t *Tables, r io.Reader, la
 	defer p.putLabels(L)
 	L[p.zeroSlot] = Label{}
 	L[p.oneSlot] = Label{}
-	if err := evalIdentity(k, h.ExecID, r, 2, kinds, labels, L, buf); err != nil {
+	if err := evalIdentity(k, h.ExecID, r, 2, kinds, labels, pre, L, buf); err != nil {
 		return nil, err
 	}
 	if err := readConsts(r, kinds, p.nIn, L, buf); err != nil {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/obscura-iot/obscura/services/pkg/gc"
@@ -15,6 +17,12 @@ import (
 // inputs (inputs stream) with a random output mask, reads the tables, evaluates and
 // unmasks. It checks both streams' sizes.
 func pregarbledRoundTrip(t testing.TB, p *gc.Plan, inputs []gc.Input, labels []gc.Label, opt *gc.Options) []bool {
+	return pregarbledRoundTripPrehash(t, p, inputs, labels, opt, 0)
+}
+
+// pregarbledRoundTripPrehash is pregarbledRoundTrip with the evaluator's labels prehashed on
+// workers goroutines (Tables.Prehash) before the inputs stream is evaluated; 0: not.
+func pregarbledRoundTripPrehash(t testing.TB, p *gc.Plan, inputs []gc.Input, labels []gc.Label, opt *gc.Options, workers int) []bool {
 	t.Helper()
 	ctx := context.Background()
 	mask := make([]byte, (p.NumOutputWires()+7)/8)
@@ -49,6 +57,11 @@ func pregarbledRoundTrip(t testing.TB, p *gc.Plan, inputs []gc.Input, labels []g
 	tb, err := gc.ReadTables(p, &tabs)
 	if err != nil {
 		t.Fatalf("read tables: %v", err)
+	}
+	if workers > 0 {
+		if err := tb.Prehash(labels, workers); err != nil {
+			t.Fatalf("prehash: %v", err)
+		}
 	}
 	res, err := gc.EvaluatePregarbled(ctx, p, tb, &ins, labels, opt)
 	if err != nil {
@@ -86,7 +99,8 @@ func TestPregarbledRandomCircuits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := pregarbledRoundTrip(t, p, in, labels, &gc.Options{ChunkSize: 32 * (1 + int(seed%5))})
+		// Every other circuit with the labels prehashed (Tables.Prehash).
+		got := pregarbledRoundTripPrehash(t, p, in, labels, &gc.Options{ChunkSize: 32 * (1 + int(seed%5))}, int(seed%2))
 		for j := range want {
 			if got[j] != want[j] {
 				t.Fatalf("seed %d: output bit %d = %v, want %v", seed, j, got[j], want[j])
@@ -153,5 +167,69 @@ func TestPregarbledOnce(t *testing.T) {
 	}
 	if _, err := gc.ReadTables(p, &full); !errors.Is(err, gc.ErrMalformed) {
 		t.Fatalf("a whole stream through ReadTables: %v, want ErrMalformed", err)
+	}
+}
+
+// TestPregarbledPrehash: with the evaluator's labels prehashed (Tables.Prehash) on 1–3
+// goroutines, a circuit of 3 × 4,096 + 5 input wires (some constant) evaluates to C(x) with
+// chunks that end mid-batch; EvaluatePregarbled given another slice of the same labels
+// ignores the hashes and is still right; Prehash refuses labels of the wrong count and
+// tables already used.
+func TestPregarbledPrehash(t *testing.T) {
+	ctx := context.Background()
+	c := randomCircuit(11, 3*4096+5, 3000)
+	p := mustCompile(t, c)
+	bits := randomBits(c.NumInputWires())
+	in, labels := publisherInputs(bits)
+	for u := 0; u < len(in); u += 7 {
+		in[u] = gc.Input{Const: true, Bit: bits[u]}
+		labels[u] = gc.Label{}
+	}
+	want, err := c.Eval(bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, got []bool) {
+		t.Helper()
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("%s: output bit %d = %v, want %v", name, j, got[j], want[j])
+			}
+		}
+	}
+	for _, w := range []int{1, 2, 3} {
+		check(fmt.Sprintf("%d workers", w), pregarbledRoundTripPrehash(t, p, in, labels, &gc.Options{ChunkSize: 32 * 1000}, w))
+	}
+
+	var tabs, ins bytes.Buffer
+	pg, err := gc.Pregarble(ctx, p, &tabs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Garble(ctx, &ins, in, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := gc.ReadTables(p, &tabs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Prehash(labels[1:], 2); err == nil {
+		t.Fatal("Prehash of one label too few accepted")
+	}
+	if err := tb.Prehash(labels, 2); err != nil {
+		t.Fatal(err)
+	}
+	other := slices.Clone(labels)
+	res, err := gc.EvaluatePregarbled(ctx, p, tb, &ins, other, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]bool, len(want))
+	for j := range got {
+		got[j] = res.Masked[j/8]>>(j%8)&1 == 1
+	}
+	check("another slice of the labels", got)
+	if err := tb.Prehash(labels, 2); !errors.Is(err, gc.ErrUsed) {
+		t.Fatalf("Prehash of used tables: %v, want ErrUsed", err)
 	}
 }
