@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/obscura-iot/obscura/services/pkg/gc"
 )
 
 // GarblerInputsParallel gives exactly GarblerInputs' inputs whatever the worker count, with
@@ -49,5 +51,51 @@ func TestGarblerInputsParallelEqualsSequential(t *testing.T) {
 	}
 	if _, err := GarblerInputsParallel(a, bad, 4); !errors.Is(err, boom) {
 		t.Errorf("labels error: %v, want %v", err, boom)
+	}
+}
+
+// GarblerInputsDerived over inputs derived in place (ValueInputs) for some slots, the others
+// derived through labels, gives exactly GarblerInputs' inputs: the nullified slots' derived
+// labels replaced by their constants, the validity constants set.
+func TestGarblerInputsDerivedEqualsGarblerInputs(t *testing.T) {
+	const n = 40
+	seeds := make([]Seed, n)
+	for s := range seeds {
+		seeds[s][0], seeds[s][1] = byte(s), 0xA5
+	}
+	labels := func(s int) (*[ValueBits]LabelPair, error) {
+		l := ValueLabels(&seeds[s], s%5)
+		return &l, nil
+	}
+	nulls := map[int]NullReason{0: Missing, 7: Inconsistent, n - 1: Erased, 20: NotAllowed}
+	a, err := Nullify(layoutOf(n, 1, 0), nulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := GarblerInputs(a, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]gc.Input, len(want))
+	derived := func(s int) bool { return s%3 != 1 } // slots 1, 4, … through labels
+	for s := range n {
+		if derived(s) { // nullified slots 0 and 39 too: their labels must be overwritten
+			ValueInputs(&seeds[s], s%5, in[s*ValueBits:])
+		}
+	}
+	got, err := GarblerInputsDerived(a, in, derived, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Error("inputs differ from GarblerInputs'")
+	}
+	boom := errors.New("no seed")
+	bad := func(int) (*[ValueBits]LabelPair, error) { return nil, boom }
+	if _, err := GarblerInputsDerived(a, make([]gc.Input, len(want)), derived, bad); !errors.Is(err, boom) {
+		t.Errorf("labels error: %v, want %v", err, boom)
+	}
+	if _, err := GarblerInputsDerived(a, make([]gc.Input, len(want)-1), derived, labels); err == nil {
+		t.Error("a short input slice was accepted")
 	}
 }

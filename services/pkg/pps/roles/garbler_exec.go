@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -52,10 +51,22 @@ type slotSeeds struct {
 	values     map[int]int
 	erased     []uint32 // round seed erased, publisher unknown or round too far (§10 #8)
 	notAllowed []uint32 // the publisher's signed policy does not allow the function (D13)
-	// pairs[s] are slot s's label pairs when derived[s]: derived as each publisher's seeds
-	// arrive (slotSeeds with derive), so the derivation overlaps the other publishers' reads.
-	pairs   [][pps.ValueBits]pps.LabelPair
+	// inputs are the execution's input wires, slot s's at s·ValueBits… derived when
+	// derived[s]: as each publisher's seeds arrive (slotSeeds with derive, pps.ValueInputs),
+	// so the derivation overlaps the other publishers' reads and the labels are written once,
+	// where gc reads them (pps.GarblerInputsDerived completes them in place).
+	inputs  []gc.Input
 	derived []bool
+}
+
+// isDerived says whether slot s's inputs were derived as its seeds arrived.
+func (s *slotSeeds) isDerived(slot int) bool { return s.derived != nil && s.derived[slot] }
+
+// takeInputs hands the derived inputs over to the caller, who erases them.
+func (s *slotSeeds) takeInputs() []gc.Input {
+	in := s.inputs
+	s.inputs = nil
+	return in
 }
 
 // gone is the slots the garbler hard-wires to their identities on its own (erased or not
@@ -71,15 +82,11 @@ func (s *slotSeeds) zero() {
 		s.seeds[k] = pps.Seed{}
 		delete(s.seeds, k)
 	}
-	clear(s.pairs)
+	clear(s.inputs)
 }
 
-// labels returns both labels of every bit of slot s's value (spec §8.2): the pairs derived
-// while the seeds were read (the caller erases them), or derived now.
+// labels returns both labels of every bit of slot s's value (spec §8.2), derived now.
 func (s *slotSeeds) labels(slot int) (*[pps.ValueBits]pps.LabelPair, error) {
-	if s.derived != nil && s.derived[slot] {
-		return &s.pairs[slot], nil
-	}
 	seed, ok := s.seeds[slot]
 	if !ok {
 		return nil, fmt.Errorf("slot %d: %w", slot, pps.ErrRoundErased)
@@ -147,7 +154,7 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 	}
 	out := &slotSeeds{seeds: map[int]pps.Seed{}, values: map[int]int{}}
 	if derive {
-		out.pairs, out.derived = make([][pps.ValueBits]pps.LabelPair, n), make([]bool, n)
+		out.inputs, out.derived = make([]gc.Input, cf.f.Layout.InputWires()), make([]bool, n)
 	}
 	ttl := g.retention(cf)
 	pubs := make([]string, 0, len(byPub))
@@ -177,7 +184,7 @@ func (g *Garbler) slotSeeds(ctx context.Context, cf *compiledFn, inputs []*ppsv1
 					for _, in := range ins {
 						if seed, ok := rs.seeds[in.GetRound()]; ok {
 							s := int(in.GetSlot())
-							out.pairs[s] = pps.ValueLabels(&seed, int(in.GetValue()))
+							pps.ValueInputs(&seed, int(in.GetValue()), out.inputs[s*pps.ValueBits:])
 							out.derived[s] = true
 							seed.Zero()
 						}
@@ -369,8 +376,8 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 		if err != nil {
 			return status.Errorf(codes.Internal, "garble: %v", err)
 		}
-		// The function round is allocated (a Redis transaction) while the slots' labels are
-		// placed (derived as the seeds arrived) on every core.
+		// The function round is allocated (a Redis transaction) while the slots' inputs
+		// (derived in place as the seeds arrived) get their constants.
 		roundCh = make(chan allocatedRound, 1)
 		go func() {
 			var ar allocatedRound
@@ -383,7 +390,7 @@ func (g *Garbler) Garble(req *ppsv1.GarbleRequest, stream ppsv1.Garbler_GarbleSe
 				ar.seed.Zero()
 			}
 		}()
-		inputs, err = pps.GarblerInputsParallel(a, ss.labels, runtime.GOMAXPROCS(0))
+		inputs, err = pps.GarblerInputsDerived(a, ss.takeInputs(), ss.isDerived, ss.labels)
 	}
 	ss.zero()
 	if err != nil {
