@@ -5,6 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestChartRedisAppendOnly: an instance with appendfsync runs redis-server with the append-only
@@ -53,5 +58,53 @@ func TestChartRedisAppendOnly(t *testing.T) {
 	if out, err := helm(t, "template", "x", "charts/obscura", "--set", "redis.instances[0].name=integrator",
 		"--set", "redis.instances[0].port=6379", "--set", "redis.instances[0].appendfsync=no"); err == nil || !strings.Contains(out, "schema") {
 		t.Errorf("appendfsync=no rendered or failed for another reason: %v\n%s", err, out)
+	}
+}
+
+// TestRedisDataSizedFromMaxMemory: an instance with the append-only file gets a data volume of
+// 3 × redis.maxMemory + 32Mi (the base, its increments up to the base's size and a rewrite's new
+// base: the largest the file grows) and asks for that ephemeral storage, so the kubelet never
+// evicts it for its own file (the cluster e2e's ×8 load outgrew the 64Mi it had: the integrator's
+// Redis was evicted mid-round and restarted empty); an in-memory instance keeps a small volume.
+func TestRedisDataSizedFromMaxMemory(t *testing.T) {
+	for _, c := range []struct {
+		maxMemory, instance       string
+		sizeLimit, request, limit string
+	}{
+		{"256mb", "integrator", "800Mi", "288Mi", "832Mi"},
+		{"1gb", "integrator", "3104Mi", "1056Mi", "3136Mi"},
+		{"262144kb", "integrator", "800Mi", "288Mi", "832Mi"},
+		{"256mb", "pda-db", "16Mi", "32Mi", "64Mi"},
+	} {
+		t.Run(c.maxMemory+"-"+c.instance, func(t *testing.T) {
+			_, objs := renderChart(t, chartCase{namespace: chartNamespace, args: []string{"--set", "redis.maxMemory=" + c.maxMemory,
+				"--set", "redis.instances[0].name=integrator", "--set", "redis.instances[0].port=6379", "--set", "redis.instances[0].appendfsync=always",
+				"--set", "redis.instances[1].name=pda-db", "--set", "redis.instances[1].port=6381"}})
+			u := findObject(objs, "Deployment", "obscura-redis-"+c.instance)
+			if u == nil {
+				t.Fatalf("Deployment/obscura-redis-%s not rendered", c.instance)
+			}
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			spec := d.Spec.Template.Spec
+			var size *resource.Quantity
+			for _, v := range spec.Volumes {
+				if v.Name == "data" && v.EmptyDir != nil {
+					size = v.EmptyDir.SizeLimit
+				}
+			}
+			if size == nil || !size.Equal(resource.MustParse(c.sizeLimit)) {
+				t.Errorf("data volume limit %v, want %s", size, c.sizeLimit)
+			}
+			res := spec.Containers[0].Resources
+			if q := res.Requests[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.request)) {
+				t.Errorf("ephemeral-storage request %s, want %s", q.String(), c.request)
+			}
+			if q := res.Limits[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.limit)) {
+				t.Errorf("ephemeral-storage limit %s, want %s", q.String(), c.limit)
+			}
+		})
 	}
 }

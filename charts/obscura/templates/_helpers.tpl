@@ -192,3 +192,28 @@ the logs besides); with a PVC only /tmp and the logs (32Mi, 64Mi). */}}
 {{- dict "sizeLimit" $q "request" $q "limit" $l | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+obscura.redisData: the data volume of a Redis instance (list $ instance) and its ephemeral storage,
+as JSON {sizeLimit, request, limit}. With the append-only file on, the file is a base (an RDB of
+the dataset, at most redis.maxMemory), increments until they reach the base's size (Redis'
+auto-aof-rewrite-percentage 100, here from 16 MB), and during a rewrite a new base beside both:
+up to 3 × maxMemory, plus 32Mi. A smaller volume evicts the pod and its file with it (the
+cluster e2e's ×8 load grew the 64Mi it once had past its limit: the integrator's Redis was
+evicted mid-round and restarted empty). Without the file the volume stays small. The limit adds
+/tmp's 16Mi and 16Mi of slack; values' resources win.
+*/}}
+{{- define "obscura.redisData" -}}
+{{- $ := index . 0 -}}{{- $r := index . 1 -}}
+{{- if $r.appendfsync -}}
+{{- $m := $.Values.redis.maxMemory | toString | lower | trimSuffix "b" -}}
+{{- $n := regexFind "^[0-9]+" $m | int64 -}}
+{{- $u := trimPrefix (toString $n) $m -}}
+{{- $mi := get (dict "" (div $n 1048576) "k" (div $n 1024) "m" $n "g" (mul $n 1024)) $u | int64 -}}
+{{- if not (hasKey (dict "" 1 "k" 1 "m" 1 "g" 1) $u) -}}{{- fail (printf "redis.maxMemory %q: want a Redis size (e.g. 256mb)" ($.Values.redis.maxMemory | toString)) -}}{{- end -}}
+{{- $size := add (mul $mi 3) 32 -}}
+{{- dict "sizeLimit" (printf "%dMi" $size) "request" (printf "%dMi" (add $mi 32)) "limit" (printf "%dMi" (add $size 32)) | toJson -}}
+{{- else -}}
+{{- dict "sizeLimit" "16Mi" "request" "32Mi" "limit" "64Mi" | toJson -}}
+{{- end -}}
+{{- end -}}
