@@ -66,13 +66,7 @@ func TestNATSStoreSizedFromMaxFile(t *testing.T) {
 				!data.EmptyDir.SizeLimit.Equal(resource.MustParse(c.sizeLimit))):
 				t.Errorf("data volume %+v, want an emptyDir of %s", data, c.sizeLimit)
 			}
-			res := spec.Containers[0].Resources
-			if q := res.Requests[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.req)) {
-				t.Errorf("nats ephemeral-storage request %s, want %s", q.String(), c.req)
-			}
-			if q := res.Limits[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.limit)) {
-				t.Errorf("nats ephemeral-storage limit %s, want %s", q.String(), c.limit)
-			}
+			checkEphemeral(t, "nats", spec.Containers[0].Resources, c.req, c.limit)
 			svc := findObject(objs, "Service", sts.Spec.ServiceName)
 			if svc == nil {
 				t.Fatalf("serviceName %q: no such Service", sts.Spec.ServiceName)

@@ -98,13 +98,18 @@ func TestRedisDataSizedFromMaxMemory(t *testing.T) {
 			if size == nil || !size.Equal(resource.MustParse(c.sizeLimit)) {
 				t.Errorf("data volume limit %v, want %s", size, c.sizeLimit)
 			}
-			res := spec.Containers[0].Resources
-			if q := res.Requests[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.request)) {
-				t.Errorf("ephemeral-storage request %s, want %s", q.String(), c.request)
-			}
-			if q := res.Limits[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(c.limit)) {
-				t.Errorf("ephemeral-storage limit %s, want %s", q.String(), c.limit)
-			}
+			checkEphemeral(t, "redis", spec.Containers[0].Resources, c.request, c.limit)
 		})
+	}
+}
+
+// checkEphemeral checks a container's ephemeral-storage request and limit.
+func checkEphemeral(t *testing.T, name string, res corev1.ResourceRequirements, request, limit string) {
+	t.Helper()
+	if q := res.Requests[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(request)) {
+		t.Errorf("%s ephemeral-storage request %s, want %s", name, q.String(), request)
+	}
+	if q := res.Limits[corev1.ResourceEphemeralStorage]; !q.Equal(resource.MustParse(limit)) {
+		t.Errorf("%s ephemeral-storage limit %s, want %s", name, q.String(), limit)
 	}
 }
