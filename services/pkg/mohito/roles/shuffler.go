@@ -23,6 +23,8 @@ type ShufflerService struct {
 	mu       sync.Mutex
 	rounds   map[uint64]*shufRound
 	draining bool // stopping: no new round, the ones in flight finish
+	// drains is the graceful stop finishing its rounds after it released the lease (serve).
+	drains sync.WaitGroup
 
 	poolMu sync.Mutex
 	pools  map[uint32]*mohito.FakePool // by integrator key epoch
@@ -109,50 +111,74 @@ func (s *ShufflerService) Run(ctx context.Context) error {
 			s.cfg.Log.Warn("integrator key directory not watched: fakes for a new epoch are made when its first round opens", "err", err)
 		}
 	}()
-	return leadVendorRole(ctx, s.cfg, "shuffler", s.serve)
+	err := leadVendorRole(ctx, s.cfg, "shuffler", s.serve)
+	s.drains.Wait()
+	return err
 }
 
-// serve is one leadership. One shuffler is active per vendor: a round's messages (its info, the
-// forwarded M2, close, reply, finish, response layers) must all reach the replica that holds its
-// state (π, the fakes, the response keys). When told to stop it takes no new round, finishes the
-// rounds in flight (or gives up after drainTimeout) and only then lets a standby lead.
+// serve is one leadership. One shuffler takes new rounds per vendor: a round's messages (its
+// info, the forwarded M2, close, reply, finish, response layers) must all reach the replica that
+// holds its state (π, the fakes, the response keys), and a replica NAKs the messages of rounds it
+// does not hold, for the one that does (handle).
+//
+// When told to stop (ctx ends, the lease still held) it takes no new round and releases the lease
+// at once — serve returns — so the standby leads and takes the next rounds while this replica
+// finishes the rounds it shuffles (or gives up after drainTimeout) beside it; Run waits for that.
+// Holding the lease through the drain left no one to take the rounds opened meanwhile: the drain
+// lasts until the last round's response phase ends (its vendors' fixed release, ~ResponseDeadline
+// after the plan, and longer on a loaded machine), more than the coordinator waits for V* — under
+// load every handover aborted two or three rounds of this vendor (TestShufflerRollingUpdate).
 func (s *ShufflerService) serve(ctx context.Context, lost <-chan struct{}) error {
 	s.mu.Lock()
 	s.rounds, s.draining = map[uint64]*shufRound{}, false
 	s.mu.Unlock()
 	cctx, stopConsume := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopConsume()
-	go func() {
-		select {
-		case <-lost:
-		case <-cctx.Done():
-		case <-ctx.Done():
-			s.mu.Lock()
-			s.draining = true
-			s.mu.Unlock()
-			deadline := time.NewTimer(s.drainTimeout())
-			defer deadline.Stop()
-			tk := time.NewTicker(100 * time.Millisecond)
-			defer tk.Stop()
-			for s.inFlight() > 0 {
-				select {
-				case <-lost:
-				case <-deadline.C:
-					s.cfg.Log.Warn("rounds in flight did not finish before the drain timeout", "rounds", s.inFlight())
-				case <-tk.C:
-					continue
-				}
-				break
-			}
-		}
-		stopConsume()
-	}()
 	in := contract.VendorInbox(s.cfg.Vendor)
 	var filters []string
 	for _, k := range []string{contract.KindInfo, contract.KindForward, contract.KindClose, contract.KindReply, contract.KindFinish, contract.KindRespLayer} {
 		filters = append(filters, in+".r.*."+k)
 	}
-	return natsx.Consume(cctx, s.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- natsx.Consume(cctx, s.cfg.JS, natsx.ConsumerSpec{Stream: contract.StreamVendorIn, Durable: "shuffler", Filters: filters, AckWait: 10 * time.Second, Batch: 128, DeliverNew: true}, s.cfg.Log, s.handle)
+	}()
+	select {
+	case err := <-consumed:
+		stopConsume()
+		return err
+	case <-ctx.Done():
+	}
+	// Lead closes lost before it ends ctx: a lease lost ends the work at once (another replica
+	// may lead already and hold rounds this one took).
+	select {
+	case <-lost:
+		stopConsume()
+		return <-consumed
+	default:
+	}
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	n := s.inFlight()
+	s.cfg.Log.Info("stopping: releasing the lease to the standby; finishing the rounds in flight", "rounds", n)
+	s.drains.Add(1)
+	go func() {
+		defer s.drains.Done()
+		defer func() { stopConsume(); <-consumed }()
+		deadline := time.NewTimer(s.drainTimeout())
+		defer deadline.Stop()
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for s.inFlight() > 0 {
+			select {
+			case <-deadline.C:
+				s.cfg.Log.Warn("rounds in flight did not finish before the drain timeout", "rounds", s.inFlight())
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return nil
 }
 
 // roundLife bounds how long a round can need this shuffler: collection, the exchange with the

@@ -263,10 +263,58 @@ func TestAgentRollingUpdate(t *testing.T) { rollTwice(t, "agent", 0) }
 // in flight before the standby leads; no round aborts.
 func TestCoordinatorRollingUpdate(t *testing.T) { rollTwice(t, "coordinator", 0) }
 
-// TestShufflerRollingUpdate: a vendor's shufflers share a lease; a stopped one finishes the
-// rounds it shuffles and hands new ones to the standby. A round opened during the handover
-// can time out (at most one per handover); every command is answered exactly once.
+// TestShufflerRollingUpdate: a vendor's shufflers share a lease; a stopped one releases it at
+// once, so the standby takes the new rounds, and finishes the rounds it shuffles beside it. A
+// round opened during the handover can time out (at most one per handover: the standby polls
+// the lease every TTL/4); every command is answered exactly once.
 func TestShufflerRollingUpdate(t *testing.T) { rollTwice(t, "shuffler", 0) }
+
+// TestShufflerStandbyLeadsWhileOldDrains: a stopped shuffler releases its lease when it stops,
+// not when its drain ends, so the standby shuffles the vendor's next rounds while the old one
+// still finishes the rounds it holds. Vendor 1's agent is stopped first, so no round's response
+// phase can end and the old shuffler's drain lasts until its rounds' life ends (~13 s here);
+// a vendor 0 round opened after the stop must be planned (by the standby) before the old one
+// has stopped. When the old one kept the lease through its drain, the vendor's rounds opened
+// meanwhile had no shuffler, and under load a handover aborted two or three of them.
+func TestShufflerStandbyLeadsWhileOldDrains(t *testing.T) {
+	h := start(t, []int{3, 4, 5}, 3, 1, nil)
+	c := h.cluster
+	shuffled := func(after time.Time) bool {
+		for _, r := range h.Reports() {
+			if r.Shuffler == 0 && !r.Aborted && r.Opened.After(after) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 60*time.Second, "first rounds", func() bool { return h.planned.Load() >= 3 })
+	if err := c.StartReplica(t.Context(), "shuffler", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.StopRole("agent", 1)
+	stuck := time.Now()
+	waitFor(t, 60*time.Second, "a vendor 0 round planned that cannot finish its response phase", func() bool { return shuffled(stuck) })
+	begin := time.Now()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		c.StopRole("shuffler", 0)
+	}()
+	waitFor(t, 60*time.Second, "a vendor 0 round opened after the stop planned", func() bool { return shuffled(begin) })
+	select {
+	case <-stopped:
+		t.Fatal("the stopped shuffler's drain ended before the standby shuffled a round: the standby led only after the drain")
+	default:
+	}
+	if err := c.StartRole(t.Context(), "agent", 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stopped shuffler did not finish its drain")
+	}
+}
 
 // TestResponderRollingUpdate: two responders overlap (a rolling update) and split a round's
 // response layers between them; the stopping one releases what it held at once, so the other
