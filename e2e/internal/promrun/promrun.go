@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,17 +117,16 @@ func Start(t testing.TB, config string) *Server {
 		logf.Close()
 		t.Fatal(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	var once sync.Once
 	s.stop = func() {
 		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-waited:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-waited
+			if err := testenv.Terminate(cmd.Process, exited, 30*time.Second); err != nil {
+				t.Logf("prometheus: %v", err)
 			}
 			logf.Close()
 			if t.Failed() {
