@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
@@ -128,8 +131,10 @@ type natsReloader struct {
 	log    *slog.Logger
 	health *telemetry.Health
 	// applied is the hash the server was last signalled for ("" before the first signal);
-	// appliedShape is the hash of its accounts without their user lines.
+	// appliedShape is the hash of its accounts without their user lines, appliedAccounts the
+	// accounts' names (nil when the file could not be parsed).
 	applied, appliedShape string
+	appliedAccounts       map[string]bool
 
 	signals    *prometheus.CounterVec // by signal: hup (reload), term (restart)
 	failures   prometheus.Counter
@@ -198,10 +203,11 @@ func (r *natsReloader) check() error {
 	// server (SIGTERM: it closes its clients, which reconnect; the container restarts with its
 	// JetStream store intact); a change of users only is a reload.
 	shape := contentHash(accountShape(data))
+	accounts := accountNames(data)
 	sig, what, label := syscall.SIGHUP, "reload", "hup"
 	if r.appliedShape != "" && shape != r.appliedShape {
 		sig, what, label = syscall.SIGTERM, "restart", "term"
-		if !r.restartTurn(hash) {
+		if !r.restartTurn(hash, r.incoming(accounts)) {
 			return nil
 		}
 	}
@@ -209,7 +215,7 @@ func (r *natsReloader) check() error {
 		return fmt.Errorf("signal nats-server (pid %d): %w", pid, err)
 	}
 	r.log.Info("configuration changed: nats-server signalled to "+what, "hash", hash, "previous", r.applied, "pid", pid)
-	r.applied, r.appliedShape = hash, shape
+	r.applied, r.appliedShape, r.appliedAccounts = hash, shape, accounts
 	r.pendingHash = ""
 	r.pending.Set(0)
 	r.signals.WithLabelValues(label).Inc()
@@ -228,7 +234,19 @@ func (r *natsReloader) check() error {
 // its stream and consumer replicas current (peerHealthy: the node restarted in the previous
 // turn is back and has caught up). After cfg.MaxWait of unhealthy peers it restarts anyway in
 // its turn: accounts that are never loaded are worse than one more node down.
-func (r *natsReloader) restartTurn(hash string) bool {
+//
+// incoming are the accounts the restart brings in (in the new file, not in the server's):
+// a peer's stream and consumer replicas in them do not count (replicasCurrent). A peer that
+// loaded such an account before this node runs its replicas of the account's streams without
+// this node's, which does not know the account: they are not current until this restart, so
+// waiting for them waits for itself. That is what an account removed and created again does —
+// the meta layer keeps the removed account's streams, and the first node restarted with the
+// account back reports them not current (the full cluster e2e, a vendor deleted and re-created:
+// the other two nodes skipped their turns for 4 minutes while the vendor's pods timed out
+// ensuring their inbox stream, which the meta leader, without the account, could not serve).
+// Restarting ignores nothing that the restart could harm: this node holds no replica of an
+// account it does not know.
+func (r *natsReloader) restartTurn(hash string, incoming map[string]bool) bool {
 	c := r.cfg
 	if len(c.Peers) < 2 {
 		return true
@@ -237,7 +255,8 @@ func (r *natsReloader) restartTurn(hash string) bool {
 	if r.pendingHash != hash {
 		r.pendingHash, r.pendingSince = hash, now
 		r.pending.Set(1)
-		r.log.Info("accounts changed shape: restart waits for this node's turn", "hash", hash, "ordinal", c.Ordinal, "nodes", len(c.Peers), "slot", c.Slot)
+		r.log.Info("accounts changed shape: restart waits for this node's turn", "hash", hash, "ordinal", c.Ordinal, "nodes", len(c.Peers), "slot", c.Slot,
+			"incoming", slices.Sorted(maps.Keys(incoming)))
 	}
 	slot := now.UnixNano() / int64(c.Slot)
 	inSlot := time.Duration(now.UnixNano() % int64(c.Slot))
@@ -249,7 +268,7 @@ func (r *natsReloader) restartTurn(hash string) bool {
 		if i == c.Ordinal {
 			continue
 		}
-		if err := r.peerHealthy(p); err != nil {
+		if err := r.peerHealthy(p, incoming); err != nil {
 			sick = append(sick, fmt.Sprintf("node %d: %v", i, err))
 		}
 	}
@@ -270,8 +289,9 @@ func (r *natsReloader) restartTurn(hash string) bool {
 // checked (js-server-only), a node restarted while its peer's memory-stream replicas were still
 // catching up, and the round-info bucket lost its quorum for good ("catchup aborted, no leader").
 // ACCOUNT errors are ignored: an account removed with JetStream data in it stays "could not be
-// resolved" forever and says nothing about the peer's replicas.
-func (r *natsReloader) peerHealthy(base string) error {
+// resolved" forever and says nothing about the peer's replicas. So are the errors of replicas in
+// the accounts of incoming (see restartTurn).
+func (r *natsReloader) peerHealthy(base string, incoming map[string]bool) error {
 	resp, err := r.http.Get(strings.TrimSuffix(base, "/") + "/healthz?details=true")
 	if err != nil {
 		return err
@@ -281,16 +301,17 @@ func (r *natsReloader) peerHealthy(base string) error {
 	if err != nil {
 		return err
 	}
-	return replicasCurrent(resp.StatusCode, body)
+	return replicasCurrent(resp.StatusCode, body, incoming)
 }
 
 // replicasCurrent reads a /healthz?details=true answer: nil when every error it lists (if any)
-// is about an account.
-func replicasCurrent(code int, body []byte) error {
+// is about an account, or about a stream or consumer in one of the accounts of incoming.
+func replicasCurrent(code int, body []byte, incoming map[string]bool) error {
 	var st struct {
 		Errors []struct {
-			Type  string `json:"type"`
-			Error string `json:"error"`
+			Type    string `json:"type"`
+			Account string `json:"account"`
+			Error   string `json:"error"`
 		} `json:"errors"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
@@ -301,7 +322,10 @@ func replicasCurrent(code int, body []byte) error {
 	}
 	var bad []string
 	for _, e := range st.Errors {
-		if e.Type != "ACCOUNT" {
+		switch {
+		case e.Type == "ACCOUNT":
+		case (e.Type == "STREAM" || e.Type == "CONSUMER") && incoming[e.Account]:
+		default:
 			bad = append(bad, e.Error)
 		}
 	}
@@ -324,6 +348,40 @@ func readPID(path string) (int, error) {
 		return 0, fmt.Errorf("pid file %s holds no process id", path)
 	}
 	return pid, nil
+}
+
+// incoming returns the accounts of next that the server has not loaded (not in the file last
+// signalled); none when either file could not be parsed.
+func (r *natsReloader) incoming(next map[string]bool) map[string]bool {
+	if r.appliedAccounts == nil {
+		return nil
+	}
+	var in map[string]bool
+	for a := range next {
+		if !r.appliedAccounts[a] {
+			if in == nil {
+				in = map[string]bool{}
+			}
+			in[a] = true
+		}
+	}
+	return in
+}
+
+// accountNames is the set of accounts an accounts file defines (`accounts { NAME: {…} }`, as
+// nats-server parses it), or nil when it does not parse.
+func accountNames(data []byte) map[string]bool {
+	m, err := conf.Parse(string(data))
+	if err != nil {
+		return nil
+	}
+	names := map[string]bool{}
+	if accts, ok := m["accounts"].(map[string]any); ok {
+		for a := range accts {
+			names[a] = true
+		}
+	}
+	return names
 }
 
 // accountShape is the configuration without its user lines (`{user: …}`, one per line as the

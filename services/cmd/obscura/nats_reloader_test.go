@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"github.com/nats-io/nats-server/v2/server"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,8 +171,10 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	// start plays the container runtime: it (re)starts nats-server after it exits.
-	var exited chan error
+	// start plays the container runtime: it (re)starts nats-server after it exits. exited is
+	// closed once the server has been waited for, waitErr then holds how it ended.
+	var exited chan struct{}
+	var waitErr error
 	var server *exec.Cmd
 	start := func() {
 		server = exec.Command(bin, "-c", conf, "--pid", pidFile)
@@ -179,25 +183,24 @@ func TestNATSReloaderReloadsServer(t *testing.T) {
 		if err := server.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exited = make(chan error, 1)
-		go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(server, exited)
+		exited = make(chan struct{})
+		go func(c *exec.Cmd, ch chan struct{}) {
+			waitErr = c.Wait()
+			close(ch)
+		}(server, exited)
 	}
 	start()
 	t.Cleanup(func() {
-		_ = server.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = server.Process.Kill()
-			<-exited
+		if err := testenv.Terminate(server.Process, exited, 10*time.Second); err != nil {
+			t.Errorf("nats-server: %v", err)
 		}
 	})
 	url := fmt.Sprintf("nats://%s:%d", testenv.Host, port)
 	connectAs := func(user, password string) error {
 		select {
-		case err := <-exited:
+		case <-exited:
 			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("nats-server exited: %v\n%s", err, log)
+			t.Fatalf("nats-server exited: %v\n%s", waitErr, log)
 		default:
 		}
 		nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.Timeout(2*time.Second))
@@ -301,7 +304,7 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 		}
 	}
 	probe := &natsReloader{http: &http.Client{Timeout: time.Second}}
-	healthy := func(i int) bool { return probe.peerHealthy(c.MonitorURL(i)) == nil } // the reloader's own notion of a node back
+	healthy := func(i int) bool { return probe.peerHealthy(c.MonitorURL(i), nil) == nil } // the reloader's own notion of a node back
 	// Each restart's downtime: from the server's exit (the supervisor starts it at once) until
 	// it is healthy again.
 	type downtime struct {
@@ -354,39 +357,7 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	}
 
 	var logs syncBuffer
-	reloaders := make([]*natsReloader, nodes)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, nodes)
-	peers := make([]string, nodes)
-	for i := range nodes {
-		peers[i] = c.MonitorURL(i)
-	}
-	for i := range nodes {
-		cfg, err := parseNATSReloader([]string{"--watch", filepath.Join(vol.dir, "accounts.conf"), "--pid-file", pidFile(i),
-			"--interval", "100ms", "--metrics-addr", "", "--peers", strings.Join(peers, ","), "--ordinal", strconv.Itoa(i),
-			"--slot", "2s", "--max-wait", "3m"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reloaders[i] = newNATSReloader(cfg, slog.New(slog.NewJSONHandler(&logs, nil)).With("node", i), prometheus.NewRegistry(), &telemetry.Health{})
-		go func() { done <- reloaders[i].run(rctx) }()
-	}
-	defer func() {
-		stop()
-		for range nodes {
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-	}()
-	testenv.Eventually(t, 30*time.Second, "every reloader's first reload", func() error {
-		for i, r := range reloaders {
-			if n := testutil.ToFloat64(r.signals.WithLabelValues("hup")); n != 1 {
-				return fmt.Errorf("node %d: %v reloads", i, n)
-			}
-		}
-		return nil
-	})
+	reloaders := startClusterReloaders(t, c, filepath.Join(vol.dir, "accounts.conf"), pidFile, &logs, "3m")
 
 	// vendor1 joins: the accounts change shape on every node at the same moment.
 	vol.write("accounts.conf", accounts(t, pw, 0, 1))
@@ -465,10 +436,163 @@ func TestNATSReloaderClusterRestartsTakeTurns(t *testing.T) {
 	}
 }
 
+// startClusterReloaders runs a reloader beside each node of c as the chart does (--peers every
+// node's monitor, --ordinal its index; 2 s turns, polling every 100 ms), watching watch and
+// signalling the pid in pidFile(i), logging to logs; it returns once each has made its first
+// reload, and stops them at cleanup.
+func startClusterReloaders(t *testing.T, c *testenv.NATSCluster, watch string, pidFile func(int) string, logs *syncBuffer, maxWait string) []*natsReloader {
+	t.Helper()
+	nodes := c.Nodes()
+	reloaders := make([]*natsReloader, nodes)
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, nodes)
+	peers := make([]string, nodes)
+	for i := range nodes {
+		peers[i] = c.MonitorURL(i)
+	}
+	started := 0
+	t.Cleanup(func() {
+		stop()
+		for range started {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+		if t.Failed() {
+			t.Logf("the reloaders' log:\n%s", logs)
+		}
+	})
+	for i := range nodes {
+		cfg, err := parseNATSReloader([]string{"--watch", watch, "--pid-file", pidFile(i),
+			"--interval", "100ms", "--metrics-addr", "", "--peers", strings.Join(peers, ","), "--ordinal", strconv.Itoa(i),
+			"--slot", "2s", "--max-wait", maxWait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reloaders[i] = newNATSReloader(cfg, slog.New(slog.NewJSONHandler(logs, nil)).With("node", i), prometheus.NewRegistry(), &telemetry.Health{})
+		started++
+		go func() { done <- reloaders[i].run(rctx) }()
+	}
+	testenv.Eventually(t, 30*time.Second, "every reloader's first reload", func() error {
+		for i, r := range reloaders {
+			if n := testutil.ToFloat64(r.signals.WithLabelValues("hup")); n != 1 {
+				return fmt.Errorf("node %d: %v reloads", i, n)
+			}
+		}
+		return nil
+	})
+	return reloaders
+}
+
+// restarts is how many restarts (SIGTERM) each reloader has sent.
+func restarts(reloaders []*natsReloader) []float64 {
+	n := make([]float64, len(reloaders))
+	for i, r := range reloaders {
+		n[i] = testutil.ToFloat64(r.signals.WithLabelValues("term"))
+	}
+	return n
+}
+
+// TestNATSReloaderClusterAccountRemovedAndAddedBack reproduces the full cluster e2e's vendor
+// deleted and created again (issue 14, full19 at db7bf03): a three-node JetStream cluster whose
+// nodes include one accounts file, a reloader beside each and a supervisor restarting a node
+// whose server exits. Vendor 1 has an R3 memory inbox (V_IN, as the vendor roles create it) when
+// its account is removed: every node restarts in turn without the account, and the meta layer
+// keeps the stream's assignment. When the account comes back, the first node restarted with it
+// runs its V_IN replica alone — the others do not know the account — so its /healthz reports the
+// stream not current, and that is cured only by the other nodes' own restarts. The reloaders
+// waited for each other's health (in the e2e: nodes 0 and 2 skipped their turns for 4 minutes,
+// "'VENDOR0 > V_IN' is not current", while the vendor's "ensure stream V_IN" timed out; max-wait
+// would have let them go after 5). Here max-wait is 10 minutes, so the vendor creating its R3
+// inbox and publishing into it within 2 minutes of the re-creation means no node waited for a
+// peer whose only unhealthy replicas belong to the account it has yet to load.
+func TestNATSReloaderClusterAccountRemovedAndAddedBack(t *testing.T) {
+	const nodes = 3
+	dir := t.TempDir()
+	vol := newAccountsVolume(t, dir)
+	pw := natsPassword
+	vol.write("accounts.conf", accounts(t, pw, 0, 1))
+	c := testenv.StartNATSClusterIncluding(t, nodes, filepath.Join(vol.dir, "accounts.conf"))
+	pidFile := func(i int) string { return filepath.Join(dir, fmt.Sprintf("nats-%d.pid", i)) }
+	writePID := func(i, pid int) {
+		if err := os.WriteFile(pidFile(i), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range nodes {
+		writePID(i, c.Pid(i))
+	}
+	c.Supervise(t, writePID)
+
+	// inbox is what vendor 1's roles do at start: connect (to whichever node lets it in),
+	// ensure its R3 memory inbox V_IN and publish into it with an acknowledgement.
+	vendor := contract.VendorUser(1)
+	published := 0
+	inbox := func() error {
+		nc, err := nats.Connect(c.URLs(), nats.UserInfo(vendor, pw(vendor)), nats.Timeout(2*time.Second), nats.NoReconnect())
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamVendorIn, Subjects: []string{contract.VendorRoundSubjects(1)},
+			Storage: jetstream.MemoryStorage, Replicas: nodes}); err != nil {
+			return fmt.Errorf("ensure stream %s (via %s): %w", contract.StreamVendorIn, nc.ConnectedServerName(), err)
+		}
+		if _, err := js.Publish(ctx, contract.VendorInbox(1)+".r.1", []byte(strconv.Itoa(published))); err != nil {
+			return fmt.Errorf("publish (via %s): %w", nc.ConnectedServerName(), err)
+		}
+		published++
+		return nil
+	}
+	testenv.Eventually(t, 30*time.Second, "vendor1's R3 inbox before its account is removed", inbox)
+
+	var logs syncBuffer
+	reloaders := startClusterReloaders(t, c, filepath.Join(vol.dir, "accounts.conf"), pidFile, &logs, "10m")
+	probe := &natsReloader{http: &http.Client{Timeout: time.Second}}
+
+	// Vendor 1 is deleted: every node restarts once, in turn, without its account.
+	vol.write("accounts.conf", accounts(t, pw, 0))
+	testenv.Eventually(t, 2*time.Minute, "every node restarted once without vendor1, healthy", func() error {
+		if n := restarts(reloaders); slices.ContainsFunc(n, func(x float64) bool { return x != 1 }) {
+			return fmt.Errorf("restarts by node: %v", n)
+		}
+		for i := range nodes {
+			if err := probe.peerHealthy(c.MonitorURL(i), nil); err != nil {
+				return fmt.Errorf("node %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err := inbox(); err == nil {
+		t.Fatal("vendor1 still publishes into its inbox after its account was removed")
+	}
+
+	// And created again.
+	vol.write("accounts.conf", accounts(t, pw, 0, 1))
+	testenv.Eventually(t, 2*time.Minute, "vendor1, back, ensures its R3 inbox and publishes into it", inbox)
+	testenv.Eventually(t, time.Minute, "every node restarted again, with vendor1", func() error {
+		if n := restarts(reloaders); slices.ContainsFunc(n, func(x float64) bool { return x != 2 }) {
+			return fmt.Errorf("restarts by node: %v", n)
+		}
+		return nil
+	})
+	if strings.Contains(logs.String(), "without every peer healthy") {
+		t.Errorf("a reloader gave up waiting for its peers:\n%s", logs.String())
+	}
+}
+
 // TestReplicasCurrentReadsHealthzDetails: a peer whose only /healthz errors are about accounts (a
 // removed account with JetStream data stays "could not be resolved" for good) is current; one
-// with a stream or consumer replica not current, or a meta layer not caught up, is not. The
-// answers are nats-server's own types, marshalled as its monitor does.
+// with a stream or consumer replica not current, or a meta layer not caught up, is not — unless
+// the replica is in an account the restart brings in (the asking node does not know it yet, so
+// the replica waits for that restart). The answers are nats-server's own types, marshalled as
+// its monitor does.
 func TestReplicasCurrentReadsHealthzDetails(t *testing.T) {
 	answer := func(errs ...server.HealthzError) (int, []byte) {
 		st := server.HealthStatus{Status: "ok", StatusCode: http.StatusOK, Errors: errs}
@@ -484,22 +608,59 @@ func TestReplicasCurrentReadsHealthzDetails(t *testing.T) {
 	gone := server.HealthzError{Type: server.HealthzErrorAccount, Account: "PDA_OLD", Error: "JetStream account 'PDA_OLD' could not be resolved"}
 	stream := server.HealthzError{Type: server.HealthzErrorStream, Account: "INTEGRATOR", Stream: "KV_MOHITO_ROUNDINFO", Error: "JetStream stream 'INTEGRATOR > KV_MOHITO_ROUNDINFO' is not current"}
 	meta := server.HealthzError{Type: server.HealthzErrorJetStream, Error: "JetStream is not current with the meta leader"}
+	back := server.HealthzError{Type: server.HealthzErrorStream, Account: "VENDOR1", Stream: "V_IN", Error: "JetStream stream 'VENDOR1 > V_IN' is not current: group node unhealthy"}
+	backConsumer := server.HealthzError{Type: server.HealthzErrorConsumer, Account: "VENDOR1", Stream: "V_IN", Consumer: "agent", Error: "JetStream consumer 'VENDOR1 > V_IN > agent' is not current"}
+	incoming := map[string]bool{"VENDOR1": true}
 	for _, c := range []struct {
-		name    string
-		errs    []server.HealthzError
-		current bool
+		name     string
+		errs     []server.HealthzError
+		incoming map[string]bool
+		current  bool
 	}{
-		{"no errors", nil, true},
-		{"a removed account only", []server.HealthzError{gone}, true},
-		{"a stream replica catching up", []server.HealthzError{gone, stream}, false},
-		{"the meta layer behind", []server.HealthzError{meta}, false},
+		{"no errors", nil, nil, true},
+		{"a removed account only", []server.HealthzError{gone}, nil, true},
+		{"a stream replica catching up", []server.HealthzError{gone, stream}, nil, false},
+		{"the meta layer behind", []server.HealthzError{meta}, nil, false},
+		{"replicas of an account not loaded here yet", []server.HealthzError{back, backConsumer}, incoming, true},
+		{"replicas of an account loaded here", []server.HealthzError{back}, nil, false},
+		{"an account not loaded here and another stream", []server.HealthzError{back, stream}, incoming, false},
+		{"an account not loaded here and the meta layer", []server.HealthzError{back, meta}, incoming, false},
 	} {
 		code, body := answer(c.errs...)
-		if err := replicasCurrent(code, body); (err == nil) != c.current {
+		if err := replicasCurrent(code, body, c.incoming); (err == nil) != c.current {
 			t.Errorf("%s: replicasCurrent = %v, want current %v", c.name, err, c.current)
 		}
 	}
-	if err := replicasCurrent(http.StatusServiceUnavailable, []byte("unavailable")); err == nil {
+	if err := replicasCurrent(http.StatusServiceUnavailable, []byte("unavailable"), incoming); err == nil {
 		t.Error("a 503 without a readable body counted as current")
+	}
+}
+
+// TestNATSReloaderIncomingAccounts: the accounts a change brings in are those of the new file
+// the server has not loaded — an account removed and then created again is incoming again — and
+// none before the first signal or when a file does not parse.
+func TestNATSReloaderIncomingAccounts(t *testing.T) {
+	both := []byte(contract.AccountsConfig([][]string{{"d0"}, {"d0"}}, natsPassword))
+	one := []byte(contract.AccountsConfig([][]string{{"d0"}}, natsPassword))
+	if got := accountNames(both); !maps.Equal(got, map[string]bool{"INTEGRATOR": true, "VENDOR0": true, "VENDOR1": true}) {
+		t.Fatalf("accountNames = %v", got)
+	}
+	r := &natsReloader{}
+	if in := r.incoming(accountNames(both)); len(in) != 0 {
+		t.Errorf("before the first signal: incoming %v, want none", in)
+	}
+	r.appliedAccounts = accountNames(both)
+	if in := r.incoming(accountNames(one)); len(in) != 0 {
+		t.Errorf("vendor1 removed: incoming %v, want none", in)
+	}
+	r.appliedAccounts = accountNames(one)
+	if in := r.incoming(accountNames(both)); !maps.Equal(in, map[string]bool{"VENDOR1": true}) {
+		t.Errorf("vendor1 back: incoming %v, want VENDOR1", in)
+	}
+	if got := accountNames([]byte("accounts { broken")); got != nil {
+		t.Errorf("an unparsable file: %v, want nil", got)
+	}
+	if in := r.incoming(nil); len(in) != 0 {
+		t.Errorf("an unparsable new file: incoming %v, want none", in)
 	}
 }
