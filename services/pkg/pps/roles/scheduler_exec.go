@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -251,18 +252,24 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		masked := func(s int) (uint32, bool) { return slots[s].masked, slots[s].reason == pps.Valid }
 		stream, hdr, hlabels, err = b.hardenedGarble(gctx, a, masked, req)
 	} else {
-		var lerr error
-		built := make(chan struct{})
-		go func() {
-			defer close(built)
-			flabels, lerr = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
-		}()
 		// Garbled ahead: the garbler streams the inputs-dependent part only; if it no longer
 		// holds that execution, the execution is garbled in full.
 		if tables, e.Ahead = f.takeTables(); tables != nil {
 			id := tables.ExecID()
 			req.PregarbledExecId = id[:]
 		}
+		// While the garbler works: the labels placed, and for an execution garbled ahead their
+		// identity hashes computed (they need only the labels and the tables' header), so the
+		// inputs stream's identity gates cost one XOR per wire as it arrives.
+		var lerr error
+		built := make(chan struct{})
+		go func(tables *gc.Tables) {
+			defer close(built)
+			flabels, lerr = pps.EvaluatorLabels(a, func(s int) []pps.Label { return slots[s].labels })
+			if lerr == nil && tables != nil {
+				lerr = tables.Prehash(flabels, runtime.GOMAXPROCS(0))
+			}
+		}(tables)
 		stream, hdr, err = b.garbleHeader(gctx, req)
 		if tables != nil && status.Code(errors.Unwrap(err)) == codes.FailedPrecondition && strings.Contains(err.Error(), "pregarbled") {
 			b.log.Info("garbled-ahead execution refused by the garbler, garbling in full", "pipeline", f.p.Name, "err", err)
