@@ -15,7 +15,8 @@ import (
 
 // runBench is `mohito bench`: the open-loop capacity benchmark (loadgen.Bench). Every server
 // role runs as its own process of this binary, with nats-server and redis-server from
-// --bin-dir; users and devices run in this process, whose CPU is not counted.
+// --bin-dir; users run in this process and devices in a `mohito bench-devices` process,
+// and neither's CPU is counted.
 func runBench(args []string) error {
 	f := daemon.NewFlags("bench")
 	var (
@@ -97,6 +98,17 @@ func runBench(args []string) error {
 		o.Vendors, o.Round, o.CommandSize, o.DecryptWorkers, o.Encoders, o.Rates)
 	_, err = loadgen.Bench(ctx, o)
 	return err
+}
+
+// runBenchDevices is `mohito bench-devices <spec.json>`, the bench's devices process
+// (loadgen.RunBenchDevices); only mohito bench starts it.
+func runBenchDevices(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: bench-devices wants one spec file", errConfig)
+	}
+	ctx, cancel := telemetry.SignalContext(context.Background())
+	defer cancel()
+	return loadgen.RunBenchDevices(ctx, args[0], os.Stdin, os.Stdout)
 }
 
 func envOr(k, def string) string {

@@ -48,6 +48,8 @@ func main() {
 		err = runDrive(os.Args[2:], os.Stdout)
 	case "bench":
 		err = runBench(os.Args[2:])
+	case "bench-devices":
+		err = runBenchDevices(os.Args[2:])
 	case "smoke":
 		err = runSmoke(os.Args[2:], os.Stdout)
 	case "gateway", "coordinator", "decrypt-worker", "encoder", "responder", "shuffler", "vendor-agent":

@@ -24,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -35,10 +34,11 @@ import (
 
 // BenchOptions configure [Bench]: an open-loop capacity benchmark of the Mohito services.
 // Every server role runs as its own OS process (the mohito binary), with nats-server and
-// redis-server as processes too; users and devices run in the calling process, whose CPU
-// is not counted. Each step starts a fresh deployment sized for its offered rate, offers
-// commands at that rate whether or not earlier ones were answered (open loop), and measures
-// the role processes' CPU from /proc/<pid>/stat over a window of steady state.
+// redis-server as processes too; users run in the calling process and devices in a
+// `bench-devices` process of the same binary, and neither's CPU is counted. Each step
+// starts a fresh deployment sized for its offered rate, offers commands at that rate
+// whether or not earlier ones were answered (open loop), and measures the role processes'
+// CPU from /proc/<pid>/stat over a window of steady state.
 type BenchOptions struct {
 	Binary         string // the mohito executable (role processes)
 	BinDir         string // holds nats-server and redis-server
@@ -93,12 +93,16 @@ type BenchStep struct {
 	LatencyP50MS float64 `json:"latency_p50_ms"`
 	LatencyP99MS float64 `json:"latency_p99_ms"`
 	// ServerCPU is the role processes' CPU-seconds in the window (nats-server and
-	// redis-server included), by process group; ClientCPU the bench process's own.
-	ServerCPU   map[string]float64 `json:"server_cpu_s"`
-	ServerCPUS  float64            `json:"server_cpu_s_total"`
-	ClientCPUS  float64            `json:"client_cpu_s"`
-	WindowS     float64            `json:"window_s"`
-	CPUPerCmdUS float64            `json:"server_cpu_us_per_command"`
+	// redis-server included), by process group; ClientCPUS the client processes' (users and devices).
+	ServerCPU  map[string]float64 `json:"server_cpu_s"`
+	ServerCPUS float64            `json:"server_cpu_s_total"`
+	ClientCPUS float64            `json:"client_cpu_s"`
+	// UsersCPUS and DevicesCPUS split ClientCPUS: the bench process (users and their
+	// generator) and the bench-devices process.
+	UsersCPUS   float64 `json:"client_users_cpu_s"`
+	DevicesCPUS float64 `json:"client_devices_cpu_s"`
+	WindowS     float64 `json:"window_s"`
+	CPUPerCmdUS float64 `json:"server_cpu_us_per_command"`
 	// PerRoleUS is ServerCPU per answered command, in µs.
 	PerRoleUS map[string]float64 `json:"server_cpu_us_per_command_by_role"`
 	// CryptoBound is CPUPerCmdUS ÷ the library's FullRound CPU per entry.
@@ -269,7 +273,7 @@ func printStep(w io.Writer, s *BenchStep) {
 	if s.CryptoBound > 0 {
 		fmt.Fprintf(w, " (%.1f× FullRound per entry)", s.CryptoBound)
 	}
-	fmt.Fprintf(w, "; client process %.2f s (not counted)\n", s.ClientCPUS)
+	fmt.Fprintf(w, "; clients %.2f s (users %.2f s, devices %.2f s; not counted)\n", s.ClientCPUS, s.UsersCPUS, s.DevicesCPUS)
 	keys := make([]string, 0, len(s.PerRoleUS))
 	for k := range s.PerRoleUS {
 		keys = append(keys, k)
@@ -566,26 +570,17 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		return nil, err
 	}
 
-	// Devices in this process, over NATS, each as its own device user.
-	var dmu sync.Mutex
-	delivered := map[string]int{}
-	handler := func(cmd *mohito.Command) []byte {
-		dmu.Lock()
-		delivered[string(cmd.Payload)]++
-		dmu.Unlock()
-		return append([]byte("ack:"), cmd.Payload...)
-	}
+	// Devices in a process of their own (bench-devices), over NATS, each as its own device
+	// user: the users' generator in this process never waits on the devices' round work.
+	dspec := BenchDevicesSpec{NATSURL: fmt.Sprintf("nats://127.0.0.1:%d", e.nats), Params: p}
 	for u := range nDev {
-		user := contract.DeviceUser(u%o.Vendors, devs[u].id)
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", e.nats), nats.UserInfo(user, benchPassword(user)))
-		if err != nil {
-			return nil, err
-		}
-		defer nc.Close()
-		if err := client.NewDevice(devs[u].id, devs[u].sec, p, client.NATSTransport{NC: nc}, handler).Start(); err != nil {
-			return nil, err
-		}
+		dspec.Devices = append(dspec.Devices, BenchDeviceSecret{ID: devs[u].id, Vendor: u % o.Vendors, Secret: devs[u].sec[:]})
 	}
+	dp, err := e.startDevices(ctx, dspec)
+	if err != nil {
+		return nil, err
+	}
+	defer dp.kill()
 
 	// Users: a few connections, one token each.
 	var conns []*grpc.ClientConn
@@ -686,7 +681,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		natsProfiled = e.profileNATS(o.Measure)
 	}
 	from := time.Now()
-	cpu0, self0 := e.cpu(), selfCPU()
+	cpu0, self0, dev0 := e.cpu(), selfCPU(), dp.cpu()
 	calls0 := e.samples("gateway", "mohito_gateway_calls_total")
 	msgs0 := e.natsCounts()
 	aborted0 := int(e.scrape("coordinator", `mohito_rounds_total{outcome="aborted"}`))
@@ -694,7 +689,7 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		stopGen()
 		return nil, ctx.Err()
 	}
-	cpu1, self1 := e.cpu(), selfCPU()
+	cpu1, self1, dev1 := e.cpu(), selfCPU(), dp.cpu()
 	to := time.Now()
 	calls1 := e.samples("gateway", "mohito_gateway_calls_total")
 	msgs1 := e.natsCounts()
@@ -711,12 +706,14 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	}
 	// Let the devices' last answers land before counting.
 	time.Sleep(200 * time.Millisecond)
+	delivered, err := dp.finish()
+	if err != nil {
+		return nil, err
+	}
 
 	rmu.Lock()
 	st.Issued = len(recs)
-	dmu.Lock()
 	lat := st.tally(recs, delivered, from, to)
-	dmu.Unlock()
 	rmu.Unlock()
 	st.Saturated = int(saturated.Load())
 	st.LatencyP50MS, st.LatencyP99MS = ms(pct(lat, 0.5)), ms(pct(lat, 0.99))
@@ -727,7 +724,8 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		st.ServerCPU[g] += c - cpu0[name]
 		st.ServerCPUS += c - cpu0[name]
 	}
-	st.ClientCPUS = self1 - self0
+	st.UsersCPUS, st.DevicesCPUS = self1-self0, dev1-dev0
+	st.ClientCPUS = st.UsersCPUS + st.DevicesCPUS
 	st.PerRoleUS = map[string]float64{}
 	if st.Answered > 0 {
 		st.CPUPerCmdUS = st.ServerCPUS / float64(st.Answered) * 1e6

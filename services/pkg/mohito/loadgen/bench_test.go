@@ -1,6 +1,11 @@
 package loadgen
 
 import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +120,32 @@ func TestParseRates(t *testing.T) {
 	}
 	if _, err := ParseRates("100*1..800"); err == nil {
 		t.Fatal("factor 1 accepted")
+	}
+}
+
+// TestBenchDevicesAnswersReadyThenResultAtEOF: the devices process says "ready" once its
+// devices are started and, when its stdin closes, writes what they executed as one JSON
+// object and returns (here with no devices: an empty object).
+func TestBenchDevicesAnswersReadyThenResultAtEOF(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "devices.json")
+	b, _ := json.Marshal(BenchDevicesSpec{NATSURL: "nats://127.0.0.1:1"})
+	if err := os.WriteFile(spec, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errc := make(chan error, 1)
+	go func() { errc <- RunBenchDevices(t.Context(), spec, inR, outW); outW.Close() }()
+	rd := bufio.NewReader(outR)
+	if line, err := rd.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	inW.Close()
+	var got map[string]int
+	if err := json.NewDecoder(rd).Decode(&got); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("result %v, %v", got, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
