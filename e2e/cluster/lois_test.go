@@ -26,15 +26,17 @@ import (
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
-// The HeaderGateway sample (config/samples/lois_v1alpha1_headergateway.yaml) in this run: the
-// operator runs its cloud interface as a host-network pod on 127.0.0.1:7400 and its registrar
-// daemon (`lois registrar`) beside it; the device and the server (with its server interface)
-// live in two network namespaces the test makes, each with only its own addresses. Between a
-// namespace's loopback and the node's the test relays the emulated wire's datagrams (and the
-// server and device interfaces' NATS connections), so no address is added to the node. The
-// device opens its session with the registrar pod (`lois hello`) and replenishes through it
-// (`lois di --replenish`): with epochs of loisPerEpoch keystreams, at most the pool's
-// low-water floor, both directions need grants from the first packets on.
+// The HeaderGateway sample (config/samples/lois_v1alpha1_headergateway.yaml) in this run, with
+// server.placement netns: the operator runs its cloud interface as a host-network pod on
+// 127.0.0.1:7400, its registrar daemon (`lois registrar`) beside it, and the service's server
+// interface as a pod (`lois si` on 127.0.0.1:7402) whose TUN it makes, addresses and routes
+// inside the server's network namespace; the device (a device: its DI and curl) and the
+// server (an HTTP server) live in two network namespaces the test makes, each with only its
+// own addresses. Between the device namespace's loopback and the node's the test relays the
+// emulated wire's datagrams (and the DI's NATS connection), so no address is added to the
+// node. The device opens its session with the registrar pod (`lois hello`) and replenishes
+// through it (`lois di --replenish`): with epochs of loisPerEpoch keystreams, at most the
+// pool's low-water floor, both directions need grants from the first packets on.
 const (
 	loisAPI     = "lois.obscura.dev/v1alpha1"
 	gatewayName = "edge"
@@ -46,8 +48,10 @@ const (
 	loisUnified = 443
 	loisCIWire  = "127.0.0.1:7400" // the sample's cloud.wirePort on the node (host network)
 	loisDIWire  = "127.0.0.1:7401" // the DI's socket in the device namespace
-	loisSIWire  = "127.0.0.1:7402" // the SI's socket in the server namespace
-	loisMetrics = "127.0.0.1:9090" // each role's observability server in its namespace
+	loisSIWire  = "127.0.0.1:7402" // the SI pod's socket on the node (host network): serverWire
+	loisMetrics = "127.0.0.1:9090" // the DI's observability server in its namespace
+	// loisDevices is server.deviceNetworks: the device address the SI routes into its TUN.
+	loisDevices = loisDIP + "/32"
 	// loisPerEpoch is spec.keystreams.perEpoch in this run: no more than the pools' low-water
 	// floor (64), so the DI asks for an upload epoch (EPOCH_REQ) and the SI announces its low
 	// water (a download grant through the registrar to the DI) after their first packets.
@@ -60,12 +64,11 @@ type loisRun struct {
 	dev, srv loisNetns
 	nats     *testenv.NATS
 	// upRelay records what reaches the CI pod (device → cloud); downRelay what reaches the
-	// device (server interface → device).
+	// device (the SI pod → device).
 	upRelay, downRelay *udpRelay
-	srvWire            string // where the CI pod sends the service's packets (node side)
 	procs              []*testenv.Daemon
-	// mon, when set, is the Prometheus that scrapes the run (prometheus_test.go): the DI and
-	// SI become its targets once they run.
+	// mon, when set, is the Prometheus that scrapes the run (prometheus_test.go): the DI
+	// becomes its target once it runs (the pods are its targets anyway).
 	mon *monitor
 }
 
@@ -77,8 +80,9 @@ func (e *env) gateway() (*unstructured.Unstructured, error) {
 }
 
 // applyGateway builds lois for the node, starts the session stream's NATS server on the
-// node's loopback, makes the device and server namespaces with their relays, and applies the
-// sample with this run's NATS URL and server-interface wire address.
+// node's loopback, makes the device and server namespaces and the device's relays, and
+// applies the sample with this run's NATS URL and the operator running the server interface
+// in the server namespace (server.placement netns).
 func (e *env) applyGateway() *loisRun {
 	e.t.Helper()
 	for _, need := range []string{"/dev/net/tun"} {
@@ -97,35 +101,53 @@ func (e *env) applyGateway() *loisRun {
 	r.dev, r.srv = newLoisNetns(e, "loisd-"+s), newLoisNetns(e, "loiss-"+s)
 
 	natsAddr := strings.TrimPrefix(r.nats.URL(), "nats://")
-	// The server and device interfaces reach NATS at the same address inside their namespaces.
-	startTCPRelay(e, r.srv, natsAddr, natsAddr)
+	// The device interface reaches NATS at the same address inside its namespace (the SI pod
+	// is on the node's network).
 	startTCPRelay(e, r.dev, natsAddr, natsAddr)
 	// device → CI pod: the DI's cloud wire is 127.0.0.1:7400 in its namespace, as on the node.
 	r.upRelay = startUDPRelay(e, r.dev, loisCIWire, loisNetns{}, loisCIWire)
-	// CI pod → server interface: a node port of the relay's own into the server namespace.
-	toSI := startUDPRelay(e, loisNetns{}, "127.0.0.1:0", r.srv, loisSIWire)
-	r.srvWire = toSI.listen
-	// server interface → device (direct server return): the device's wire address as the
-	// server namespace sees it.
-	r.downRelay = startUDPRelay(e, r.srv, "127.0.0.1:0", r.dev, loisDIWire)
+	// SI pod → device (direct server return): the device's wire address as the node sees it.
+	r.downRelay = startUDPRelay(e, loisNetns{}, "127.0.0.1:0", r.dev, loisDIWire)
 
 	u := e.readSample("lois_v1alpha1_headergateway.yaml")
 	u.SetNamespace(e.ns)
 	must(e, unstructured.SetNestedField(u.Object, r.nats.URL(), "spec", "registrar", "natsURL"))
 	must(e, unstructured.SetNestedField(u.Object, int64(loisPerEpoch), "spec", "keystreams", "perEpoch"))
 	svcs, _, _ := unstructured.NestedSlice(u.Object, "spec", "services")
-	svcs[0].(map[string]any)["serverWire"] = r.srvWire
+	svcs[0].(map[string]any)["serverWire"] = loisSIWire
+	svcs[0].(map[string]any)["networkNamespace"] = r.srv.name
 	must(e, unstructured.SetNestedSlice(u.Object, svcs, "spec", "services"))
+	must(e, unstructured.SetNestedField(u.Object, "netns", "spec", "server", "placement"))
+	must(e, unstructured.SetNestedStringSlice(u.Object, []string{loisDevices}, "spec", "server", "deviceNetworks"))
 	if err := e.k.Create(context.Background(), u); err != nil {
 		e.t.Fatalf("apply the HeaderGateway sample: %v", err)
 	}
-	testenv.Eventually(e.t, 3*time.Minute, "HeaderGateway Ready", func() error {
+	testenv.Eventually(e.t, 3*time.Minute, "HeaderGateway Ready (the CI, the registrar and the SI pods ready)", func() error {
 		g, err := e.gateway()
 		if err != nil {
 			return err
 		}
-		return ready.Check(g)
+		if err := ready.Check(g); err != nil {
+			return err
+		}
+		if n, _, _ := unstructured.NestedInt64(g.Object, "status", "serverReplicas"); n != 1 {
+			return fmt.Errorf("status.serverReplicas %d", n)
+		}
+		return nil
 	})
+	// The SI pod made its TUN in the server namespace, with the server's address and the
+	// device's route — and none of it on the node.
+	siTUN := fmt.Sprintf("lois-si-%d", loisSID)
+	addr, err := exec.Command("ip", "-n", r.srv.name, "-4", "addr", "show", "dev", siTUN).CombinedOutput()
+	if err != nil || !strings.Contains(string(addr), "inet "+loisSIP+"/32") {
+		e.t.Fatalf("the SI's TUN in the server namespace: %v\n%s", err, addr)
+	}
+	if route, err := exec.Command("ip", "-n", r.srv.name, "-4", "route", "show", loisDIP).CombinedOutput(); err != nil || !strings.Contains(string(route), "dev "+siTUN) {
+		e.t.Fatalf("the device's route into the SI's TUN: %v\n%s", err, route)
+	}
+	if out, err := exec.Command("ip", "link", "show", siTUN).CombinedOutput(); err == nil {
+		e.t.Fatalf("the SI's TUN is on the node: %s", out)
+	}
 	return r
 }
 
@@ -136,8 +158,9 @@ func must(e *env, err error) {
 	}
 }
 
-// runGateway starts the server interface (following the session stream), opens the device's
-// session with the operator's registrar pod (HELLO, with the settings the operator rendered),
+// runGateway starts an HTTP server in the server namespace (behind the operator's SI pod),
+// opens the device's session with the operator's registrar pod (HELLO, with the settings the
+// operator rendered),
 // starts the device interface replenishing through the registrar (READY, EPOCH_REQ, download
 // grants), and has curl in the device namespace fetch a page from the server through the CI
 // pod. The wire shows neither endpoint's address or port, the device was granted epochs both
@@ -167,20 +190,27 @@ func (e *env) runGateway(r *loisRun) {
 			return n.httpGet("http://" + loisMetrics + "/readyz")
 		})
 	}
-	// The server interface opens the sealed session records with the gateway's record key
-	// (the operator's Secret, as its deployer would mount it); no pod log may hold the key.
+	// The SI pod opens the sealed session records with the gateway's record key (the
+	// operator's Secret, mounted); no pod log may hold the key.
 	var rk corev1.Secret
 	if err := e.k.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: gatewayName + "-lois-record-key"}, &rk); err != nil {
 		e.t.Fatal(err)
 	}
-	recordKey := filepath.Join(e.dir, "lois-record.key")
-	if err := os.WriteFile(recordKey, rk.Data["record.key"], 0o600); err != nil {
+	e.secrets["lois session record key"] = string(rk.Data["record.key"])
+	diTUN := "ltd" + r.dev.name[6:]
+	// The server answers on every address of its namespace (the SI's TUN holds SIP).
+	var l net.Listener
+	if err := r.srv.do(func() (err error) {
+		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", loisPSrv))
+		return err
+	}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.secrets["lois session record key"] = string(rk.Data["record.key"])
-	siTUN, diTUN := "lts"+r.srv.name[6:], "ltd"+r.dev.name[6:]
-	start(r.srv, "lois si", "si", "--tun", siTUN, "--wire-listen", loisSIWire, "--services", fmt.Sprintf("%d=%d", loisPSrv, loisSID),
-		"--replica-name", fmt.Sprintf("si-%d-0", loisSID), "--replica", "0", "--record-key-file", recordKey)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "hello %s, this is %s\n", req.RemoteAddr, req.Host)
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
 
 	// HELLO to the operator's registrar pod with the rendered settings: the device's keys (and
 	// its session's control key) only once the CI pod and the server interface acknowledged
@@ -200,29 +230,11 @@ func (e *env) runGateway(r *loisRun) {
 	e.t.Logf("lois hello: %s", strings.TrimSpace(string(helloOut)))
 	start(r.dev, "lois di", "di", "--tun", diTUN, "--wire-listen", loisDIWire, "--keys-file", filepath.Join(keys, "di.json"), "--replenish")
 	if r.mon != nil {
-		r.mon.scrapeInNetns(r.srv, loisMetrics, "si")
 		r.mon.scrapeInNetns(r.dev, loisMetrics, "di")
 	}
-	for _, a := range []struct {
-		n                loisNetns
-		dev, local, peer string
-	}{{r.dev, diTUN, loisDIP, loisCIP}, {r.srv, siTUN, loisSIP, loisDIP}} {
-		a.n.ip(e, "addr", "add", a.local+"/32", "dev", a.dev)
-		a.n.ip(e, "link", "set", a.dev, "mtu", "1400", "up")
-		a.n.ip(e, "route", "add", a.peer+"/32", "dev", a.dev, "src", a.local)
-	}
-	var l net.Listener
-	if err := r.srv.do(func() (err error) {
-		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", loisSIP, loisPSrv))
-		return err
-	}); err != nil {
-		e.t.Fatal(err)
-	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		fmt.Fprintf(w, "hello %s, this is %s\n", req.RemoteAddr, req.Host)
-	})}
-	go srv.Serve(l)
-	defer srv.Close()
+	r.dev.ip(e, "addr", "add", loisDIP+"/32", "dev", diTUN)
+	r.dev.ip(e, "link", "set", diTUN, "mtu", "1400", "up")
+	r.dev.ip(e, "route", "add", loisCIP+"/32", "dev", diTUN, "src", loisDIP)
 
 	out, err := r.dev.cmd("curl", "-sS", "--max-time", "30", fmt.Sprintf("http://%s:%d/cluster", loisCIP, loisSID)).CombinedOutput()
 	if err != nil {
@@ -287,7 +299,7 @@ func (e *env) runGateway(r *loisRun) {
 	})
 	cols := e.run("kubectl", "get", "headergateways", "-n", e.ns, gatewayName)
 	e.t.Logf("kubectl get headergateways:\n%s", cols)
-	e.report.Notes = append(e.report.Notes, fmt.Sprintf("lois: HELLO to the registrar pod, curl through the CI pod, %d uploads and %d downloads on the wire; epochs granted to the DI: %v",
+	e.report.Notes = append(e.report.Notes, fmt.Sprintf("lois: HELLO to the registrar pod, curl through the CI pod and the SI pod, %d uploads and %d downloads on the wire; epochs granted to the DI: %v",
 		len(ups), len(downs), granted))
 }
 
