@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 )
 
 // BenchmarkAdmitRedis admits 1 KiB M1s into a redis-server (400 a round, 1,600 users, from
-// parallel callers as a gateway's Submits are) and reports redis-server's own CPU per admission
-// (INFO cpu, user + system, main thread) beside the usual client-side figures: the store's part
+// 32 callers per GOMAXPROCS at once, as a gateway's concurrent Submits are) and reports
+// redis-server's own CPU per admission (INFO cpu, user + system, main thread) and the calling
+// process's (client-cpu-µs/op, the gateway's side) beside the usual figures: the store's part
 // of the server CPU per command that `mohito bench` counts.
 //
 //	go test ./pkg/mohito/roundstate/ -run '^$' -bench AdmitRedis -benchtime 20000x
@@ -30,8 +32,9 @@ func BenchmarkAdmitRedis(b *testing.B) {
 		users[i] = "user" + strconv.Itoa(i)
 	}
 	var n atomic.Uint64
-	cpu0 := redisCPU(b, rc)
+	cpu0, self0 := redisCPU(b, rc), selfCPU()
 	b.ResetTimer()
+	b.SetParallelism(32)
 	b.RunParallel(func(pb *testing.PB) {
 		m1 := make([]byte, 1024)
 		for pb.Next() {
@@ -45,6 +48,14 @@ func BenchmarkAdmitRedis(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64((redisCPU(b, rc)-cpu0).Microseconds())/float64(b.N), "redis-cpu-µs/op")
+	b.ReportMetric(float64((selfCPU()-self0).Microseconds())/float64(b.N), "client-cpu-µs/op")
+}
+
+// selfCPU is this process's user + system CPU so far (the store's client side).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU returns the server's used_cpu_user_main_thread + used_cpu_sys_main_thread.

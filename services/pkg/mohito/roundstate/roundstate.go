@@ -89,6 +89,11 @@ type Redis struct {
 	mu      sync.Mutex
 	queue   []*respCall
 	reading bool
+
+	// Concurrent Admit calls share one pipeline the same way (admitQueued).
+	amu       sync.Mutex
+	aqueue    []*admitCall
+	admitting bool
 }
 
 type respCall struct {
@@ -133,15 +138,31 @@ end
 return i
 `)
 
-// Admit implements Store.
+// Admit implements Store. Concurrent admissions — a gateway's Submits arrive together — share
+// one pipelined round trip (group commit): the first caller sends every admission queued
+// meanwhile as one pipeline of EVALSHAs and hands each caller its own script's answer. Each
+// admission is still its own atomic script, and a caller returns only once Redis has answered
+// its script, so what a Submit acknowledges is in Redis as before; the pipeline saves the
+// per-command write and read on both ends (the gateway's syscalls and redis-server's).
 func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
-	keys := []string{key(t, "closed"), key(t, "quota", user), key(t, "seq"), key(t, "m1"), key(t, "user"), key(t, "seen")}
-	digest := sha256.Sum256(m1)
-	n, err := admitScript.Run(ctx, r.c, keys, q, user, m1, r.ttl.Milliseconds(), digest[:]).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("admit in round %d: %w", t, err)
+	c := &admitCall{t: t, user: user, q: q, m1: m1, done: make(chan struct{})}
+	r.amu.Lock()
+	r.aqueue = append(r.aqueue, c)
+	lead := !r.admitting
+	r.admitting = true
+	r.amu.Unlock()
+	if lead {
+		r.admitQueued(ctx)
 	}
-	switch n {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if c.err != nil {
+		return 0, fmt.Errorf("admit in round %d: %w", t, c.err)
+	}
+	switch c.n {
 	case -1:
 		return 0, ErrClosed
 	case -2:
@@ -149,7 +170,63 @@ func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []by
 	case -3:
 		return 0, ErrDuplicate
 	}
-	return uint32(n), nil
+	return uint32(c.n), nil
+}
+
+type admitCall struct {
+	t    uint64
+	user string
+	q    int
+	m1   []byte
+	n    int64
+	err  error
+	done chan struct{}
+}
+
+func (r *Redis) admitArgs(c *admitCall) ([]string, []any) {
+	t := c.t
+	keys := []string{key(t, "closed"), key(t, "quota", c.user), key(t, "seq"), key(t, "m1"), key(t, "user"), key(t, "seen")}
+	digest := sha256.Sum256(c.m1)
+	return keys, []any{c.q, c.user, c.m1, r.ttl.Milliseconds(), digest[:]}
+}
+
+// admitQueued runs the queued admissions, a pipeline at a time, until none is left.
+func (r *Redis) admitQueued(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx) // it admits for other callers too
+	for {
+		r.amu.Lock()
+		calls := r.aqueue
+		r.aqueue = nil
+		if len(calls) == 0 {
+			r.admitting = false
+			r.amu.Unlock()
+			return
+		}
+		r.amu.Unlock()
+		if len(calls) == 1 {
+			c := calls[0]
+			keys, args := r.admitArgs(c)
+			c.n, c.err = admitScript.Run(ctx, r.c, keys, args...).Int64()
+			close(c.done)
+			continue
+		}
+		p := r.c.Pipeline()
+		cmds := make([]*redis.Cmd, len(calls))
+		for j, c := range calls {
+			keys, args := r.admitArgs(c)
+			cmds[j] = admitScript.EvalSha(ctx, p, keys, args...)
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error
+		for j, c := range calls {
+			c.n, c.err = cmds[j].Int64()
+			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+				// Redis lost its scripts (a restart): this one did not run; Run loads it again.
+				keys, args := r.admitArgs(c)
+				c.n, c.err = admitScript.Run(ctx, r.c, keys, args...).Int64()
+			}
+			close(c.done)
+		}
+	}
 }
 
 // MarkForwarded implements Store.
