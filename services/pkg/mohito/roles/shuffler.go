@@ -262,7 +262,7 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 			return natsx.Ack
 		}
 		if s.draining {
-			return natsx.Retry // the next leader takes this round
+			return handOver(m) // the next leader takes this round
 		}
 		key, err := s.cfg.Keys.KeyFor(ri.ShufflerEpoch(), ri.ShufflerKey)
 		if err != nil {
@@ -290,9 +290,13 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 	}
 	r := s.rounds[p.T]
 	if r == nil {
-		if s.young(m) {
-			// Its info has not reached this replica yet, or this replica is stopping and the
-			// next leader takes the round.
+		if s.draining {
+			if s.young(m) {
+				return handOver(m) // a round of the next leader
+			}
+		} else if s.young(m) {
+			// Its info has not reached this replica yet, or it is a round of a replica that is
+			// stopping and finishes it.
 			return natsx.Retry
 		}
 		// State lost in a crash, or too old: the coordinator aborts the round.
@@ -397,6 +401,19 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 		delete(s.rounds, p.T)
 	}
 	return natsx.Ack
+}
+
+// handOverDelay is how soon a stopping shuffler's NAK of a message of the next leader's round
+// lets the server deliver it again. Both consume the shuffler's durable while the stopping one
+// drains (serve), so about every other message of the leader's rounds reaches the stopping one;
+// the retry delay (200 ms) on each would add up over a round's exchange with the coordinator
+// (info, close, reply, finish in turn), which must fit in the shuffler timeout.
+const handOverDelay = 10 * time.Millisecond
+
+// handOver gives m back for the leader after handOverDelay; it is settled here.
+func handOver(m jetstream.Msg) natsx.Outcome {
+	_ = m.NakWithDelay(handOverDelay)
+	return natsx.Hold
 }
 
 func (s *ShufflerService) maybeChallenge(ctx context.Context, t uint64, r *shufRound) natsx.Outcome {
