@@ -15,6 +15,8 @@
 #                                 with OBSCURA_E2E_CLUSTER_PDA=1)
 #   OBSCURA_E2E_CLUSTER_NOTES=0|1 the NOTES' sample path: on by default in the smoke (one NATS
 #                                 server), off in full mode (3-node NATS); 0 or 1 forces it
+#   OBSCURA_E2E_CLUSTER_VENDORS=2 full mode: a second vendor joins for the load phases, and the
+#                                 encoders must scale out to two partitions and back (default 1)
 #   E2E_KEEP_CLUSTER=1            leave the cluster running afterwards (for debugging)
 #   E2E_REPORT=<file>             where the run's figures go (default e2e/cluster/out/report.json)
 set -euo pipefail
