@@ -13,15 +13,10 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/gc"
 )
 
-// pregarbledRoundTrip garbles p ahead of its inputs (tables stream), then garbles the
+// pregarbledRoundTripPrehash garbles p ahead of its inputs (tables stream), then garbles the
 // inputs (inputs stream) with a random output mask, reads the tables, evaluates and
-// unmasks. It checks both streams' sizes.
-func pregarbledRoundTrip(t testing.TB, p *gc.Plan, inputs []gc.Input, labels []gc.Label, opt *gc.Options) []bool {
-	return pregarbledRoundTripPrehash(t, p, inputs, labels, opt, 0)
-}
-
-// pregarbledRoundTripPrehash is pregarbledRoundTrip with the evaluator's labels prehashed on
-// workers goroutines (Tables.Prehash) before the inputs stream is evaluated; 0: not.
+// unmasks, with the evaluator's labels prehashed on workers goroutines (Tables.Prehash)
+// before the inputs stream is evaluated (0: not). It checks both streams' sizes.
 func pregarbledRoundTripPrehash(t testing.TB, p *gc.Plan, inputs []gc.Input, labels []gc.Label, opt *gc.Options, workers int) []bool {
 	t.Helper()
 	ctx := context.Background()
