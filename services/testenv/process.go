@@ -2,12 +2,10 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -68,26 +66,10 @@ func (p *process) waitReady(ctx context.Context, probe func(context.Context) err
 
 // stop sends SIGTERM, waits up to grace for the process to exit, then SIGKILLs it.
 func (p *process) stop(grace time.Duration) error {
-	select {
-	case <-p.done:
-		return nil
-	default:
+	if err := Terminate(p.cmd.Process, p.done, grace); err != nil {
+		return fmt.Errorf("stop %s: %w", p.name, err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stop %s (pid %d): %w", p.name, p.cmd.Process.Pid, err)
-	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-t.C:
-	}
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill %s (pid %d) after %s: %w", p.name, p.cmd.Process.Pid, grace, err)
-	}
-	<-p.done
-	return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.name, p.cmd.Process.Pid, grace)
+	return nil
 }
 
 // bindConflict reports whether the server failed because another process took its port
