@@ -85,15 +85,43 @@ type Redis struct {
 	ttl time.Duration
 
 	// Concurrent Response calls — a released round wakes every parked Fetch at once — share
-	// one pipelined round trip: the first caller reads for every call queued meanwhile.
-	mu      sync.Mutex
-	queue   []*respCall
-	reading bool
+	// one pipelined round trip (readResponses), and so do concurrent Admit calls
+	// (admitBatch).
+	responses batcher[*respCall]
+	admits    batcher[*admitCall]
+}
 
-	// Concurrent Admit calls share one pipeline the same way (admitQueued).
-	amu       sync.Mutex
-	aqueue    []*admitCall
-	admitting bool
+// batcher runs concurrent calls a batch at a time (group commit): the first caller to find no
+// batch running runs every call queued meanwhile, then those queued during that batch, until
+// none is left. Each call carries its own done channel, which run closes.
+type batcher[C any] struct {
+	mu      sync.Mutex
+	queue   []C
+	running bool
+}
+
+// do queues c and, unless a batch is already running, runs the queue a batch at a time.
+func (b *batcher[C]) do(c C, run func(calls []C)) {
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if !lead {
+		return
+	}
+	for {
+		b.mu.Lock()
+		calls := b.queue
+		b.queue = nil
+		if len(calls) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		run(calls)
+	}
 }
 
 type respCall struct {
@@ -146,14 +174,8 @@ return i
 // per-command write and read on both ends (the gateway's syscalls and redis-server's).
 func (r *Redis) Admit(ctx context.Context, t uint64, user string, q int, m1 []byte) (uint32, error) {
 	c := &admitCall{t: t, user: user, q: q, m1: m1, done: make(chan struct{})}
-	r.amu.Lock()
-	r.aqueue = append(r.aqueue, c)
-	lead := !r.admitting
-	r.admitting = true
-	r.amu.Unlock()
-	if lead {
-		r.admitQueued(ctx)
-	}
+	ctx0 := context.WithoutCancel(ctx) // the leader admits for other callers too
+	r.admits.do(c, func(calls []*admitCall) { r.admitBatch(ctx0, calls) })
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -190,42 +212,30 @@ func (r *Redis) admitArgs(c *admitCall) ([]string, []any) {
 	return keys, []any{c.q, c.user, c.m1, r.ttl.Milliseconds(), digest[:]}
 }
 
-// admitQueued runs the queued admissions, a pipeline at a time, until none is left.
-func (r *Redis) admitQueued(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx) // it admits for other callers too
-	for {
-		r.amu.Lock()
-		calls := r.aqueue
-		r.aqueue = nil
-		if len(calls) == 0 {
-			r.admitting = false
-			r.amu.Unlock()
-			return
-		}
-		r.amu.Unlock()
-		if len(calls) == 1 {
-			c := calls[0]
+// admitBatch runs one batch of admissions: a lone one as its script, more as one pipeline.
+func (r *Redis) admitBatch(ctx context.Context, calls []*admitCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		keys, args := r.admitArgs(c)
+		c.n, c.err = admitScript.Run(ctx, r.c, keys, args...).Int64()
+		close(c.done)
+		return
+	}
+	p := r.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for j, c := range calls {
+		keys, args := r.admitArgs(c)
+		cmds[j] = admitScript.EvalSha(ctx, p, keys, args...)
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	for j, c := range calls {
+		c.n, c.err = cmds[j].Int64()
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			// Redis lost its scripts (a restart): this one did not run; Run loads it again.
 			keys, args := r.admitArgs(c)
 			c.n, c.err = admitScript.Run(ctx, r.c, keys, args...).Int64()
-			close(c.done)
-			continue
 		}
-		p := r.c.Pipeline()
-		cmds := make([]*redis.Cmd, len(calls))
-		for j, c := range calls {
-			keys, args := r.admitArgs(c)
-			cmds[j] = admitScript.EvalSha(ctx, p, keys, args...)
-		}
-		_, _ = p.Exec(ctx) // each command carries its own error
-		for j, c := range calls {
-			c.n, c.err = cmds[j].Int64()
-			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-				// Redis lost its scripts (a restart): this one did not run; Run loads it again.
-				keys, args := r.admitArgs(c)
-				c.n, c.err = admitScript.Run(ctx, r.c, keys, args...).Int64()
-			}
-			close(c.done)
-		}
+		close(c.done)
 	}
 }
 
@@ -365,14 +375,8 @@ func (r *Redis) PutResponses(ctx context.Context, t uint64, ms []Mail) error {
 // Response implements Store.
 func (r *Redis) Response(ctx context.Context, user string, t uint64, i uint32) ([]byte, error) {
 	c := &respCall{key: mbox(user), field: mboxField(t, i), done: make(chan struct{})}
-	r.mu.Lock()
-	r.queue = append(r.queue, c)
-	lead := !r.reading
-	r.reading = true
-	r.mu.Unlock()
-	if lead {
-		r.readResponses(ctx)
-	}
+	ctx0 := context.WithoutCancel(ctx) // the leader reads for other callers too
+	r.responses.do(c, func(calls []*respCall) { r.readResponses(ctx0, calls) })
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -384,35 +388,24 @@ func (r *Redis) Response(ctx context.Context, user string, t uint64, i uint32) (
 	return c.b, c.err
 }
 
-// readResponses answers the queued Response calls, a pipeline at a time, until none is left.
-func (r *Redis) readResponses(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx) // it reads for other callers too
-	for {
-		r.mu.Lock()
-		calls := r.queue
-		r.queue = nil
-		if len(calls) == 0 {
-			r.reading = false
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		if len(calls) == 1 {
-			c := calls[0]
-			c.b, c.err = r.c.HGet(ctx, c.key, c.field).Bytes()
-			close(c.done)
-			continue
-		}
-		p := r.c.Pipeline()
-		cmds := make([]*redis.StringCmd, len(calls))
-		for j, c := range calls {
-			cmds[j] = p.HGet(ctx, c.key, c.field)
-		}
-		_, _ = p.Exec(ctx) // each command carries its own error (redis.Nil for a missing one)
-		for j, c := range calls {
-			c.b, c.err = cmds[j].Bytes()
-			close(c.done)
-		}
+// readResponses answers one batch of Response calls: a lone one as its HGET, more as one
+// pipeline.
+func (r *Redis) readResponses(ctx context.Context, calls []*respCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.b, c.err = r.c.HGet(ctx, c.key, c.field).Bytes()
+		close(c.done)
+		return
+	}
+	p := r.c.Pipeline()
+	cmds := make([]*redis.StringCmd, len(calls))
+	for j, c := range calls {
+		cmds[j] = p.HGet(ctx, c.key, c.field)
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error (redis.Nil for a missing one)
+	for j, c := range calls {
+		c.b, c.err = cmds[j].Bytes()
+		close(c.done)
 	}
 }
 
