@@ -13,23 +13,7 @@ import (
 // when a slot's labels cannot be derived.
 func TestGarblerInputsParallelEqualsSequential(t *testing.T) {
 	const n = 3*parallelSlotsMin + 7
-	seeds := make([]Seed, n)
-	for s := range seeds {
-		seeds[s][0], seeds[s][1] = byte(s), byte(s>>8)
-	}
-	labels := func(s int) (*[ValueBits]LabelPair, error) {
-		l := ValueLabels(&seeds[s], s%3)
-		return &l, nil
-	}
-	nulls := map[int]NullReason{0: Missing, parallelSlotsMin: Inconsistent, n - 1: Erased, 2*parallelSlotsMin + 1: NotAllowed}
-	a, err := Nullify(layoutOf(n, 1, 0), nulls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := GarblerInputs(a, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, labels, a, want := inputsFixture(t, n, 0, 3, map[int]NullReason{0: Missing, parallelSlotsMin: Inconsistent, n - 1: Erased, 2*parallelSlotsMin + 1: NotAllowed})
 	for _, w := range []int{2, 3, 4, 64} {
 		got, err := GarblerInputsParallel(a, labels, w)
 		if err != nil {
@@ -59,23 +43,7 @@ func TestGarblerInputsParallelEqualsSequential(t *testing.T) {
 // labels replaced by their constants, the validity constants set.
 func TestGarblerInputsDerivedEqualsGarblerInputs(t *testing.T) {
 	const n = 40
-	seeds := make([]Seed, n)
-	for s := range seeds {
-		seeds[s][0], seeds[s][1] = byte(s), 0xA5
-	}
-	labels := func(s int) (*[ValueBits]LabelPair, error) {
-		l := ValueLabels(&seeds[s], s%5)
-		return &l, nil
-	}
-	nulls := map[int]NullReason{0: Missing, 7: Inconsistent, n - 1: Erased, 20: NotAllowed}
-	a, err := Nullify(layoutOf(n, 1, 0), nulls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := GarblerInputs(a, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seeds, labels, a, want := inputsFixture(t, n, 0xA5, 5, map[int]NullReason{0: Missing, 7: Inconsistent, n - 1: Erased, 20: NotAllowed})
 	in := make([]gc.Input, len(want))
 	derived := func(s int) bool { return s%3 != 1 } // slots 1, 4, … through labels
 	for s := range n {
@@ -98,4 +66,27 @@ func TestGarblerInputsDerivedEqualsGarblerInputs(t *testing.T) {
 	if _, err := GarblerInputsDerived(a, make([]gc.Input, len(want)-1), derived, labels); err == nil {
 		t.Error("a short input slice was accepted")
 	}
+}
+
+// inputsFixture is n slots of one value each: slot s's seed (s, s>>8 ^ tag), its labels under
+// function key epoch s mod epochs, the slots nulls nullifies, and GarblerInputs' inputs for them.
+func inputsFixture(t *testing.T, n int, tag byte, epochs int, nulls map[int]NullReason) ([]Seed, SlotLabels, *Assignment, []gc.Input) {
+	t.Helper()
+	seeds := make([]Seed, n)
+	for s := range seeds {
+		seeds[s][0], seeds[s][1] = byte(s), byte(s>>8)^tag
+	}
+	labels := func(s int) (*[ValueBits]LabelPair, error) {
+		l := ValueLabels(&seeds[s], s%epochs)
+		return &l, nil
+	}
+	a, err := Nullify(layoutOf(n, 1, 0), nulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := GarblerInputs(a, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seeds, labels, a, want
 }
