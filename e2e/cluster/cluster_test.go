@@ -153,14 +153,8 @@ func errOrEmpty(err error) string {
 // StatefulSet in the namespace to be available.
 func (e *env) waitWorkloads() {
 	testenv.Eventually(e.t, 4*time.Minute, "Round, Vendor and Shuffler Ready", func() error {
-		for _, r := range [][2]string{{"Vendor", vendorName}, {"Shuffler", vendorName + "-shuffler"}, {"Round", roundName}} {
-			u, err := e.resource(r[0], r[1])
-			if err == nil {
-				err = ready.Check(u)
-			}
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", r[0], r[1], err)
-			}
+		if err := e.allReady([2]string{"Vendor", vendorName}, [2]string{"Shuffler", vendorName + "-shuffler"}, [2]string{"Round", roundName}); err != nil {
+			return err
 		}
 		return e.allAvailable()
 	})
@@ -172,6 +166,20 @@ func (e *env) waitWorkloads() {
 	if !strings.Contains(cm.Data["deployment.json"], `"suite": "MLKEM768X25519"`) {
 		e.t.Fatalf("Round %s does not run the post-quantum suite:\n%s", roundName, cm.Data["deployment.json"])
 	}
+}
+
+// allReady checks that each {kind, name} of objs is Ready (ready.Check).
+func (e *env) allReady(objs ...[2]string) error {
+	for _, r := range objs {
+		u, err := e.resource(r[0], r[1])
+		if err == nil {
+			err = ready.Check(u)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", r[0], r[1], err)
+		}
+	}
+	return nil
 }
 
 func (e *env) allAvailable() error {

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/obscura-iot/obscura/e2e/internal/ready"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -67,7 +66,7 @@ func seriesObjects() []string {
 	return out
 }
 
-// vendorDevices writes the driver's devices file of the first n+1 vendors (provision's
+// vendorDevices writes the driver's devices file of vendors 0 to last (provision's
 // devices.json lists every vendor's devices) and returns its path.
 func (e *env) vendorDevices(last int) string {
 	var devs []map[string]any
@@ -89,14 +88,8 @@ func (e *env) vendorDevices(last int) string {
 func (e *env) addSecondVendor() {
 	e.run("kubectl", "apply", "-n", e.ns, "-f", e.writeFile("second-vendor.yaml", []byte(secondVendorObjects)))
 	testenv.Eventually(e.t, 4*time.Minute, "the second Vendor and its Shuffler Ready", func() error {
-		for _, r := range [][2]string{{"Vendor", secondVendor}, {"Shuffler", secondVendor + "-shuffler"}} {
-			u, err := e.resource(r[0], r[1])
-			if err == nil {
-				err = ready.Check(u)
-			}
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", r[0], r[1], err)
-			}
+		if err := e.allReady([2]string{"Vendor", secondVendor}, [2]string{"Shuffler", secondVendor + "-shuffler"}); err != nil {
+			return err
 		}
 		if n := e.counter("vendors"); n != 2 {
 			return fmt.Errorf("Round %s counts %d vendors", roundName, n)
