@@ -290,11 +290,10 @@ func (s *ShufflerService) handle(ctx context.Context, m jetstream.Msg) natsx.Out
 	}
 	r := s.rounds[p.T]
 	if r == nil {
-		if s.draining {
-			if s.young(m) {
+		if s.young(m) {
+			if s.draining {
 				return handOver(m) // a round of the next leader
 			}
-		} else if s.young(m) {
 			// Its info has not reached this replica yet, or it is a round of a replica that is
 			// stopping and finishes it.
 			return natsx.Retry
