@@ -349,20 +349,27 @@ func (e *benchEnv) passwordFile(user string) string {
 	return p
 }
 
+// command runs bin with args as the bench's process name: on the CPUs --pin gives name
+// (taskset), and killed if the bench dies.
+func (e *benchEnv) command(name, bin string, args ...string) *exec.Cmd {
+	if cpus, ok := e.o.Pin[name]; ok {
+		args = append([]string{"-c", cpus, bin}, args...)
+		bin = "taskset"
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
 func (e *benchEnv) start(name, group string, env []string, bin string, args ...string) (*benchProc, error) {
 	p := &benchProc{name: name, group: group, done: make(chan struct{}), log: filepath.Join(e.dir, name+".log")}
 	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	if cpus, ok := e.o.Pin[name]; ok {
-		args = append([]string{"-c", cpus, bin}, args...)
-		bin = "taskset"
-	}
-	p.cmd = exec.Command(bin, args...)
+	p.cmd = e.command(name, bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 
 	"github.com/nats-io/nats.go"
 
@@ -108,13 +107,8 @@ func (e *benchEnv) startDevices(ctx context.Context, spec BenchDevicesSpec) (*be
 	if err != nil {
 		return nil, err
 	}
-	bin, args := e.o.Binary, []string{"bench-devices", path}
-	if cpus, ok := e.o.Pin["bench-devices"]; ok {
-		bin, args = "taskset", append([]string{"-c", cpus, bin}, args...)
-	}
-	d := &benchDevices{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	d := &benchDevices{cmd: e.command("bench-devices", e.o.Binary, "bench-devices", path), done: make(chan struct{})}
 	d.cmd.Stderr = log
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
 		log.Close()
 		return nil, err
