@@ -26,6 +26,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/roles"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 	"github.com/obscura-iot/obscura/services/testenv"
 )
 
@@ -286,14 +287,7 @@ func TestDaemons(t *testing.T) {
 
 	// Devices: vendor 0's first device over MQTT, the others over NATS, each
 	// as its own restricted device user.
-	var mu sync.Mutex
-	delivered := map[string]int{}
-	handler := func(cmd *mohito.Command) []byte {
-		mu.Lock()
-		delivered[string(cmd.Payload)]++
-		mu.Unlock()
-		return append([]byte("ack:"), cmd.Payload...)
-	}
+	var deliveries sim.Deliveries
 	for v := range vendors {
 		for _, id := range ids[v] {
 			user := contract.DeviceUser(v, id)
@@ -308,7 +302,7 @@ func TestDaemons(t *testing.T) {
 			} else {
 				tr = client.NATSTransport{NC: c.nats.Connect(t, nats.UserInfo(user, pw(user)))}
 			}
-			if err := client.NewDevice(id, secrets[id], p, tr, handler).Start(); err != nil {
+			if err := client.NewDevice(id, secrets[id], p, tr, deliveries.Ack).Start(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -361,7 +355,7 @@ func TestDaemons(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	mu.Lock()
+	delivered := deliveries.Counts()
 	for p := range sent {
 		if delivered[p] != 1 {
 			t.Errorf("command %s delivered %d times", p, delivered[p])
@@ -372,7 +366,6 @@ func TestDaemons(t *testing.T) {
 			t.Errorf("device received %q (%d times) that nobody sent", p, n)
 		}
 	}
-	mu.Unlock()
 
 	// The operator's view: status keys in the integrator's KV bucket and
 	// the decrypt workers' consumer.

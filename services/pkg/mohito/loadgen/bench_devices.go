@@ -10,13 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/contract"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 )
 
 // BenchDevicesSpec is what `mohito bench-devices` reads: the bench's devices, run in a
@@ -49,14 +49,7 @@ func RunBenchDevices(ctx context.Context, specPath string, in io.Reader, out io.
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("%s: %w", specPath, err)
 	}
-	var mu sync.Mutex
-	delivered := map[string]int{}
-	handler := func(cmd *mohito.Command) []byte {
-		mu.Lock()
-		delivered[string(cmd.Payload)]++
-		mu.Unlock()
-		return append([]byte("ack:"), cmd.Payload...)
-	}
+	var delivered sim.Deliveries
 	for _, d := range spec.Devices {
 		if len(d.Secret) != len(mohito.DeviceSecret{}) {
 			return fmt.Errorf("device %s: secret of %d bytes", d.ID, len(d.Secret))
@@ -68,7 +61,7 @@ func RunBenchDevices(ctx context.Context, specPath string, in io.Reader, out io.
 			return fmt.Errorf("device %s: %w", d.ID, err)
 		}
 		defer nc.Close()
-		if err := client.NewDevice(d.ID, &sec, spec.Params, client.NATSTransport{NC: nc}, handler).Start(); err != nil {
+		if err := client.NewDevice(d.ID, &sec, spec.Params, client.NATSTransport{NC: nc}, delivered.Ack).Start(); err != nil {
 			return fmt.Errorf("device %s: %w", d.ID, err)
 		}
 	}
@@ -82,9 +75,7 @@ func RunBenchDevices(ctx context.Context, specPath string, in io.Reader, out io.
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return json.NewEncoder(out).Encode(delivered)
+	return json.NewEncoder(out).Encode(delivered.Counts())
 }
 
 // benchDevices is the running devices process of a step.

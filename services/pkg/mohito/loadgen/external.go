@@ -20,6 +20,7 @@ import (
 	"github.com/obscura-iot/obscura/services/pkg/clock"
 	"github.com/obscura-iot/obscura/services/pkg/mohito"
 	"github.com/obscura-iot/obscura/services/pkg/mohito/client"
+	"github.com/obscura-iot/obscura/services/pkg/mohito/sim"
 )
 
 // ProvisionedDevice is one line of the devices file `mohito provision`
@@ -208,20 +209,8 @@ func Drive(ctx context.Context, o DriveOptions) (*Summary, error) {
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
 	run := hex.EncodeToString(nonce[:])
-	var mu sync.Mutex
-	delivered := map[string]int{}
-	foreign := 0
-	handler := func(cmd *mohito.Command) []byte {
-		mu.Lock()
-		if strings.HasPrefix(string(cmd.Payload), run+"-") {
-			delivered[string(cmd.Payload)]++
-		} else {
-			foreign++
-		}
-		mu.Unlock()
-		return append([]byte("ack:"), cmd.Payload...)
-	}
-	conns, err := startDevices(ctx, o, p, run, handler)
+	var deliveries sim.Deliveries
+	conns, err := startDevices(ctx, o, p, run, deliveries.Ack)
 	defer func() {
 		for _, c := range conns {
 			c.tr.Close()
@@ -347,7 +336,14 @@ loop:
 	stopWatch()
 
 	s := summarize(recs, watch, start, elapsed)
-	mu.Lock()
+	// Commands of other runs to these devices are counted apart (Foreign).
+	delivered := deliveries.Counts()
+	for pl, n := range delivered {
+		if !strings.HasPrefix(pl, run+"-") {
+			s.Foreign += n
+			delete(delivered, pl)
+		}
+	}
 	for _, r := range recs {
 		switch n := delivered[r.payload]; {
 		case n > 1:
@@ -365,8 +361,6 @@ loop:
 			s.Duplicated++ // delivered although its user gave up on it
 		}
 	}
-	s.Foreign = foreign
-	mu.Unlock()
 	// Every device gets one M6 per round (spec C6): one that received none was deaf all run.
 	var deaf []string
 	for _, c := range conns {
@@ -391,9 +385,7 @@ loop:
 	// The first few commands that were not delivered exactly once, to debug from the output.
 	shown := 0
 	for _, r := range recs {
-		mu.Lock()
-		n := delivered[r.payload]
-		mu.Unlock()
+		n := deliveries.Count(r.payload)
 		if (r.err == nil && !r.wrongReply && n == 1) || shown == 5 {
 			continue
 		}

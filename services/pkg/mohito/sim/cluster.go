@@ -70,11 +70,11 @@ type Cluster struct {
 	Users        []*client.User
 	GatewayAddrs []string
 
-	mu        sync.Mutex
-	procs     map[string]*proc
-	delivered map[string]int
-	conns     []*grpc.ClientConn
-	mqtt      []*client.MQTTTransport // devices over MQTT, closed by Stop
+	mu         sync.Mutex
+	procs      map[string]*proc
+	deliveries Deliveries // every device's executor
+	conns      []*grpc.ClientConn
+	mqtt       []*client.MQTTTransport // devices over MQTT, closed by Stop
 }
 
 type proc struct {
@@ -114,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.DecryptWorkers = 1
 	}
 	p := cfg.Deployment.Params
-	c := &Cluster{cfg: cfg, Metrics: roles.NewMetrics(cfg.Registry), procs: map[string]*proc{}, delivered: map[string]int{}}
+	c := &Cluster{cfg: cfg, Metrics: roles.NewMetrics(cfg.Registry), procs: map[string]*proc{}}
 	var err error
 	if cfg.KeyRetention == 0 {
 		cfg.KeyRetention = roles.DefaultKeyRetention
@@ -468,10 +468,7 @@ func (c *Cluster) startDevices(ctx context.Context, v int) error {
 		}
 		devs[d] = client.NewDevice(DeviceID(v, d), &c.secrets[v][d], p, tr, func(cmd *mohito.Command) []byte {
 			time.Sleep(c.cfg.Execute)
-			c.mu.Lock()
-			c.delivered[string(cmd.Payload)]++
-			c.mu.Unlock()
-			return append([]byte("ack:"), cmd.Payload...)
+			return c.deliveries.Ack(cmd)
 		})
 		devs[d].AnswerAfter = c.cfg.Deployment.AnswerAfter()
 		if err := devs[d].Start(); err != nil {
@@ -492,15 +489,7 @@ func closedChan() chan struct{} {
 func (c *Cluster) Deployment() roles.Deployment { return c.cfg.Deployment }
 
 // Delivered returns how many times each payload reached a device.
-func (c *Cluster) Delivered() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.delivered))
-	for k, v := range c.delivered {
-		out[k] = v
-	}
-	return out
-}
+func (c *Cluster) Delivered() map[string]int { return c.deliveries.Counts() }
 
 // Stop stops every role.
 func (c *Cluster) Stop() {
