@@ -70,35 +70,22 @@ func TestSupervisorRestartsServerInPlace(t *testing.T) {
 			if p == not || p == sup.Process.Pid {
 				return fmt.Errorf("pid file holds %d", p)
 			}
-			nc, err := nats.Connect(url, nats.Timeout(time.Second))
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
-			if err != nil {
-				return err
-			}
-			if publish {
-				if _, err := js.Publish(ctx, "s", []byte("kept")); err != nil {
+			return testenv.EnsureStream(url, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}}, func(ctx context.Context, js jetstream.JetStream, s jetstream.Stream) error {
+				if publish {
+					if _, err := js.Publish(ctx, "s", []byte("kept")); err != nil {
+						return err
+					}
+				}
+				info, err := s.Info(ctx)
+				if err != nil {
 					return err
 				}
-			}
-			info, err := s.Info(ctx)
-			if err != nil {
-				return err
-			}
-			if info.State.Msgs != 1 {
-				return fmt.Errorf("stream S holds %d messages", info.State.Msgs)
-			}
-			pid = p
-			return nil
+				if info.State.Msgs != 1 {
+					return fmt.Errorf("holds %d messages", info.State.Msgs)
+				}
+				pid = p
+				return nil
+			}, nats.Timeout(time.Second))
 		})
 		return pid
 	}

@@ -529,26 +529,14 @@ func TestNATSReloaderClusterAccountRemovedAndAddedBack(t *testing.T) {
 	vendor := contract.VendorUser(1)
 	published := 0
 	inbox := func() error {
-		nc, err := nats.Connect(c.URLs(), nats.UserInfo(vendor, pw(vendor)), nats.Timeout(2*time.Second), nats.NoReconnect())
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: contract.StreamVendorIn, Subjects: []string{contract.VendorRoundSubjects(1)},
-			Storage: jetstream.MemoryStorage, Replicas: nodes}); err != nil {
-			return fmt.Errorf("ensure stream %s (via %s): %w", contract.StreamVendorIn, nc.ConnectedServerName(), err)
-		}
-		if _, err := js.Publish(ctx, contract.VendorInbox(1)+".r.1", []byte(strconv.Itoa(published))); err != nil {
-			return fmt.Errorf("publish (via %s): %w", nc.ConnectedServerName(), err)
-		}
-		published++
-		return nil
+		return testenv.EnsureStream(c.URLs(), jetstream.StreamConfig{Name: contract.StreamVendorIn, Subjects: []string{contract.VendorRoundSubjects(1)},
+			Storage: jetstream.MemoryStorage, Replicas: nodes}, func(ctx context.Context, js jetstream.JetStream, _ jetstream.Stream) error {
+			if _, err := js.Publish(ctx, contract.VendorInbox(1)+".r.1", []byte(strconv.Itoa(published))); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+			published++
+			return nil
+		}, nats.UserInfo(vendor, pw(vendor)), nats.Timeout(2*time.Second), nats.NoReconnect())
 	}
 	testenv.Eventually(t, 30*time.Second, "vendor1's R3 inbox before its account is removed", inbox)
 
