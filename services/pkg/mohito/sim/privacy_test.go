@@ -78,6 +78,7 @@ type transcript struct {
 	multiset []string // "subject size", sorted
 	m6Order  []string // device command subjects in emission order
 	m4Sizes  []int    // V*'s shuffled batches in emission order
+	m2Sizes  []int    // the forwards V* received (M2), in arrival order
 	perKind  map[string]int
 }
 
@@ -102,8 +103,11 @@ func (c *capture) round(t uint64) transcript {
 		if isDev && kind == "cmd" {
 			tr.m6Order = append(tr.m6Order, norm)
 		}
-		if kind == "shuf" {
+		switch kind {
+		case "shuf":
 			tr.m4Sizes = append(tr.m4Sizes, m.size)
+		case "fwd":
+			tr.m2Sizes = append(tr.m2Sizes, m.size)
 		}
 	}
 	slices.Sort(tr.multiset)
@@ -177,7 +181,9 @@ func privacyRun(t *testing.T, devices []int, dests [][2]int, target uint64) []tr
 // every command to vendor 0 in one run and none in the other: every vendor
 // (V* included) must see exactly the same messages — subjects, counts and
 // sizes — one M6 per device in device order whatever it carries, and V*'s
-// shuffled batches with the same sizes in the same order.
+// shuffled batches with the same sizes in the same order. Every forward V*
+// receives is one M2 (Params.ForwardSize()): forwards batched by time differed
+// between the runs under load (2 × 2 M2s in one, 2 + 1 + 1 in the other).
 func TestVendorWireTranscriptIndependentOfRecipients(t *testing.T) {
 	devices := []int{4, 4, 4}
 	const target = 3
@@ -191,6 +197,7 @@ func TestVendorWireTranscriptIndependentOfRecipients(t *testing.T) {
 	if runs[0] == nil || runs[1] == nil {
 		t.FailNow()
 	}
+	m2Size := sim.SmallDeployment(devices, 256, time.Second).Params.ForwardSize()
 	for v := range devices {
 		a, b := runs[0][v], runs[1][v]
 		if len(a.multiset) == 0 {
@@ -201,6 +208,14 @@ func TestVendorWireTranscriptIndependentOfRecipients(t *testing.T) {
 		}
 		if !slices.Equal(a.m6Order, b.m6Order) || len(a.m6Order) != devices[v] {
 			t.Errorf("vendor %d: M6 emission order differs or not one per device: %v vs %v", v, a.m6Order, b.m6Order)
+		}
+		for _, tr := range []transcript{a, b} {
+			for _, n := range tr.m2Sizes {
+				if n != m2Size {
+					t.Errorf("vendor %d: a forward of %d bytes; every forward is one M2 of %d: %v", v, n, m2Size, tr.m2Sizes)
+					break
+				}
+			}
 		}
 		if !slices.Equal(a.m4Sizes, b.m4Sizes) {
 			t.Errorf("vendor %d: shuffled batch sizes/order differ: %v vs %v", v, a.m4Sizes, b.m4Sizes)
