@@ -25,14 +25,14 @@ import (
 type GatewayClient struct {
 	rpc    mohitov1.GatewayClient
 	token  string
-	rounds roundFeed
+	rounds *roundFeed // shared by every GatewayClient of the connection (feedOf)
 }
 
-// NewGatewayClient wraps a connection with an access token.
+// NewGatewayClient wraps a connection with an access token. The GatewayClients of one
+// *grpc.ClientConn share its round feed: one Rounds stream for all their users.
 func NewGatewayClient(conn grpc.ClientConnInterface, token string) *GatewayClient {
-	c := &GatewayClient{rpc: mohitov1.NewGatewayClient(conn), token: token}
-	c.rounds.changed = make(chan struct{})
-	return c
+	rpc := mohitov1.NewGatewayClient(conn)
+	return &GatewayClient{rpc: rpc, token: token, rounds: feedOf(conn, rpc)}
 }
 
 // DialGateway connects to a gateway on addr (loopback, plaintext: TLS is

@@ -22,7 +22,7 @@ import (
 // bounded number of user-API calls per answered command, whatever the round period — a
 // polling client makes one call per poll interval while it waits (the removed 25 ms poll cost
 // ≈ 43 calls per command). Per command: one Submit and one Fetch, plus a few for commands
-// that meet a closed round; Rounds streams are per user and per 20 s, not per command.
+// that meet a closed round; Rounds streams are per connection and per 20 s, not per command.
 func TestCommandsCostABoundedNumberOfCalls(t *testing.T) {
 	pw := func(u string) string { return u + "-pw" }
 	devices := []int{3, 4}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -30,6 +32,11 @@ type pushEnv struct {
 	nc    *nats.Conn
 	store *roundstate.Memory
 	alice *client.GatewayClient
+	conn  *grpc.ClientConn // alice's connection
+	addr  string           // the gateway's gRPC address
+	// roundsOpened counts the Rounds streams the gateway's server accepted (a stream
+	// interceptor: the calls metric counts a stream only when it ends).
+	roundsOpened atomic.Int64
 }
 
 func startPushGateway(t *testing.T) *pushEnv {
@@ -61,7 +68,8 @@ func startPushGatewayOn(t *testing.T, wrap func(roundstate.Store) roundstate.Sto
 	if wrap != nil {
 		gs = wrap(store)
 	}
-	g, err := NewGateway(ctx, GatewayConfig{Deployment: d, JS: js, Store: gs, Tokens: map[string]string{"tok-alice": "alice"}, Metrics: NewMetrics(nil)})
+	tokens := map[string]string{"tok-alice": "alice", "tok-bob": "bob"}
+	g, err := NewGateway(ctx, GatewayConfig{Deployment: d, JS: js, Store: gs, Tokens: tokens, Metrics: NewMetrics(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +77,14 @@ func startPushGatewayOn(t *testing.T, wrap func(roundstate.Store) roundstate.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewGRPCServer()
+	e := &pushEnv{g: g, nc: nc, store: store, addr: l.Addr().String()}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(contract.MaxMessageSize),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if strings.HasSuffix(info.FullMethod, "/Rounds") {
+				e.roundsOpened.Add(1)
+			}
+			return h(srv, ss)
+		}))
 	g.Register(srv)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
@@ -78,7 +93,38 @@ func startPushGatewayOn(t *testing.T, wrap func(roundstate.Store) roundstate.Sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &pushEnv{g: g, nc: nc, store: store, alice: client.NewGatewayClient(conn, "tok-alice")}
+	e.conn, e.alice = conn, client.NewGatewayClient(conn, "tok-alice")
+	return e
+}
+
+// dial opens another connection to the gateway.
+func (e *pushEnv) dial(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	conn, err := client.DialGateway(e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// putRound makes round r current at the gateway (a signed-shape M0 in the round-info bucket).
+func (e *pushEnv) putRound(t *testing.T, ctx context.Context, r uint64) []byte {
+	t.Helper()
+	p := e.g.cfg.Deployment.Params
+	ik, err := mohito.GenerateKey(p.Suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri := &mohito.RoundInfo{T: r, Params: p, IntegratorKey: ik.PublicKey(), ShufflerKey: ik.PublicKey()}
+	b, err := ri.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.rounds.put(ctx, r, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func (e *pushEnv) calls(method, code string) float64 {
@@ -274,6 +320,95 @@ func TestRoundsArePushed(t *testing.T) {
 	// RoundInfo answers from the followed round, not the bucket.
 	if b, err := e.g.roundInfo(ctx); err != nil || !bytes.Equal(b[:10], m0(11)[:10]) {
 		t.Fatalf("RoundInfo: %v", err)
+	}
+}
+
+// TestUsersOfOneConnectionShareOneRoundsStream: the users (tokens) of one gateway connection
+// learn every round from one Rounds stream — the gateway pushes each round once per connection,
+// not once per user — while a user on another connection has a stream of its own, and no user
+// asks RoundInfo.
+func TestUsersOfOneConnectionShareOneRoundsStream(t *testing.T) {
+	e := startPushGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	bob := client.NewGatewayClient(e.conn, "tok-bob")
+	e.putRound(t, ctx, 10)
+	for name, c := range map[string]*client.GatewayClient{"alice": e.alice, "bob": bob} {
+		if ri, err := c.NextRound(ctx, 0, time.Hour); err != nil || ri.T != 10 {
+			t.Fatalf("%s's first round: %v, %v", name, ri, err)
+		}
+	}
+	// Both wait for round 11; a third user, alone on another connection, too.
+	other := client.NewGatewayClient(e.dial(t), "tok-alice")
+	if ri, err := other.NextRound(ctx, 0, time.Hour); err != nil || ri.T != 10 {
+		t.Fatalf("the other connection's first round: %v, %v", ri, err)
+	}
+	next := make(chan *mohito.RoundInfo, 3)
+	for _, c := range []*client.GatewayClient{e.alice, bob, other} {
+		go func() {
+			ri, _ := c.NextRound(ctx, 10, time.Hour)
+			next <- ri
+		}()
+	}
+	e.putRound(t, ctx, 11)
+	for range 3 {
+		if ri := <-next; ri == nil || ri.T != 11 {
+			t.Fatalf("next round: %v", ri)
+		}
+	}
+	if n := e.roundsOpened.Load(); n != 2 {
+		t.Fatalf("%d Rounds streams opened for 3 users on 2 connections; want 2, one per connection", n)
+	}
+	if n := e.calls("RoundInfo", "OK"); n != 0 {
+		t.Fatalf("%v RoundInfo calls; rounds should have been pushed", n)
+	}
+}
+
+// TestSharedRoundFeedOutlivesARefusedToken: a connection's round stream is opened with the
+// token of a user that asks for a round; when the gateway refuses that token, the next user
+// of the connection to ask still gets the rounds (the stream is opened again with its token).
+func TestSharedRoundFeedOutlivesARefusedToken(t *testing.T) {
+	e := startPushGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e.putRound(t, ctx, 10)
+	conn := e.dial(t)
+	revoked := client.NewGatewayClient(conn, "tok-revoked")
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go func() { _, _ = revoked.NextRound(rctx, 0, time.Hour) }()
+	testenv.Eventually(t, 10*time.Second, "the revoked token's stream refused", func() error {
+		if n := e.calls("Rounds", "Unauthenticated"); n < 1 {
+			return fmt.Errorf("%v refused", n)
+		}
+		return nil
+	})
+	bob := client.NewGatewayClient(conn, "tok-bob")
+	if ri, err := bob.NextRound(ctx, 0, time.Hour); err != nil || ri.T != 10 {
+		t.Fatalf("bob's round: %v, %v", ri, err)
+	}
+	if n := e.calls("RoundInfo", "OK"); n != 0 {
+		t.Fatalf("%v RoundInfo calls; bob's round should have been pushed", n)
+	}
+}
+
+// TestRoundFeedOfAClosedConnectionEnds: once its connection is closed, a connection's round feed
+// answers NextRound with the connection's error instead of starting its stream over and over
+// until the caller's deadline.
+func TestRoundFeedOfAClosedConnectionEnds(t *testing.T) {
+	e := startPushGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e.putRound(t, ctx, 10)
+	conn := e.dial(t)
+	c := client.NewGatewayClient(conn, "tok-bob")
+	if ri, err := c.NextRound(ctx, 0, time.Hour); err != nil || ri.T != 10 {
+		t.Fatalf("first round: %v, %v", ri, err)
+	}
+	_ = conn.Close()
+	_, err := c.NextRound(ctx, 10, time.Hour)
+	if status.Code(err) != codes.Canceled || ctx.Err() != nil {
+		t.Fatalf("NextRound on a closed connection: %v (context: %v); want the connection's Canceled", err, ctx.Err())
 	}
 }
 
