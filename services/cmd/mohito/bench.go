@@ -37,7 +37,7 @@ func runBench(args []string) error {
 	f.Float64(&o.UsersPerRate, "users-per-rate", 4, "users (one device each) per offered command/s; must cover the latency, since a user has one command in flight")
 	f.Duration(&o.DeviceSpacing, "device-spacing", 0, "how long apart one device's commands are issued (devices = rate × this; default 2 rounds)")
 	f.String(&pin, "pin", "", "taskset CPU lists per process, e.g. decrypt-worker-0=0,decrypt-worker-1=1")
-	f.String(&o.CPUProfileDir, "cpuprofile-dir", "", "write each role's CPU profile of the measured window here (<process>.pprof)")
+	f.String(&o.CPUProfileDir, "cpuprofile-dir", "", "write each role's CPU profile of the measured window here (<process>.pprof; users.pprof: this process's users)")
 	f.String(&src, "fullround-src", "", "the services module directory: run the library's FullRound benchmark there for the crypto-bound ratio (empty: skipped)")
 	f.Bool(&o.KeepGoing, "keep-going", false, "run every step even after one fails")
 	f.String(&o.JSONPath, "json", "", "write the result as JSON here")

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -683,9 +684,13 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 		return nil, ctx.Err()
 	}
 	var natsProfiled chan struct{}
+	var usersProfile *os.File
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR1)
 		natsProfiled = e.profileNATS(o.Measure)
+		// The users' side too (this process: the users and their generator), not counted
+		// in the server CPU but where refusal storms start.
+		usersProfile = startUsersProfile(filepath.Join(o.CPUProfileDir, "users.pprof"))
 	}
 	from := time.Now()
 	cpu0, self0, dev0 := e.cpu(), selfCPU(), dp.cpu()
@@ -702,6 +707,10 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	msgs1 := e.natsCounts()
 	if o.CPUProfileDir != "" {
 		e.signal(syscall.SIGUSR2)
+		if usersProfile != nil {
+			pprof.StopCPUProfile()
+			usersProfile.Close()
+		}
 		<-natsProfiled
 	}
 	stopGen()
@@ -778,6 +787,20 @@ func benchStep(ctx context.Context, o BenchOptions, rate float64) (*BenchStep, e
 	}
 	st.verdict()
 	return st, nil
+}
+
+// startUsersProfile starts this process's CPU profile into path (nil: not started, e.g. a
+// profile already running).
+func startUsersProfile(path string) *os.File {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil
+	}
+	if pprof.StartCPUProfile(f) != nil {
+		f.Close()
+		return nil
+	}
+	return f
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
