@@ -260,10 +260,17 @@ func TestHostNetworkMode(t *testing.T) {
 		if env[specs.EnvAddrFile] != specs.RunDir+"/addr" {
 			t.Errorf("%s: %s=%q", name, specs.EnvAddrFile, env[specs.EnvAddrFile])
 		}
-		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
 			if p == nil || p.Exec == nil || p.HTTPGet != nil || p.Exec.Command[0] != Binary || p.Exec.Command[1] != "probe" {
 				t.Errorf("%s: probe %+v, want an exec probe of %s", name, p, Binary)
 			}
+		}
+		// Every exec probe is a runc exec on the node: after start-up they run sparsely.
+		if c.StartupProbe != nil && c.LivenessProbe != nil && c.ReadinessProbe != nil &&
+			(c.LivenessProbe.PeriodSeconds < 30 || c.ReadinessProbe.PeriodSeconds < 10 ||
+				c.StartupProbe.PeriodSeconds*c.StartupProbe.FailureThreshold < 60) {
+			t.Errorf("%s: probe periods startup %d×%d, liveness %d, readiness %d", name,
+				c.StartupProbe.PeriodSeconds, c.StartupProbe.FailureThreshold, c.LivenessProbe.PeriodSeconds, c.ReadinessProbe.PeriodSeconds)
 		}
 		if name == "gateway" {
 			if env[specs.EnvListen] != "127.0.0.1:"+strconv.Itoa(GatewayPort) || env[specs.EnvReusePort] != "true" {

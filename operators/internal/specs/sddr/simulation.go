@@ -342,7 +342,7 @@ func SimulationJob(s *sddrv1.EncounterSimulation, pl Platform) *batchv1.Job {
 	// A run to completion: no probes (the simulator serves no health port, and a liveness
 	// restart would lose the shard's place in the run); the result is the termination
 	// message, and a failing shard's last log lines take its place.
-	c.LivenessProbe, c.ReadinessProbe = nil, nil
+	c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
 	c.Ports = nil
 	c.TerminationMessagePath = TerminationLog
 	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError

@@ -156,7 +156,7 @@ func TestSimulationJobOnHostNetwork(t *testing.T) {
 	job := sddr.SimulationJob(s, sddr.Platform{Image: "i", Runtime: specs.Runtime{NATSURL: "nats://127.0.0.1:4222", HostNetwork: true}})
 	p := job.Spec.Template.Spec
 	c := p.Containers[0]
-	if !p.HostNetwork || c.LivenessProbe != nil || c.ReadinessProbe != nil || len(c.Ports) != 0 {
+	if !p.HostNetwork || c.StartupProbe != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil || len(c.Ports) != 0 {
 		t.Errorf("host network %v probes %v/%v ports %v", p.HostNetwork, c.LivenessProbe, c.ReadinessProbe, c.Ports)
 	}
 	for _, e := range c.Env {
