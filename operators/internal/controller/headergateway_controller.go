@@ -275,33 +275,63 @@ func (r *HeaderGatewayReconciler) pruneServerInterfaces(ctx context.Context, g *
 	return nil
 }
 
-// observe reads the cloud interfaces' figures into status and returns when to look again.
-// It never fails the reconcile: a replica starting or briefly unreachable leaves the figures
-// as they were.
+// observe reads the cloud interfaces' figures, and those of the server interfaces the
+// operator runs, into status and returns when to look again. It never fails the reconcile: a
+// replica starting or briefly unreachable leaves the figures as they were.
 func (r *HeaderGatewayReconciler) observe(ctx context.Context, g *loisv1.HeaderGateway) time.Duration {
 	const every = 15 * time.Second
 	if r.Services == nil {
 		return 0
 	}
+	r.observeCloud(ctx, g)
+	if lois.RunsServerInterfaces(g) {
+		r.observeServers(ctx, g)
+	} else {
+		g.Status.Server, g.Status.PadRatio = nil, ""
+	}
+	return every
+}
+
+func (r *HeaderGatewayReconciler) observeCloud(ctx context.Context, g *loisv1.HeaderGateway) {
 	log := logf.FromContext(ctx)
 	eps, err := r.cloudEndpoints(ctx, g)
 	if err != nil {
 		log.Info("cloud interface pods unavailable", "err", err.Error())
-		return every
+		return
 	}
 	if len(eps) == 0 {
-		return every
+		return
 	}
 	rep, err := r.Services.Cloud(ctx, eps)
 	switch {
 	case errors.Is(err, loisstatus.ErrNotReported):
-		return every
+		return
 	case err != nil:
 		log.Info("cloud interface figures unavailable", "err", err.Error())
-		return every
+		return
 	}
 	applyCloudReport(&g.Status, rep, time.Now())
-	return every
+}
+
+func (r *HeaderGatewayReconciler) observeServers(ctx context.Context, g *loisv1.HeaderGateway) {
+	log := logf.FromContext(ctx)
+	eps, err := r.serverEndpoints(ctx, g)
+	if err != nil {
+		log.Info("server interface pods unavailable", "err", err.Error())
+		return
+	}
+	if len(eps) == 0 {
+		return
+	}
+	rep, err := r.Services.Server(ctx, eps)
+	switch {
+	case errors.Is(err, loisstatus.ErrNotReported):
+		return
+	case err != nil:
+		log.Info("server interface figures unavailable", "err", err.Error())
+		return
+	}
+	applyServerReport(&g.Status, rep, time.Now())
 }
 
 // applyCloudReport writes a report into status; packets/s is the rate of consumed keystreams
@@ -309,11 +339,64 @@ func (r *HeaderGatewayReconciler) observe(ctx context.Context, g *loisv1.HeaderG
 func applyCloudReport(s *loisv1.HeaderGatewayStatus, rep *loisstatus.Report, now time.Time) {
 	now = now.Truncate(time.Second)
 	if last := s.LastObserved; last != nil && now.After(last.Time) && rep.Consumed >= s.KeystreamsConsumed {
-		rate := float64(rep.Consumed-s.KeystreamsConsumed) / now.Sub(last.Time).Seconds()
-		s.PacketsPerSecond = strconv.FormatFloat(rate, 'f', 1, 64)
+		s.PacketsPerSecond = rate(rep.Consumed-s.KeystreamsConsumed, now.Sub(last.Time))
 	}
 	s.Devices, s.KeystreamsInstalled, s.KeystreamsConsumed, s.Rejected = rep.Devices, rep.Installed, rep.Consumed, rep.Rejected
 	s.LastObserved = &metav1.Time{Time: now}
+}
+
+// applyServerReport writes the server interfaces' report into status: their counts, the
+// rate of their packets since the previous observation (none after one restarted and
+// counted from zero) and the pad ratio of every packet they handled.
+func applyServerReport(s *loisv1.HeaderGatewayStatus, rep *loisstatus.ServerReport, now time.Time) {
+	now = now.Truncate(time.Second)
+	prev := s.Server
+	next := &loisv1.ServerInterfaceStatus{Replicas: int32(rep.Replicas), Devices: rep.Devices,
+		UploadsRecovered: rep.Uploads, DownloadsHidden: rep.Downloads, CoverReceived: rep.CoverReceived, CoverSent: rep.CoverSent,
+		DownloadKeystreams: rep.DownloadKeystreams, Rejected: rep.Rejected, LastObserved: &metav1.Time{Time: now}}
+	if prev != nil {
+		next.PacketsPerSecond = prev.PacketsPerSecond
+		before := prev.UploadsRecovered + prev.DownloadsHidden + prev.CoverReceived + prev.CoverSent
+		if last := prev.LastObserved; last != nil && now.After(last.Time) && rep.Packets() >= before {
+			next.PacketsPerSecond = rate(rep.Packets()-before, now.Sub(last.Time))
+		}
+	}
+	s.Server = next
+	if ratio, ok := rep.PadRatio(); ok {
+		s.PadRatio = strconv.FormatFloat(ratio, 'f', 2, 64)
+	}
+}
+
+// rate is n per d as status shows it ("12.5").
+func rate(n int64, d time.Duration) string {
+	return strconv.FormatFloat(float64(n)/d.Seconds(), 'f', 1, 64)
+}
+
+// serverEndpoints are the metrics listeners of the running server interface pods the
+// operator runs (lois.ServerMetricsEndpoint of each pod's service).
+func (r *HeaderGatewayReconciler) serverEndpoints(ctx context.Context, g *loisv1.HeaderGateway) ([]string, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var pods corev1.PodList
+	if err := reader.List(ctx, &pods, client.InNamespace(g.Namespace), client.MatchingLabels(lois.PodSelector(g, lois.RoleServer))); err != nil {
+		return nil, fmt.Errorf("list server interface pods of header gateway %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	var eps []string
+	for _, pod := range pods.Items {
+		if pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, s := range g.Spec.Services {
+			if strconv.Itoa(int(s.Port)) == pod.Labels[lois.LabelService] {
+				if ep := lois.ServerMetricsEndpoint(s); ep != "" && !slices.Contains(eps, ep) {
+					eps = append(eps, ep)
+				}
+			}
+		}
+	}
+	return eps, nil
 }
 
 // cloudEndpoints are the metrics listeners of the cloud interface pods that run.

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/obscura-iot/obscura/operators/api/common"
@@ -160,9 +161,23 @@ func TestHeaderGatewayRunsCloudInterfaces(t *testing.T) {
 	}
 
 	// Two cloud interfaces and two server interfaces per service: the registrar waits for all
-	// four, the flow key stays the same.
+	// four, the flow key stays the same. The cloud interfaces are pinned to the edge nodes.
 	g.Spec.Cloud.Replicas, g.Spec.Server.Replicas = 2, 2
+	g.Spec.Cloud.NodeSelector = map[string]loisv1.LabelValue{"node-role.obscura.dev/edge": ""}
+	g.Spec.Cloud.Tolerations = []corev1.Toleration{{Key: "edge", Operator: corev1.TolerationOpEqual, Value: "lois", Effect: corev1.TaintEffectNoExecute,
+		TolerationSeconds: ptr.To[int64](60)}}
 	update(t, g)
+	eventually(t, "the cloud interfaces pinned", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&ss), &ss); err != nil {
+			return err
+		}
+		pod := ss.Spec.Template.Spec
+		if _, ok := pod.NodeSelector["node-role.obscura.dev/edge"]; !ok || len(pod.Tolerations) != 1 || pod.Tolerations[0].Value != "lois" ||
+			*pod.Tolerations[0].TolerationSeconds != 60 {
+			return errorf("node selector %v, tolerations %+v", pod.NodeSelector, pod.Tolerations)
+		}
+		return nil
+	})
 	eventually(t, "registrar waits for every replica", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&cm), &cm); err != nil {
 			return err
@@ -255,6 +270,31 @@ func TestHeaderGatewayStatusFromReport(t *testing.T) {
 	applyCloudReport(&s, &loisstatus.Report{Replicas: 2, Devices: 3, Installed: 23500, Consumed: 600, Rejected: map[string]int64{"replay": 2}}, t0.Add(10*time.Second))
 	if s.PacketsPerSecond != "50.0" || s.Rejected["replay"] != 2 {
 		t.Fatalf("second look: %+v", s)
+	}
+}
+
+// TestHeaderGatewayPadRatioFromServerReport: the operator's server interfaces' figures become
+// status.server and the Pad column: the pad ratio is the cover packets (received and sent)
+// over every packet they handled, SI packets/s the rate of all of them between two looks;
+// before any packet there is no ratio, and a restarted SI (counts from zero) leaves the rate
+// as it was.
+func TestHeaderGatewayPadRatioFromServerReport(t *testing.T) {
+	var s loisv1.HeaderGatewayStatus
+	t0 := time.Unix(1_800_000_000, 0)
+	applyServerReport(&s, &loisstatus.ServerReport{Replicas: 1, Devices: 2, DownloadKeystreams: 2048}, t0)
+	if s.PadRatio != "" || s.Server == nil || s.Server.Replicas != 1 || s.Server.Devices != 2 || s.Server.DownloadKeystreams != 2048 || s.Server.PacketsPerSecond != "" {
+		t.Fatalf("before any packet: ratio %q, server %+v", s.PadRatio, s.Server)
+	}
+	// 40 real uploads, 33 replies, 10 cover uploads, 17 cover downloads: 27 of 100.
+	applyServerReport(&s, &loisstatus.ServerReport{Replicas: 1, Devices: 2, Uploads: 40, Downloads: 33, CoverReceived: 10, CoverSent: 17,
+		Rejected: map[string]int64{"up/unknown_id": 1}}, t0.Add(10*time.Second))
+	if s.PadRatio != "0.27" || s.Server.PacketsPerSecond != "10.0" || s.Server.UploadsRecovered != 40 || s.Server.CoverSent != 17 ||
+		s.Server.Rejected["up/unknown_id"] != 1 {
+		t.Fatalf("second look: ratio %q, server %+v", s.PadRatio, s.Server)
+	}
+	applyServerReport(&s, &loisstatus.ServerReport{Replicas: 1, Uploads: 3, Downloads: 1}, t0.Add(20*time.Second))
+	if s.PadRatio != "0.00" || s.Server.PacketsPerSecond != "10.0" || s.Server.UploadsRecovered != 3 {
+		t.Fatalf("after a restart: ratio %q, server %+v", s.PadRatio, s.Server)
 	}
 }
 
@@ -381,6 +421,8 @@ func netnsGateway(t *testing.T, ns string) *loisv1.HeaderGateway {
 	g.Spec.Server.DeviceNetworks = []string{"10.99.0.0/24"}
 	g.Spec.Services[0].NetworkNamespace = "web-ns"
 	g.Spec.Services[0].ServerWire = "127.0.0.1:7402"
+	g.Spec.Server.NodeSelector = map[string]loisv1.LabelValue{"kubernetes.io/hostname": "node-a"}
+	g.Spec.Server.Tolerations = []corev1.Toleration{{Key: "lois.obscura.dev/servers", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	return g
 }
 
@@ -434,6 +476,8 @@ func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
 		specs.Env(lois.FlagSTPQ):          "0.1",
 		specs.Env(lois.FlagRecordKeyFile): lois.SecretsDir + "/record/" + lois.RecordKeyFile,
 		specs.EnvNATSUser:                 "secret:edge-lois-nats/user",
+		specs.EnvMetricsAddr:              "127.0.0.1:8402", // serverWire's port + 1000: where the operator reads it
+		specs.EnvHealthAddr:               "127.0.0.1:0",
 	} {
 		if e[k] != want {
 			t.Errorf("%s = %q, want %q", k, e[k], want)
@@ -463,6 +507,11 @@ func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
 	if len(hostPaths) != 2 || hostPaths["/dev/net/tun"] != "CharDevice" || hostPaths["/run/netns"] != "Directory" {
 		t.Errorf("host paths %v", hostPaths)
 	}
+	// Node pinning: the SI runs on the node that has the server's namespace.
+	if pod.NodeSelector["kubernetes.io/hostname"] != "node-a" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "lois.obscura.dev/servers" ||
+		pod.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+		t.Errorf("server interface pinning: node selector %v, tolerations %+v", pod.NodeSelector, pod.Tolerations)
+	}
 	var cm corev1.ConfigMap
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-registrar"}, &cm); err != nil {
 		t.Fatal(err)
@@ -490,6 +539,7 @@ func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
 		t.Errorf("second SI: netns %q name %q", e[specs.Env(lois.FlagNetns)], e[specs.Env(lois.FlagReplicaName)])
 	}
 	g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = loisv1.ServerPlacementExternal, nil
+	g.Spec.Server.NodeSelector, g.Spec.Server.Tolerations = nil, nil
 	for i := range g.Spec.Services {
 		g.Spec.Services[i].NetworkNamespace = ""
 	}
@@ -535,8 +585,31 @@ func TestHeaderGatewayServerInterfaceRefusals(t *testing.T) {
 		{"unknown-placement", func(g *loisv1.HeaderGateway) { g.Spec.Server.Placement = "sidecar" }, "Unsupported value"},
 		{"resources-when-external", func(g *loisv1.HeaderGateway) {
 			g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks, g.Spec.Services[0].NetworkNamespace = "", nil, ""
+			g.Spec.Server.NodeSelector, g.Spec.Server.Tolerations = nil, nil
 			g.Spec.Server.Resources = &corev1.ResourceRequirements{}
 		}, "server.resources applies only"},
+		{"pinning-when-external", func(g *loisv1.HeaderGateway) {
+			g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks, g.Spec.Services[0].NetworkNamespace = "", nil, ""
+		}, "server.nodeSelector and server.tolerations apply only"},
+		{"bad-node-selector-key", func(g *loisv1.HeaderGateway) {
+			g.Spec.Server.NodeSelector = map[string]loisv1.LabelValue{"bad key!": "x"}
+		},
+			"nodeSelector keys must be label keys"},
+		{"bad-node-selector-value", func(g *loisv1.HeaderGateway) {
+			g.Spec.Cloud.NodeSelector = map[string]loisv1.LabelValue{"zone": "-a b"}
+		},
+			"spec.cloud.nodeSelector.zone: Invalid value"},
+		{"toleration-operator", func(g *loisv1.HeaderGateway) {
+			g.Spec.Cloud.Tolerations = []corev1.Toleration{{Key: "k", Operator: "In"}}
+		},
+			"operator is Exists or Equal"},
+		{"toleration-effect", func(g *loisv1.HeaderGateway) { g.Spec.Server.Tolerations[0].Effect = "NoRun" }, "effect is NoSchedule"},
+		{"toleration-without-key", func(g *loisv1.HeaderGateway) {
+			g.Spec.Server.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpEqual, Value: "v"}}
+		}, "without a key needs operator Exists"},
+		{"toleration-exists-with-value", func(g *loisv1.HeaderGateway) { g.Spec.Server.Tolerations[0].Value = "v" }, "operator Exists has no value"},
+		{"toleration-seconds", func(g *loisv1.HeaderGateway) { g.Spec.Server.Tolerations[0].TolerationSeconds = ptr.To[int64](30) },
+			"tolerationSeconds applies only to effect NoExecute"},
 	} {
 		g := netnsGateway(t, ns)
 		g.Name = c.name

@@ -101,3 +101,122 @@ func TestCloudReportsFromARealCloudInterface(t *testing.T) {
 		t.Fatalf("empty merge: %v", err)
 	}
 }
+
+// startSI runs a real `lois si` with keys file keys, its TUN dev in the network namespace
+// netns, its wire on a free 127.0.0.1 port; it returns the wire and metrics addresses.
+func startSI(t *testing.T, keys, netns, dev string) (wire, metrics string) {
+	t.Helper()
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire = probe.LocalAddr().String()
+	probe.Close()
+	d := testenv.StartDaemon(t, "lois si "+dev, exec.Command(loisBin, "si", "--keys-files", keys, "--services", "80=8080",
+		"--tun", dev, "--netns", "/run/netns/"+netns, "--wire-listen", wire,
+		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--addr-file", addrFile))
+	t.Cleanup(func() { d.Terminate(); d.Stopped(10 * time.Second) })
+	testenv.Eventually(t, 30*time.Second, "lois si serving metrics", func() error {
+		if err := d.Exited(); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(addrFile)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "metrics="); ok {
+				metrics = v
+				return nil
+			}
+		}
+		return errors.New("no metrics address yet")
+	})
+	return wire, metrics
+}
+
+// TestServerReportsFromRealServerInterfaces: two real `lois si` replicas of one service
+// (keys provisioned for two, each TUN in a network namespace the test makes) report one
+// device each and, summed, the session's download keystreams — each replica only its
+// partition, half (spec §3.11); no packet has passed, so there is no pad ratio. A datagram
+// that is no LOIS packet on one's wire shows up as one rejected upload by its reason. (What
+// the kernel sends into a fresh TUN — IPv6 router solicitations — are rejected downloads,
+// "down/malformed", and not counted here.)
+func TestServerReportsFromRealServerInterfaces(t *testing.T) {
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Fatalf("needs /dev/net/tun: %v", err)
+	}
+	ns := fmt.Sprintf("lois-status-%d", time.Now().UnixNano()%1e6)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	dir := t.TempDir()
+	if out, err := exec.Command(loisBin, "provision", "--out-dir", dir, "--services", "8080", "--device-ip", "10.99.0.2",
+		"--device-wire", "127.0.0.1:7401", "--n", "256", "--replicas", "2").CombinedOutput(); err != nil {
+		t.Fatalf("lois provision: %v\n%s", err, out)
+	}
+	wire0, m0 := startSI(t, filepath.Join(dir, "si-0.json"), ns, "lstat0")
+	_, m1 := startSI(t, filepath.Join(dir, "si-1.json"), ns, "lstat1")
+
+	ctx := context.Background()
+	// The pool gauge is set on the role's maintenance tick; 127.0.0.1:1 does not answer.
+	testenv.Eventually(t, 20*time.Second, "two replicas, one device, the download keystreams split", func() error {
+		rep, err := Metrics{}.Server(ctx, []string{m0, m1, "127.0.0.1:1"})
+		if err != nil {
+			return err
+		}
+		if rep.Replicas != 2 || rep.Devices != 1 || rep.DownloadKeystreams != 256 || rep.Packets() != 0 || uploadsRejected(rep) != 0 {
+			return fmt.Errorf("report %+v", rep)
+		}
+		for _, m := range []string{m0, m1} {
+			one, err := Metrics{}.Server(ctx, []string{m})
+			if err != nil {
+				return err
+			}
+			if one.DownloadKeystreams != 128 {
+				return fmt.Errorf("replica at %s holds %d download keystreams, want its partition of 128", m, one.DownloadKeystreams)
+			}
+		}
+		if _, ok := rep.PadRatio(); ok {
+			return errors.New("a pad ratio before any packet")
+		}
+		return nil
+	})
+
+	c, err := net.Dial("udp4", wire0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("not an IPv4 packet")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the malformed datagram counted", func() error {
+		rep, err := Metrics{}.Server(ctx, []string{m0, m1})
+		if err != nil {
+			return err
+		}
+		if uploadsRejected(rep) != 1 || rep.Rejected["up/malformed"]+rep.Rejected["up/not_lois"] != 1 || rep.Packets() != 0 {
+			return fmt.Errorf("rejected %v, packets %d", rep.Rejected, rep.Packets())
+		}
+		return nil
+	})
+
+	// A cloud interface's page is no server interface's report.
+	if _, err := MergeServers(nil); !errors.Is(err, ErrNotReported) {
+		t.Fatalf("empty merge: %v", err)
+	}
+}
+
+// uploadsRejected sums the rejected uploads ("up/<reason>") of rep.
+func uploadsRejected(rep *ServerReport) int64 {
+	n := int64(0)
+	for k, v := range rep.Rejected {
+		if strings.HasPrefix(k, "up/") {
+			n += v
+		}
+	}
+	return n
+}

@@ -17,6 +17,11 @@ const (
 	ModePaper Mode = "paper"
 )
 
+// LabelValue is a node label's value in a nodeSelector.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
+type LabelValue string
+
 // PaddingPolicy says whether the senders pad their traffic (spec §4).
 // +kubebuilder:validation:Enum=off;stp
 type PaddingPolicy string
@@ -186,6 +191,22 @@ type CloudInterface struct {
 	// Resources replace the cloud interface container's defaults.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NodeSelector pins the cloud interface pods to the nodes that carry these labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 253 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="nodeSelector keys must be label keys ([prefix/]name)"
+	NodeSelector map[string]LabelValue `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the cloud interface pods run on nodes with these taints.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])",message="a toleration's operator is Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="a toleration's effect is NoSchedule, PreferNoSchedule or NoExecute (empty: all)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",message="a toleration without a key needs operator Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="a toleration with operator Exists has no value"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",message="tolerationSeconds applies only to effect NoExecute"
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // ServerInterface says how many server interfaces serve each service, and who runs them.
@@ -194,6 +215,7 @@ type CloudInterface struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.placement) || self.placement != 'netns' || (has(self.deviceNetworks) && size(self.deviceNetworks) > 0)",message="server.placement netns needs server.deviceNetworks (the device addresses the servers' replies are routed to the TUN for)"
 // +kubebuilder:validation:XValidation:rule="(has(self.placement) && self.placement == 'netns') || !has(self.deviceNetworks)",message="server.deviceNetworks applies only with server.placement netns"
 // +kubebuilder:validation:XValidation:rule="!has(self.resources) || (has(self.placement) && self.placement == 'netns')",message="server.resources applies only to server interfaces the operator runs (server.placement netns)"
+// +kubebuilder:validation:XValidation:rule="(!has(self.nodeSelector) && !has(self.tolerations)) || (has(self.placement) && self.placement == 'netns')",message="server.nodeSelector and server.tolerations apply only to server interfaces the operator runs (server.placement netns)"
 type ServerInterface struct {
 	// Replicas of the server interface per service: the download keystreams of every
 	// session are partitioned i mod Replicas (spec §3.11), so no two replicas ever hold the
@@ -225,6 +247,22 @@ type ServerInterface struct {
 	// Resources replace the server interface container's defaults (placement netns).
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NodeSelector pins the server interface pods (placement netns) to the nodes that carry these labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 253 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="nodeSelector keys must be label keys ([prefix/]name)"
+	NodeSelector map[string]LabelValue `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the server interface pods (placement netns) run on nodes with these taints.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])",message="a toleration's operator is Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="a toleration's effect is NoSchedule, PreferNoSchedule or NoExecute (empty: all)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",message="a toleration without a key needs operator Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="a toleration with operator Exists has no value"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",message="tolerationSeconds applies only to effect NoExecute"
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // Keystreams is the keystream budget and rotation.
@@ -417,10 +455,72 @@ type HeaderGatewayStatus struct {
 	// +optional
 	LastObserved *metav1.Time `json:"lastObserved,omitempty"`
 
+	// PadRatio is the share of cover packets (stochastic traffic padding) among the packets
+	// the operator's server interfaces handled since they started, e.g. "0.27": the cover
+	// uploads they recovered and dropped plus the cover downloads they sent, over every upload
+	// they recovered and download they hid. Only the server interfaces tell a cover packet
+	// from a real one (a cloud interface forwards both alike, each consuming a keystream), so
+	// it is empty with server.placement external and until a packet passed.
+	// +optional
+	PadRatio string `json:"padRatio,omitempty"`
+
+	// Server is what the server interfaces the operator runs report (server.placement
+	// netns); unset otherwise.
+	// +optional
+	Server *ServerInterfaceStatus `json:"server,omitempty"`
+
 	// RecordKey is the state of the record key rotation (spec.registrar.recordKeyRotation);
 	// unset when the key is not rotated.
 	// +optional
 	RecordKey *RecordKeyStatus `json:"recordKey,omitempty"`
+}
+
+// ServerInterfaceStatus is what the operator's server interfaces report, summed over them
+// (every service, every replica) since they started.
+type ServerInterfaceStatus struct {
+	// Replicas is the number of server interfaces that answered.
+	Replicas int32 `json:"replicas"`
+
+	// Devices is the smallest number of device sessions installed over the server
+	// interfaces that answered.
+	// +optional
+	Devices int64 `json:"devices,omitempty"`
+
+	// UploadsRecovered counts the real uploads whose headers the server interfaces recovered
+	// and handed to their servers.
+	// +optional
+	UploadsRecovered int64 `json:"uploadsRecovered,omitempty"`
+
+	// DownloadsHidden counts the servers' replies the server interfaces hid and sent.
+	// +optional
+	DownloadsHidden int64 `json:"downloadsHidden,omitempty"`
+
+	// CoverReceived counts the devices' cover uploads recovered and dropped.
+	// +optional
+	CoverReceived int64 `json:"coverReceived,omitempty"`
+
+	// CoverSent counts the cover downloads the server interfaces sent.
+	// +optional
+	CoverSent int64 `json:"coverSent,omitempty"`
+
+	// DownloadKeystreams is the number of unused download keystreams the server interfaces
+	// hold: each replica holds only its partition (spec §3.11), so this is their sum.
+	// +optional
+	DownloadKeystreams int64 `json:"downloadKeystreams,omitempty"`
+
+	// PacketsPerSecond is the rate of the packets above (real and cover, both directions)
+	// between the last two observations.
+	// +optional
+	PacketsPerSecond string `json:"packetsPerSecond,omitempty"`
+
+	// Rejected counts the packets the server interfaces refused, by direction and reason
+	// ("up/unknown_id", "down/exhausted", …).
+	// +optional
+	Rejected map[string]int64 `json:"rejected,omitempty"`
+
+	// LastObserved is when the server interfaces' figures were last read.
+	// +optional
+	LastObserved *metav1.Time `json:"lastObserved,omitempty"`
 }
 
 // RecordKeyStatus is where the record key rotation stands.
@@ -478,10 +578,12 @@ type RetiringRecordKey struct {
 // +kubebuilder:printcolumn:name="Installed",type=integer,JSONPath=`.status.keystreamsInstalled`
 // +kubebuilder:printcolumn:name="Consumed",type=integer,JSONPath=`.status.keystreamsConsumed`
 // +kubebuilder:printcolumn:name="Pkts/s",type=string,JSONPath=`.status.packetsPerSecond`
+// +kubebuilder:printcolumn:name="Pad",type=string,JSONPath=`.status.padRatio`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="CI",type=integer,JSONPath=`.status.cloudReplicas`,priority=1
 // +kubebuilder:printcolumn:name="SI",type=integer,JSONPath=`.status.serverReplicas`,priority=1
+// +kubebuilder:printcolumn:name="SI-Pkts/s",type=string,JSONPath=`.status.server.packetsPerSecond`,priority=1
 // +kubebuilder:printcolumn:name="Record-Key",type=integer,JSONPath=`.status.recordKey.currentID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HeaderGateway struct {

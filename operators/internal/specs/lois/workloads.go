@@ -224,8 +224,8 @@ func validateServers(g *loisv1.HeaderGateway) error {
 	sv := g.Spec.Server
 	switch sv.Placement {
 	case "", loisv1.ServerPlacementExternal:
-		if len(sv.DeviceNetworks) > 0 || sv.Resources != nil {
-			return errors.New("server.deviceNetworks and server.resources apply only with server.placement netns")
+		if len(sv.DeviceNetworks) > 0 || sv.Resources != nil || len(sv.NodeSelector) > 0 || len(sv.Tolerations) > 0 {
+			return errors.New("server.deviceNetworks, server.resources, server.nodeSelector and server.tolerations apply only with server.placement netns")
 		}
 		for _, s := range g.Spec.Services {
 			if s.NetworkNamespace != "" {
@@ -248,18 +248,41 @@ func validateServers(g *loisv1.HeaderGateway) error {
 			return fmt.Errorf("server.deviceNetworks %q is not an IPv4 prefix", n)
 		}
 	}
-	wires := map[string]string{}
+	// Each SI binds serverWire and its metrics port (ServerMetricsEndpoint) on the node: no
+	// two of these may be one port of one address.
+	ports := map[netip.AddrPort]string{}
 	for _, s := range g.Spec.Services {
 		if s.NetworkNamespace == "" || strings.ContainsAny(s.NetworkNamespace, "/") || s.NetworkNamespace == "." || s.NetworkNamespace == ".." {
 			return fmt.Errorf("service %s: server.placement netns needs networkNamespace, a name in %s", s.Name, NetnsDir)
 		}
-		if prev, dup := wires[s.ServerWire]; dup {
-			return fmt.Errorf("services %s and %s share serverWire %s: each server interface binds its own on the node", prev, s.Name, s.ServerWire)
+		wire := netip.MustParseAddrPort(s.ServerWire) // Validate parsed it
+		if int(wire.Port())+ServerMetricsPortOffset > 65535 {
+			return fmt.Errorf("service %s: serverWire %s leaves no port for the server interface's metrics (port + %d)", s.Name, s.ServerWire, ServerMetricsPortOffset)
 		}
-		wires[s.ServerWire] = s.Name
+		metrics := netip.MustParseAddrPort(ServerMetricsEndpoint(s))
+		for _, p := range []struct {
+			ap   netip.AddrPort
+			what string
+		}{{wire, "serverWire"}, {metrics, "metrics"}} {
+			if prev, dup := ports[p.ap]; dup {
+				return fmt.Errorf("service %s: its server interface's %s %s is taken by %s: each server interface binds serverWire and serverWire's port + %d on the node",
+					s.Name, p.what, p.ap, prev, ServerMetricsPortOffset)
+			}
+			ports[p.ap] = fmt.Sprintf("service %s's %s", s.Name, p.what)
+			// A loopback serverWire is reachable only from cloud interfaces on the node's
+			// network, which bind 127.0.0.1 at wirePort + i and wirePort + 1000 + i.
+			if ci := WirePort(g); p.ap.Addr().IsLoopback() && (inRange(int(p.ap.Port()), ci, int(CloudReplicas(g))) ||
+				inRange(int(p.ap.Port()), ci+MetricsHostPortOffset, int(CloudReplicas(g)))) {
+				return fmt.Errorf("service %s: its server interface's %s %s is a port of the cloud interfaces on the node (cloud.wirePort %d and + %d, one per replica)",
+					s.Name, p.what, p.ap, ci, MetricsHostPortOffset)
+			}
+		}
 	}
 	return nil
 }
+
+// inRange says whether p is in [from, from+n).
+func inRange(p, from, n int) bool { return p >= from && p < from+n }
 
 // UnifiedPort is U.
 func UnifiedPort(g *loisv1.HeaderGateway) int32 {
@@ -496,6 +519,7 @@ func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 	}
 	// The pod builder sets the NATS URL only with credentials; the role needs it either way.
 	dedupEnv(c)
+	pin(&t.Spec, g.Spec.Cloud.NodeSelector, g.Spec.Cloud.Tolerations)
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: Name(g, RoleCloud), Namespace: g.Namespace, Labels: sp.Labels},
 		Spec: appsv1.StatefulSetSpec{
@@ -506,6 +530,20 @@ func CloudInterface(g *loisv1.HeaderGateway, pl Platform) *appsv1.StatefulSet {
 			Template:            t,
 		},
 	}
+}
+
+// pin adds the spec's node selector and tolerations to a pod template (the shared builder
+// sets neither).
+func pin(pod *corev1.PodSpec, sel map[string]loisv1.LabelValue, tol []corev1.Toleration) {
+	if len(sel) > 0 {
+		if pod.NodeSelector == nil {
+			pod.NodeSelector = map[string]string{}
+		}
+		for k, v := range sel {
+			pod.NodeSelector[k] = string(v)
+		}
+	}
+	pod.Tolerations = append(pod.Tolerations, tol...)
 }
 
 func ref(name, key string) *apicommon.SecretFileReference {
@@ -693,7 +731,11 @@ func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSe
 		rt.HostNetwork = true
 		t := sp.Template(rt)
 		c := &t.Spec.Containers[0]
+		// A fixed metrics address beside the wire, where the operator reads the SI's figures
+		// (ServerMetricsEndpoint); health stays on a dynamic port (exec probes).
+		setEnv(c, specs.EnvMetricsAddr, ServerMetricsEndpoint(s))
 		dedupEnv(c)
+		pin(&t.Spec, g.Spec.Server.NodeSelector, g.Spec.Server.Tolerations)
 		// The pod security exception (docs/lois.md): root with NET_ADMIN and SYS_ADMIN only.
 		c.SecurityContext.RunAsNonRoot = ptr.To(false)
 		c.SecurityContext.RunAsUser = ptr.To[int64](0)
@@ -717,6 +759,22 @@ func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSe
 		})
 	}
 	return out
+}
+
+// ServerMetricsPortOffset: the server interface the operator runs for a service serves
+// /metrics at serverWire's address on serverWire's port + ServerMetricsPortOffset.
+const ServerMetricsPortOffset = 1000
+
+// ServerMetricsEndpoint is where the operator's server interface of service s serves
+// /metrics: serverWire's address (an address of the node, 127.0.0.1 on the local cluster)
+// at serverWire's port + ServerMetricsPortOffset. Validate keeps it within the port range
+// and off the other services' ports.
+func ServerMetricsEndpoint(s loisv1.Service) string {
+	ap, err := netip.ParseAddrPort(s.ServerWire)
+	if err != nil {
+		return ""
+	}
+	return netip.AddrPortFrom(ap.Addr(), ap.Port()+ServerMetricsPortOffset).String()
 }
 
 // ServerSelector selects the server interface pods of service port.

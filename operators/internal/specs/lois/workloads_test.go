@@ -3,6 +3,7 @@ package lois
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	loisv1 "github.com/obscura-iot/obscura/operators/api/lois/v1alpha1"
@@ -73,12 +74,68 @@ func TestValidate(t *testing.T) {
 		"lifetime too short":      func(g *loisv1.HeaderGateway) { g.Spec.Keystreams.Lifetime = metav1.Duration{Duration: 100e9} },
 		"sid is the unified port": func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Port = 443 },
 		"bad backend":             func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Backend.Address = "::1" },
+		"netns, two replicas":     func(g *loisv1.HeaderGateway) { netns(g); g.Spec.Server.Replicas = 2 },
+		"pinned SIs, external": func(g *loisv1.HeaderGateway) {
+			g.Spec.Server.NodeSelector = map[string]loisv1.LabelValue{"kubernetes.io/hostname": "a"}
+		},
+		"netns, a wire on another's metrics port": func(g *loisv1.HeaderGateway) {
+			netns(g)
+			g.Spec.Services = append(g.Spec.Services, loisv1.Service{Name: "api", Port: 9090, NetworkNamespace: "api-ns",
+				Backend: loisv1.Backend{Address: "10.200.0.11", Port: 80}, ServerWire: "127.0.0.1:8402"})
+		},
+		"netns, a loopback wire on a cloud interface's port": func(g *loisv1.HeaderGateway) {
+			netns(g)
+			g.Spec.Cloud.Replicas = 3 // 127.0.0.1:7400-7402 and 8400-8402
+		},
+		"netns, no room for the metrics port": func(g *loisv1.HeaderGateway) { netns(g); g.Spec.Services[0].ServerWire = "127.0.0.1:65000" },
 	} {
 		g := sample(t)
 		mut(g)
 		if err := Validate(g); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// netns makes the sample run its server interface (placement netns, wire 127.0.0.1:7402).
+func netns(g *loisv1.HeaderGateway) {
+	g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = loisv1.ServerPlacementNetns, []string{"10.99.0.0/24"}
+	g.Spec.Services[0].NetworkNamespace, g.Spec.Services[0].ServerWire = "web-ns", "127.0.0.1:7402"
+}
+
+// TestServerInterfaceMetricsAndPinning: the operator's SI serves /metrics beside its wire
+// (serverWire's port + 1000, where the controller reads it), and both roles' pods get the
+// node selector and tolerations of their part of the spec.
+func TestServerInterfaceMetricsAndPinning(t *testing.T) {
+	g := sample(t)
+	netns(g)
+	if err := Validate(g); err != nil {
+		t.Fatal(err)
+	}
+	g.Spec.Server.NodeSelector = map[string]loisv1.LabelValue{"kubernetes.io/hostname": "node-a"}
+	g.Spec.Server.Tolerations = []corev1.Toleration{{Key: "servers", Operator: corev1.TolerationOpExists}}
+	g.Spec.Cloud.NodeSelector = map[string]loisv1.LabelValue{"edge": "true"}
+	pl := Platform{Image: "lois:test", Runtime: specs.Runtime{NATSURL: "nats://127.0.0.1:4222"}}
+	sis := ServerInterfaces(g, pl)
+	if len(sis) != 1 {
+		t.Fatalf("%d server interfaces", len(sis))
+	}
+	pod := sis[0].Spec.Template.Spec
+	metrics := ""
+	for _, e := range pod.Containers[0].Env {
+		if e.Name == specs.EnvMetricsAddr {
+			metrics = e.Value
+		}
+	}
+	if metrics != "127.0.0.1:8402" || ServerMetricsEndpoint(g.Spec.Services[0]) != metrics {
+		t.Errorf("SI metrics on %q, read at %q", metrics, ServerMetricsEndpoint(g.Spec.Services[0]))
+	}
+	if pod.NodeSelector["kubernetes.io/hostname"] != "node-a" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "servers" {
+		t.Errorf("SI pinning: %v %v", pod.NodeSelector, pod.Tolerations)
+	}
+	ci := CloudInterface(g, pl).Spec.Template.Spec
+	if ci.NodeSelector["edge"] != "true" || len(ci.NodeSelector) != 1 || len(ci.Tolerations) != 0 {
+		t.Errorf("CI pinning: %v %v", ci.NodeSelector, ci.Tolerations)
 	}
 }
 

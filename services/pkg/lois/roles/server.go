@@ -313,14 +313,21 @@ func (s *Server) padLoop() error {
 func (s *Server) tick(now time.Time) {
 	s.clk.set(now)
 	s.up.gc(now.Unix(), s.cfg.Metrics, "up")
-	for _, ss := range *s.sessions.Load() { // measured rates set the low-water marks
+	// Measured rates set the low-water marks; the pool gauge sums every session and service
+	// (a service id is never a label).
+	total := 0
+	for _, ss := range *s.sessions.Load() {
 		mu := ss.lock()
 		mu.Lock()
 		for _, p := range ss.byID {
 			p.Measure(now.Unix(), s.cfg.LowWaterMin)
+			total += p.Len()
 		}
 		mu.Unlock()
 	}
+	// On the maintenance tick, not only when replies flow: an idle SI's pools are reported
+	// too (the operator reads them into status.server.downloadKeystreams).
+	s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 }
 
 // upload is SI upload (spec §3.9 Step 2b): recover and deliver to the local stack.
@@ -348,7 +355,6 @@ func (s *Server) download() error {
 			out = nil
 		}
 	}
-	var last int64
 	for {
 		k, err := in.read()
 		if err != nil {
@@ -384,19 +390,6 @@ func (s *Server) download() error {
 				}
 				return err
 			}
-		}
-		if now := s.clk.now(); now != last {
-			last = now
-			total := 0 // every session and service summed: a service id is never a label
-			for _, ss := range *s.sessions.Load() {
-				mu := ss.lock()
-				mu.Lock()
-				for _, p := range ss.byID {
-					total += p.Len()
-				}
-				mu.Unlock()
-			}
-			s.cfg.Metrics.Pool.WithLabelValues("down").Set(float64(total))
 		}
 	}
 }
