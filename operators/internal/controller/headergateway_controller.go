@@ -230,7 +230,7 @@ func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.
 	g.Status.CloudReplicas = ci.Status.ReadyReplicas
 	if !ro.done() || !siRo.done() {
 		return rollingOut("%d of %d cloud interfaces ready, registrar %d of 1, %d of %d server interfaces the operator runs; waiting for %s",
-			ci.Status.ReadyReplicas, lois.CloudReplicas(g), reg.Status.AvailableReplicas, g.Status.ServerReplicas, len(sis),
+			ci.Status.ReadyReplicas, lois.CloudReplicas(g), reg.Status.AvailableReplicas, g.Status.ServerReplicas, len(sis)*int(lois.ServerReplicas(g)),
 			strings.Join(append(ro.waiting, siRo.waiting...), ", ")), nil
 	}
 	return ready(r.summary(g)), nil
@@ -240,6 +240,7 @@ func (r *HeaderGatewayReconciler) applyWorkloads(ctx context.Context, g *loisv1.
 // cannot see (the registrar waits for their install acks), its own by their StatefulSets.
 func setServerInterfacesCondition(g *loisv1.HeaderGateway, sis []*appsv1.StatefulSet, ro rollout) {
 	c := metav1.Condition{Type: ConditionServerInterfaces, ObservedGeneration: g.Generation}
+	want := len(sis) * int(lois.ServerReplicas(g))
 	switch {
 	case len(sis) == 0:
 		c.Status, c.Reason = metav1.ConditionUnknown, ReasonServerInterfacesExternal
@@ -247,11 +248,11 @@ func setServerInterfacesCondition(g *loisv1.HeaderGateway, sis []*appsv1.Statefu
 			strings.Join(lois.ServerReplicaNames(g), ", "))
 	case ro.done():
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonServerInterfacesReady
-		c.Message = fmt.Sprintf("%d of %d server interfaces ready in the services' network namespaces", g.Status.ServerReplicas, len(sis))
+		c.Message = fmt.Sprintf("%d of %d server interfaces ready in the services' network namespaces", g.Status.ServerReplicas, want)
 	default:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonServerInterfacesNotReady
 		c.Message = fmt.Sprintf("%d of %d server interfaces ready; waiting for %s (a pod that does not start: its namespace's network namespace missing on the node, or pod security)",
-			g.Status.ServerReplicas, len(sis), strings.Join(ro.waiting, ", "))
+			g.Status.ServerReplicas, want, strings.Join(ro.waiting, ", "))
 	}
 	meta.SetStatusCondition(&g.Status.Conditions, c)
 }
@@ -388,9 +389,13 @@ func (r *HeaderGatewayReconciler) serverEndpoints(ctx context.Context, g *loisv1
 		if pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
+		i, err := strconv.Atoi(pod.Labels[appsv1.PodIndexLabel])
+		if err != nil {
+			continue
+		}
 		for _, s := range g.Spec.Services {
 			if strconv.Itoa(int(s.Port)) == pod.Labels[lois.LabelService] {
-				if ep := lois.ServerMetricsEndpoint(s); ep != "" && !slices.Contains(eps, ep) {
+				if ep := lois.ServerMetricsEndpoint(s, i); ep != "" && !slices.Contains(eps, ep) {
 					eps = append(eps, ep)
 				}
 			}

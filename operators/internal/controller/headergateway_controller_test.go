@@ -411,7 +411,7 @@ func TestHeaderGatewayRunsRegistrar(t *testing.T) {
 var siFlags = []string{"metrics-addr", "health-addr", "addr-file", "log-level", "cip", "unified-port", "mtu", "paper-mode", "plain",
 	"batch", "safety-margin", "grace", "stp", "stp-period", "stp-q", "stp-rate", "stp-tick", "wire-listen", "ordinal-ports",
 	"tun", "netns", "tun-addr", "tun-routes", "keys-files", "services", "nats-url", "nats-user", "nats-password-file", "cloud",
-	"replica-name", "replica", "record-key-file"}
+	"replica-name", "replica", "record-key-file", "tun-multi-queue", "wire-reuse-port"}
 
 // netnsGateway is the sample with the operator running its server interface (placement
 // netns) in the network namespace web-ns.
@@ -526,16 +526,75 @@ func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
 		t.Errorf("ServerInterfaces %+v, serverReplicas %d", si, g.Status.ServerReplicas)
 	}
 
-	// A second service gets a server interface of its own; back to external, both go.
+	// Two server interfaces per service: one StatefulSet of two pods, each taking its name,
+	// partition index and metrics port from its pod index, sharing the service's multi-queue
+	// TUN and serverWire; the registrar partitions for and waits for both.
+	g.Spec.Server.Replicas = 2
+	update(t, g)
+	eventually(t, "two server interfaces per service", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&ss), &ss); err != nil {
+			return err
+		}
+		if *ss.Spec.Replicas != 2 {
+			return errorf("%d replicas", *ss.Spec.Replicas)
+		}
+		return nil
+	})
+	c = ss.Spec.Template.Spec.Containers[0]
+	e = env(c)
+	for k, want := range map[string]string{
+		specs.Env(lois.FlagReplicaName):   "si-8080-$(POD_INDEX)",
+		specs.Env(lois.FlagReplica):       "$(POD_INDEX)",
+		specs.Env(lois.FlagTUN):           "lois-si-8080",
+		specs.Env(lois.FlagTUNMultiQueue): "true",
+		specs.Env(lois.FlagWireReusePort): "true",
+		specs.Env(lois.FlagOrdinalPorts):  "true",
+		specs.Env(lois.FlagWireListen):    "127.0.0.1:7402",
+		specs.EnvMetricsAddr:              "127.0.0.1:8402", // + the pod index (--ordinal-ports)
+	} {
+		if e[k] != want {
+			t.Errorf("two replicas: %s = %q, want %q", k, e[k], want)
+		}
+	}
+	podIndex := -1
+	for i, v := range c.Env {
+		if v.Name == lois.EnvPodIndex && v.ValueFrom != nil && v.ValueFrom.FieldRef != nil &&
+			v.ValueFrom.FieldRef.FieldPath == "metadata.labels['apps.kubernetes.io/pod-index']" {
+			podIndex = i
+		}
+		if strings.Contains(v.Value, "$(POD_INDEX)") && (podIndex < 0 || podIndex > i) {
+			t.Errorf("%s refers to POD_INDEX before it is set", v.Name)
+		}
+	}
+	if podIndex < 0 {
+		t.Error("no POD_INDEX from the pod index label")
+	}
+	eventually(t, "the registrar waits for both server interfaces", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&cm), &cm); err != nil {
+			return err
+		}
+		if got := cm.Data["OBSCURA_WAIT_FOR"]; got != "edge-lois-ci-0,si-8080-0,si-8080-1" || cm.Data["OBSCURA_PARTITIONS"] != "2" {
+			return errorf("wait-for %q, partitions %q", got, cm.Data["OBSCURA_PARTITIONS"])
+		}
+		return nil
+	})
+	markAvailable(t, ns)
+	waitReady(t, g, conds, metav1.ConditionTrue, common.ReasonReconciled)
+	if si := meta.FindStatusCondition(g.Status.Conditions, ConditionServerInterfaces); si == nil || si.Status != metav1.ConditionTrue ||
+		g.Status.ServerReplicas != 2 || !strings.Contains(si.Message, "2 of 2") {
+		t.Errorf("two replicas: ServerInterfaces %+v, serverReplicas %d", si, g.Status.ServerReplicas)
+	}
+
+	// A second service gets server interfaces of its own; back to external, both go.
 	s2 := g.Spec.Services[0]
-	s2.Name, s2.Port, s2.ServerWire, s2.NetworkNamespace = "api", 8081, "127.0.0.1:7403", "api-ns"
+	s2.Name, s2.Port, s2.ServerWire, s2.NetworkNamespace = "api", 8081, "127.0.0.1:7404", "api-ns" // metrics 8404, 8405
 	s2.Backend.Address = "10.200.0.11"
 	g.Spec.Services = append(g.Spec.Services, s2)
 	update(t, g)
 	eventually(t, "a server interface per service", func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-lois-si-8081"}, &ss)
 	})
-	if e := env(ss.Spec.Template.Spec.Containers[0]); e[specs.Env(lois.FlagNetns)] != "/run/netns/api-ns" || e[specs.Env(lois.FlagReplicaName)] != "si-8081-0" {
+	if e := env(ss.Spec.Template.Spec.Containers[0]); e[specs.Env(lois.FlagNetns)] != "/run/netns/api-ns" || e[specs.Env(lois.FlagReplicaName)] != "si-8081-$(POD_INDEX)" {
 		t.Errorf("second SI: netns %q name %q", e[specs.Env(lois.FlagNetns)], e[specs.Env(lois.FlagReplicaName)])
 	}
 	g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = loisv1.ServerPlacementExternal, nil
@@ -556,7 +615,7 @@ func TestHeaderGatewayRunsServerInterfaces(t *testing.T) {
 			return err
 		}
 		si := meta.FindStatusCondition(g.Status.Conditions, ConditionServerInterfaces)
-		if si == nil || si.Status != metav1.ConditionUnknown || si.Reason != ReasonServerInterfacesExternal || !strings.Contains(si.Message, "si-8081-0") {
+		if si == nil || si.Status != metav1.ConditionUnknown || si.Reason != ReasonServerInterfacesExternal || !strings.Contains(si.Message, "si-8081-1") {
 			return errorf("ServerInterfaces %+v", si)
 		}
 		return nil
@@ -577,7 +636,7 @@ func TestHeaderGatewayServerInterfaceRefusals(t *testing.T) {
 		{"netns-without-namespace", func(g *loisv1.HeaderGateway) { g.Spec.Services[0].NetworkNamespace = "" }, "needs every service's networkNamespace"},
 		{"namespace-when-external", func(g *loisv1.HeaderGateway) { g.Spec.Server.Placement, g.Spec.Server.DeviceNetworks = "", nil },
 			"applies only with server.placement netns"},
-		{"netns-two-replicas", func(g *loisv1.HeaderGateway) { g.Spec.Server.Replicas = 2 }, "server.replicas must be 1"},
+		{"netns-seventeen-replicas", func(g *loisv1.HeaderGateway) { g.Spec.Server.Replicas = 17 }, "should be less than or equal to 16"},
 		{"netns-without-device-networks", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = nil }, "needs server.deviceNetworks"},
 		{"bad-device-network", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = []string{"10.99.0.1"} }, "must be IPv4 prefixes"},
 		{"ipv6-device-network", func(g *loisv1.HeaderGateway) { g.Spec.Server.DeviceNetworks = []string{"2001:db8::/64"} }, "must be IPv4 prefixes"},

@@ -102,20 +102,18 @@ func TestCloudReportsFromARealCloudInterface(t *testing.T) {
 	}
 }
 
-// startSI runs a real `lois si` with keys file keys, its TUN dev in the network namespace
-// netns, its wire on a free 127.0.0.1 port; it returns the wire and metrics addresses.
-func startSI(t *testing.T, keys, netns, dev string) (wire, metrics string) {
+// startSI runs a real `lois si` replica of service 8080 as the operator runs several
+// (server.replicas 2): with keys file keys, named si-8080-<replica>, attached to the
+// multi-queue TUN dev in the network namespace netns, sharing the wire address wire, its
+// metrics at metricsBase + replica (--ordinal-ports); it returns the metrics address the role
+// bound.
+func startSI(t *testing.T, keys, netns, dev, wire string, metricsBase, replica int) (metrics string) {
 	t.Helper()
 	addrFile := filepath.Join(t.TempDir(), "addr")
-	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire = probe.LocalAddr().String()
-	probe.Close()
-	d := testenv.StartDaemon(t, "lois si "+dev, exec.Command(loisBin, "si", "--keys-files", keys, "--services", "80=8080",
-		"--tun", dev, "--netns", "/run/netns/"+netns, "--wire-listen", wire,
-		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--addr-file", addrFile))
+	d := testenv.StartDaemon(t, fmt.Sprintf("lois si %d", replica), exec.Command(loisBin, "si", "--keys-files", keys, "--services", "80=8080",
+		"--replica-name", fmt.Sprintf("si-8080-%d", replica), "--replica", fmt.Sprint(replica),
+		"--tun", dev, "--netns", "/run/netns/"+netns, "--tun-multi-queue", "--wire-listen", wire, "--wire-reuse-port", "--ordinal-ports",
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsBase), "--health-addr", "127.0.0.1:0", "--addr-file", addrFile))
 	t.Cleanup(func() { d.Terminate(); d.Stopped(10 * time.Second) })
 	testenv.Eventually(t, 30*time.Second, "lois si serving metrics", func() error {
 		if err := d.Exited(); err != nil {
@@ -133,12 +131,35 @@ func startSI(t *testing.T, keys, netns, dev string) (wire, metrics string) {
 		}
 		return errors.New("no metrics address yet")
 	})
-	return wire, metrics
+	if want := fmt.Sprintf("127.0.0.1:%d", metricsBase+replica); metrics != want {
+		t.Fatalf("replica %d serves its metrics at %s, want %s", replica, metrics, want)
+	}
+	return metrics
 }
 
-// TestServerReportsFromRealServerInterfaces: two real `lois si` replicas of one service
-// (keys provisioned for two, each TUN in a network namespace the test makes) report one
-// device each and, summed, the session's download keystreams — each replica only its
+// freePort is a port the kernel gives for a 127.0.0.1 listener of network.
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestServerReportsFromRealServerInterfaces: two real `lois si` replicas of one service, run
+// with the flags the operator gives server.replicas 2 (keys provisioned for two; one
+// multi-queue TUN in a network namespace the test makes, one shared wire address, metrics at
+// consecutive ports) report one device each and, summed, the session's download keystreams — each replica only its
 // partition, half (spec §3.11); no packet has passed, so there is no pad ratio. A datagram
 // that is no LOIS packet on one's wire shows up as one rejected upload by its reason. (What
 // the kernel sends into a fresh TUN — IPv6 router solicitations — are rejected downloads,
@@ -157,8 +178,10 @@ func TestServerReportsFromRealServerInterfaces(t *testing.T) {
 		"--device-wire", "127.0.0.1:7401", "--n", "256", "--replicas", "2").CombinedOutput(); err != nil {
 		t.Fatalf("lois provision: %v\n%s", err, out)
 	}
-	wire0, m0 := startSI(t, filepath.Join(dir, "si-0.json"), ns, "lstat0")
-	_, m1 := startSI(t, filepath.Join(dir, "si-1.json"), ns, "lstat1")
+	wire0 := fmt.Sprintf("127.0.0.1:%d", freePort(t, "udp"))
+	base := freePort(t, "tcp")
+	m0 := startSI(t, filepath.Join(dir, "si-0.json"), ns, "lstat0", wire0, base, 0)
+	m1 := startSI(t, filepath.Join(dir, "si-1.json"), ns, "lstat0", wire0, base, 1)
 
 	ctx := context.Background()
 	// The pool gauge is set on the role's maintenance tick; 127.0.0.1:1 does not answer.

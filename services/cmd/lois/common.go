@@ -10,7 +10,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/obscura-iot/obscura/services/pkg/daemon"
 	"github.com/obscura-iot/obscura/services/pkg/envflag"
@@ -35,8 +38,9 @@ type base struct {
 	stpQ                                        float64
 	stpRate                                     int
 	// ordinalPorts: add the StatefulSet ordinal of --replica-name to the wire and metrics
-	// ports (replicas on one host network share its port space).
-	ordinalPorts bool
+	// ports (replicas on one host network share its port space); with wireReusePort the
+	// replicas share the wire port and only the metrics port moves.
+	ordinalPorts, wireReusePort bool
 }
 
 func (b *base) bind(f *envflag.Set, wirePort int) {
@@ -62,7 +66,8 @@ func (b *base) bind(f *envflag.Set, wirePort int) {
 }
 
 // applyOrdinal adds the ordinal at the end of name ("gw-lois-ci-2": 2) to the ports of
-// --wire-listen and --metrics-addr when --ordinal-ports is set.
+// --wire-listen (unless --wire-reuse-port shares it) and --metrics-addr when --ordinal-ports
+// is set.
 func (b *base) applyOrdinal(name string) error {
 	if !b.ordinalPorts {
 		return nil
@@ -72,7 +77,11 @@ func (b *base) applyOrdinal(name string) error {
 	if i < 0 || err != nil || n < 0 || n > 1000 {
 		return fmt.Errorf("--ordinal-ports: --replica-name %q does not end in -<ordinal>", name)
 	}
-	for _, a := range []*string{&b.wireListen, &b.metricsAddr} {
+	addrs := []*string{&b.wireListen, &b.metricsAddr}
+	if b.wireReusePort {
+		addrs = addrs[1:] // the wire is shared (SO_REUSEPORT)
+	}
+	for _, a := range addrs {
 		host, port, err := net.SplitHostPort(*a)
 		if err != nil {
 			return fmt.Errorf("--ordinal-ports: %q: %v", *a, err)
@@ -170,11 +179,29 @@ func parsePort(s string) (uint16, error) {
 }
 
 // listenWire binds the role's UDP socket with room for bursts.
-func listenWire(addr string) (*net.UDPConn, error) {
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+func listenWire(addr string) (*net.UDPConn, error) { return listenWireShared(addr, false) }
+
+// listenWireShared is listenWire; reusePort binds with SO_REUSEPORT, so that the replicas of
+// one server interface share one wire address (the kernel spreads the datagrams over them by
+// their addresses, and over the others when one goes).
+func listenWireShared(addr string, reusePort bool) (*net.UDPConn, error) {
+	var lc net.ListenConfig
+	if reusePort {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp4", netip.MustParseAddrPort(addr).String())
 	if err != nil {
 		return nil, fmt.Errorf("listen on the wire %s: %w", addr, err)
 	}
+	c := pc.(*net.UDPConn)
 	_ = c.SetReadBuffer(4 << 20)
 	_ = c.SetWriteBuffer(4 << 20)
 	return c, nil

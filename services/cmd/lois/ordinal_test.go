@@ -28,3 +28,31 @@ func TestOrdinalPorts(t *testing.T) {
 		t.Error("a dynamic metrics port accepted with --ordinal-ports")
 	}
 }
+
+// TestSharedWireForServerReplicas: server interface replicas sharing serverWire
+// (--wire-reuse-port) move only their metrics port with --ordinal-ports, and two of them bind
+// the same wire address; without the flag the second bind is refused.
+func TestSharedWireForServerReplicas(t *testing.T) {
+	b := base{wireListen: "127.0.0.1:7402", metricsAddr: "127.0.0.1:8402", ordinalPorts: true, wireReusePort: true}
+	if err := b.applyOrdinal("si-8080-2"); err != nil {
+		t.Fatal(err)
+	}
+	if b.wireListen != "127.0.0.1:7402" || b.metricsAddr != "127.0.0.1:8404" {
+		t.Fatalf("wire %s metrics %s", b.wireListen, b.metricsAddr)
+	}
+	a, err := listenWireShared("127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr := a.LocalAddr().String()
+	c, err := listenWireShared(addr, true)
+	if err != nil {
+		t.Fatalf("a second replica could not share %s: %v", addr, err)
+	}
+	c.Close()
+	if d, err := listenWire(addr); err == nil {
+		d.Close()
+		t.Errorf("%s bound twice without SO_REUSEPORT", addr)
+	}
+}

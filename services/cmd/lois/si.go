@@ -21,11 +21,14 @@ type siConfig struct {
 	// netns, tunAddr, tunRoutes place and address the TUN (an SI the operator runs in the
 	// server's network namespace, roles.TUNSetup); empty: the device as found or made here.
 	netns, tunAddr, tunRoutes string
+	// tunMultiQueue: one queue of the service's multi-queue TUN, shared with the other
+	// replicas (roles.TUNSetup.MultiQueue).
+	tunMultiQueue bool
 }
 
 // tunSetup is the TUN's placement and addresses; validate checked them.
 func (c *siConfig) tunSetup() roles.TUNSetup {
-	s := roles.TUNSetup{Netns: c.netns}
+	s := roles.TUNSetup{Netns: c.netns, MultiQueue: c.tunMultiQueue}
 	if c.tunAddr != "" {
 		s.Addr = netip.MustParseAddr(c.tunAddr)
 		s.MTU = c.mtu
@@ -98,6 +101,8 @@ func runSI(args []string) error {
 	f.String(&c.netns, "netns", "", "network namespace file (/run/netns/<name>) of the server: the TUN is made there (needs CAP_SYS_ADMIN); empty: this process's namespace")
 	f.String(&c.tunAddr, "tun-addr", "", "give the TUN this IPv4 address as a /32 (the server's address SIP), the --mtu, and set it up; empty: the device is configured by someone else")
 	f.String(&c.tunRoutes, "tun-routes", "", "comma-separated IPv4 prefixes of the devices (DIP) routed into the TUN, so the server's replies reach the SI (with --tun-addr)")
+	f.Bool(&c.tunMultiQueue, "tun-multi-queue", false, "attach one queue of a multi-queue TUN: the replicas of one service share the device, its address and routes, the kernel spreads the server's replies over them by flow")
+	f.Bool(&c.wireReusePort, "wire-reuse-port", false, "bind --wire-listen with SO_REUSEPORT: the replicas of one service share serverWire (with --ordinal-ports only the metrics port moves)")
 	f.String(&c.keysFiles, "keys-files", "", "comma-separated keys files of the device sessions for this replica (secret)")
 	f.String(&c.services, "services", "", "comma-separated server-port=sid of the services behind this SI")
 	c.natsFlags.bind(f, true)
@@ -118,7 +123,7 @@ func runSI(args []string) error {
 		if err != nil {
 			return nil, err
 		}
-		wire, err := listenWire(c.wireListen)
+		wire, err := listenWireShared(c.wireListen, c.wireReusePort)
 		if err != nil {
 			tun.Close()
 			return nil, err

@@ -43,8 +43,8 @@ const (
 	// ServerPlacementExternal: the server interfaces run beside their servers, started by
 	// whoever runs the servers (as si-<port>-<i>); the operator waits for them (the default).
 	ServerPlacementExternal ServerPlacement = "external"
-	// ServerPlacementNetns: the operator runs one server interface per service as a pod on the
-	// node's network whose TUN it makes inside the service's network namespace on the node
+	// ServerPlacementNetns: the operator runs each service's server interfaces (server.replicas)
+	// as pods on the node's network whose TUN they make inside the service's network namespace on the node
 	// (services[].networkNamespace, /run/netns/<name>), addressed with backend.address and
 	// routed to server.deviceNetworks. Needs a privileged-level namespace (NET_ADMIN,
 	// SYS_ADMIN, /dev/net/tun, host paths, the host network).
@@ -211,7 +211,6 @@ type CloudInterface struct {
 
 // ServerInterface says how many server interfaces serve each service, and who runs them.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.placement) || self.placement != 'netns' || !has(self.replicas) || self.replicas == 1",message="server.placement netns runs one server interface per service (its TUN takes the service's namespace): server.replicas must be 1"
 // +kubebuilder:validation:XValidation:rule="!has(self.placement) || self.placement != 'netns' || (has(self.deviceNetworks) && size(self.deviceNetworks) > 0)",message="server.placement netns needs server.deviceNetworks (the device addresses the servers' replies are routed to the TUN for)"
 // +kubebuilder:validation:XValidation:rule="(has(self.placement) && self.placement == 'netns') || !has(self.deviceNetworks)",message="server.deviceNetworks applies only with server.placement netns"
 // +kubebuilder:validation:XValidation:rule="!has(self.resources) || (has(self.placement) && self.placement == 'netns')",message="server.resources applies only to server interfaces the operator runs (server.placement netns)"
@@ -219,8 +218,10 @@ type CloudInterface struct {
 type ServerInterface struct {
 	// Replicas of the server interface per service: the download keystreams of every
 	// session are partitioned i mod Replicas (spec §3.11), so no two replicas ever hold the
-	// same keystream. The server interfaces run beside their servers (they need a TUN
-	// towards them) as si-<port>-<i>, i < Replicas; the registrar waits for each.
+	// same keystream. The server interfaces are named si-<port>-<i>, i < Replicas; the
+	// registrar waits for each. With placement netns the operator runs them as one
+	// StatefulSet per service whose replicas share one multi-queue TUN in the service's
+	// namespace and one serverWire (SO_REUSEPORT).
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1

@@ -237,9 +237,6 @@ func validateServers(g *loisv1.HeaderGateway) error {
 	default:
 		return fmt.Errorf("server.placement %q: want external or netns", sv.Placement)
 	}
-	if ServerReplicas(g) != 1 {
-		return fmt.Errorf("server.placement netns runs one server interface per service: server.replicas %d must be 1", sv.Replicas)
-	}
 	if len(sv.DeviceNetworks) == 0 {
 		return errors.New("server.placement netns needs server.deviceNetworks")
 	}
@@ -248,22 +245,27 @@ func validateServers(g *loisv1.HeaderGateway) error {
 			return fmt.Errorf("server.deviceNetworks %q is not an IPv4 prefix", n)
 		}
 	}
-	// Each SI binds serverWire and its metrics port (ServerMetricsEndpoint) on the node: no
-	// two of these may be one port of one address.
+	// Each service's SIs bind serverWire (shared by its replicas) and one metrics port each
+	// (ServerMetricsEndpoint) on the node: no two of these may be one port of one address.
 	ports := map[netip.AddrPort]string{}
+	replicas := int(ServerReplicas(g))
 	for _, s := range g.Spec.Services {
 		if s.NetworkNamespace == "" || strings.ContainsAny(s.NetworkNamespace, "/") || s.NetworkNamespace == "." || s.NetworkNamespace == ".." {
 			return fmt.Errorf("service %s: server.placement netns needs networkNamespace, a name in %s", s.Name, NetnsDir)
 		}
 		wire := netip.MustParseAddrPort(s.ServerWire) // Validate parsed it
-		if int(wire.Port())+ServerMetricsPortOffset > 65535 {
-			return fmt.Errorf("service %s: serverWire %s leaves no port for the server interface's metrics (port + %d)", s.Name, s.ServerWire, ServerMetricsPortOffset)
+		if int(wire.Port())+ServerMetricsPortOffset+replicas-1 > 65535 {
+			return fmt.Errorf("service %s: serverWire %s leaves no port for the server interfaces' metrics (port + %d + replica)", s.Name, s.ServerWire, ServerMetricsPortOffset)
 		}
-		metrics := netip.MustParseAddrPort(ServerMetricsEndpoint(s))
-		for _, p := range []struct {
+		type port struct {
 			ap   netip.AddrPort
 			what string
-		}{{wire, "serverWire"}, {metrics, "metrics"}} {
+		}
+		binds := []port{{wire, "serverWire"}}
+		for i := range replicas {
+			binds = append(binds, port{netip.MustParseAddrPort(ServerMetricsEndpoint(s, i)), fmt.Sprintf("replica %d's metrics", i)})
+		}
+		for _, p := range binds {
 			if prev, dup := ports[p.ap]; dup {
 				return fmt.Errorf("service %s: its server interface's %s %s is taken by %s: each server interface binds serverWire and serverWire's port + %d on the node",
 					s.Name, p.what, p.ap, prev, ServerMetricsPortOffset)
@@ -674,6 +676,11 @@ const (
 	FlagTUNAddr   = "tun-addr"
 	FlagTUNRoutes = "tun-routes"
 	FlagReplica   = "replica"
+	// With server.replicas above 1 (placement netns).
+	FlagTUNMultiQueue = "tun-multi-queue"
+	FlagWireReusePort = "wire-reuse-port"
+	// EnvPodIndex is the server interface pod's StatefulSet index (its pod index label).
+	EnvPodIndex = "POD_INDEX"
 	// NetnsDir is where `ip netns add` keeps the named network namespaces (a host path).
 	NetnsDir = "/run/netns"
 	// TUNDevice is the TUN clone device (a host path).
@@ -694,33 +701,50 @@ func ServerName(g *loisv1.HeaderGateway, port int32) string {
 // ServerTUN is the SI's TUN device name for service port (at most 15 bytes).
 func ServerTUN(port int32) string { return "lois-si-" + strconv.Itoa(int(port)) }
 
-// ServerInterfaces runs, with server.placement netns, one server interface per service: a
-// StatefulSet of one pod on the node's network (`lois si`, its wire socket on serverWire),
-// whose TUN the SI makes inside the service's network namespace on the node, gives the
-// backend's address and routes server.deviceNetworks into. Its name in install acks is
-// si-<port>-0, the name the registrar waits for (server.replicas is 1 with netns). The pod
-// is privileged-level: root with NET_ADMIN (the TUN and its routes) and SYS_ADMIN (setns),
+// ServerInterfaces runs, with server.placement netns, the server interfaces of each service:
+// a StatefulSet of server.replicas pods on the node's network (`lois si`, its wire socket on
+// serverWire), whose TUN the SI makes inside the service's network namespace on the node,
+// gives the backend's address and routes server.deviceNetworks into. Replica i's name in
+// install acks is si-<port>-<i> and its download partition i, the names the registrar waits
+// for; several replicas share one multi-queue TUN (one address, one set of routes, the
+// replies spread by flow) and serverWire (SO_REUSEPORT). The pod is privileged-level: root with NET_ADMIN (the TUN and its routes) and SYS_ADMIN (setns),
 // the host paths /dev/net/tun and /run/netns, the host network. nil without netns.
 func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSet {
 	if !RunsServerInterfaces(g) {
 		return nil
 	}
 	var out []*appsv1.StatefulSet
+	R := ServerReplicas(g)
 	for _, s := range sortedServices(g) {
 		l := labels(g, RoleServer)
 		l[LabelService] = strconv.Itoa(int(s.Port))
 		env := append(common(g), padding(g)...)
+		// One replica is si-<port>-0; several take their index from the StatefulSet's pod
+		// index label, share one multi-queue TUN and serverWire, and each serves its metrics
+		// at its own port (--ordinal-ports moves only the metrics port with a shared wire).
+		name, index := fmt.Sprintf("si-%d-0", s.Port), "0"
+		if R > 1 {
+			env = append(env, corev1.EnvVar{Name: EnvPodIndex, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + appsv1.PodIndexLabel + "']"}}})
+			name, index = fmt.Sprintf("si-%d-$(%s)", s.Port, EnvPodIndex), "$("+EnvPodIndex+")"
+		}
 		env = append(env,
 			corev1.EnvVar{Name: specs.Env(FlagNATSURL), Value: NATSURL(g, pl)},
 			corev1.EnvVar{Name: specs.Env(FlagServices), Value: fmt.Sprintf("%d=%d", s.Backend.Port, s.Port)},
-			corev1.EnvVar{Name: specs.Env(FlagReplicaName), Value: fmt.Sprintf("si-%d-0", s.Port)},
-			corev1.EnvVar{Name: specs.Env(FlagReplica), Value: "0"},
+			corev1.EnvVar{Name: specs.Env(FlagReplicaName), Value: name},
+			corev1.EnvVar{Name: specs.Env(FlagReplica), Value: index},
 			corev1.EnvVar{Name: specs.Env(FlagWireListen), Value: s.ServerWire},
 			corev1.EnvVar{Name: specs.Env(FlagTUN), Value: ServerTUN(s.Port)},
 			corev1.EnvVar{Name: specs.Env(FlagNetns), Value: NetnsDir + "/" + s.NetworkNamespace},
 			corev1.EnvVar{Name: specs.Env(FlagTUNAddr), Value: s.Backend.Address},
 			corev1.EnvVar{Name: specs.Env(FlagTUNRoutes), Value: strings.Join(g.Spec.Server.DeviceNetworks, ",")},
 		)
+		if R > 1 {
+			env = append(env,
+				corev1.EnvVar{Name: specs.Env(FlagTUNMultiQueue), Value: "true"},
+				corev1.EnvVar{Name: specs.Env(FlagWireReusePort), Value: "true"},
+				corev1.EnvVar{Name: specs.Env(FlagOrdinalPorts), Value: "true"})
+		}
 		sp := specs.Pod{Role: RoleServer, Image: pl.Image, Binary: Binary, Labels: l,
 			CPU: "100m", Memory: "128Mi", Resources: g.Spec.Server.Resources,
 			Files: []specs.File{recordKeyFile(g)}, NATSSecret: NATSSecretName(g), Env: env}
@@ -733,7 +757,7 @@ func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSe
 		c := &t.Spec.Containers[0]
 		// A fixed metrics address beside the wire, where the operator reads the SI's figures
 		// (ServerMetricsEndpoint); health stays on a dynamic port (exec probes).
-		setEnv(c, specs.EnvMetricsAddr, ServerMetricsEndpoint(s))
+		setEnv(c, specs.EnvMetricsAddr, ServerMetricsEndpoint(s, 0))
 		dedupEnv(c)
 		pin(&t.Spec, g.Spec.Server.NodeSelector, g.Spec.Server.Tolerations)
 		// The pod security exception (docs/lois.md): root with NET_ADMIN and SYS_ADMIN only.
@@ -750,7 +774,7 @@ func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSe
 		out = append(out, &appsv1.StatefulSet{
 			ObjectMeta: metav1.ObjectMeta{Name: ServerName(g, s.Port), Namespace: g.Namespace, Labels: sp.Labels},
 			Spec: appsv1.StatefulSetSpec{
-				Replicas:            ptr.To(int32(1)),
+				Replicas:            ptr.To(R),
 				ServiceName:         ServerName(g, s.Port),
 				PodManagementPolicy: appsv1.ParallelPodManagement,
 				Selector:            &metav1.LabelSelector{MatchLabels: ServerSelector(g, s.Port)},
@@ -765,16 +789,16 @@ func ServerInterfaces(g *loisv1.HeaderGateway, pl Platform) []*appsv1.StatefulSe
 // /metrics at serverWire's address on serverWire's port + ServerMetricsPortOffset.
 const ServerMetricsPortOffset = 1000
 
-// ServerMetricsEndpoint is where the operator's server interface of service s serves
-// /metrics: serverWire's address (an address of the node, 127.0.0.1 on the local cluster)
-// at serverWire's port + ServerMetricsPortOffset. Validate keeps it within the port range
-// and off the other services' ports.
-func ServerMetricsEndpoint(s loisv1.Service) string {
+// ServerMetricsEndpoint is where replica i of the operator's server interfaces of service s
+// serves /metrics: serverWire's address (an address of the node, 127.0.0.1 on the local
+// cluster) at serverWire's port + ServerMetricsPortOffset + i. Validate keeps it within the
+// port range and off the other services' ports.
+func ServerMetricsEndpoint(s loisv1.Service, i int) string {
 	ap, err := netip.ParseAddrPort(s.ServerWire)
-	if err != nil {
+	if err != nil || int(ap.Port())+ServerMetricsPortOffset+i > 65535 {
 		return ""
 	}
-	return netip.AddrPortFrom(ap.Addr(), ap.Port()+ServerMetricsPortOffset).String()
+	return netip.AddrPortFrom(ap.Addr(), ap.Port()+ServerMetricsPortOffset+uint16(i)).String()
 }
 
 // ServerSelector selects the server interface pods of service port.

@@ -74,7 +74,12 @@ func TestValidate(t *testing.T) {
 		"lifetime too short":      func(g *loisv1.HeaderGateway) { g.Spec.Keystreams.Lifetime = metav1.Duration{Duration: 100e9} },
 		"sid is the unified port": func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Port = 443 },
 		"bad backend":             func(g *loisv1.HeaderGateway) { g.Spec.Services[0].Backend.Address = "::1" },
-		"netns, two replicas":     func(g *loisv1.HeaderGateway) { netns(g); g.Spec.Server.Replicas = 2 },
+		"netns, a wire on another's replica's metrics port": func(g *loisv1.HeaderGateway) {
+			netns(g)
+			g.Spec.Server.Replicas = 2 // 127.0.0.1:8402 and 8403
+			g.Spec.Services = append(g.Spec.Services, loisv1.Service{Name: "api", Port: 9090, NetworkNamespace: "api-ns",
+				Backend: loisv1.Backend{Address: "10.200.0.11", Port: 80}, ServerWire: "127.0.0.1:8403"})
+		},
 		"pinned SIs, external": func(g *loisv1.HeaderGateway) {
 			g.Spec.Server.NodeSelector = map[string]loisv1.LabelValue{"kubernetes.io/hostname": "a"}
 		},
@@ -127,8 +132,8 @@ func TestServerInterfaceMetricsAndPinning(t *testing.T) {
 			metrics = e.Value
 		}
 	}
-	if metrics != "127.0.0.1:8402" || ServerMetricsEndpoint(g.Spec.Services[0]) != metrics {
-		t.Errorf("SI metrics on %q, read at %q", metrics, ServerMetricsEndpoint(g.Spec.Services[0]))
+	if metrics != "127.0.0.1:8402" || ServerMetricsEndpoint(g.Spec.Services[0], 0) != metrics || ServerMetricsEndpoint(g.Spec.Services[0], 3) != "127.0.0.1:8405" {
+		t.Errorf("SI metrics on %q, read at %q", metrics, ServerMetricsEndpoint(g.Spec.Services[0], 0))
 	}
 	if pod.NodeSelector["kubernetes.io/hostname"] != "node-a" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "servers" {
 		t.Errorf("SI pinning: %v %v", pod.NodeSelector, pod.Tolerations)

@@ -11,7 +11,13 @@ import (
 // namespace of the calling process, without packet information headers: each Read returns
 // one IPv4 (or IPv6) packet, each Write injects one. The descriptor is non-blocking, so the
 // runtime poller serves it and Close ends a pending Read.
-func OpenTUN(name string) (*os.File, error) {
+func OpenTUN(name string) (*os.File, error) { return openTUN(name, false) }
+
+// openTUN is OpenTUN; multiQueue attaches one queue of a multi-queue device
+// (IFF_MULTI_QUEUE): several processes attach to one device, the kernel spreads the packets
+// it routes into the device over the queues by flow, and the device lives while any queue is
+// attached. A device made without the flag cannot be attached with it, nor the reverse.
+func openTUN(name string, multiQueue bool) (*os.File, error) {
 	if len(name) == 0 || len(name) >= unix.IFNAMSIZ {
 		return nil, fmt.Errorf("tun name %q: want 1 to %d bytes", name, unix.IFNAMSIZ-1)
 	}
@@ -24,7 +30,11 @@ func OpenTUN(name string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if multiQueue {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("attach tun %s: %w", name, err)

@@ -25,6 +25,13 @@ type TUNSetup struct {
 	MTU int
 	// Routes are routed into the device (the device addresses DIP the server answers).
 	Routes []netip.Prefix
+	// MultiQueue attaches one queue of a multi-queue device, made by the first of several
+	// server interface replicas of one service and joined by the others: one device, one
+	// address, one set of routes, the server's replies spread over the replicas by flow, and
+	// the device (with its routes) kept while any replica runs. A replica that finds the
+	// address already on the device leaves it as it is (setting it again would flush the
+	// routes that use it as source while the others carry traffic).
+	MultiQueue bool
 }
 
 // OpenTUNWith opens the TUN device name as OpenTUN does, inside s.Netns, and configures it.
@@ -35,7 +42,7 @@ func OpenTUNWith(name string, s TUNSetup) (*os.File, error) {
 	var f *os.File
 	err := inNetns(s.Netns, func() error {
 		var err error
-		if f, err = OpenTUN(name); err != nil {
+		if f, err = openTUN(name, s.MultiQueue); err != nil {
 			return err
 		}
 		if err = configureTUN(name, s); err != nil {
@@ -90,7 +97,7 @@ func configureTUN(name string, s TUNSetup) error {
 		r, _ := unix.NewIfreq(name) // OpenTUN checked the name
 		return r
 	}
-	if s.Addr.IsValid() {
+	if s.Addr.IsValid() && !(s.MultiQueue && hasAddr(fd, name, s.Addr)) {
 		if !s.Addr.Is4() {
 			return fmt.Errorf("address %s: want IPv4", s.Addr)
 		}
@@ -138,6 +145,19 @@ func configureTUN(name string, s TUNSetup) error {
 		}
 	}
 	return nil
+}
+
+// hasAddr says whether device name's IPv4 address is a (SIOCGIFADDR on socket fd).
+func hasAddr(fd int, name string, a netip.Addr) bool {
+	r, err := unix.NewIfreq(name)
+	if err != nil {
+		return false
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFADDR, r); err != nil {
+		return false // EADDRNOTAVAIL: no address yet
+	}
+	got, err := r.Inet4Addr()
+	return err == nil && netip.AddrFrom4([4]byte(got)) == a
 }
 
 // addRoute adds (or replaces) the route dst via interface index in the main table, with src
