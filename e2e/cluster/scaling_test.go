@@ -177,6 +177,14 @@ func (e *env) scalingPhases() {
 			ph.Events = eventTexts(evs)
 			s.summarise(&ph, start, lastScaleOut(evs))
 			ph.AbortReasons = e.abortReasonsSince(start)
+			// The status counter is the series' and can go back when a coordinator is replaced
+			// (a run reported "-9 aborted" beside 9 logged aborts): the coordinators' own log
+			// lines are the floor.
+			logged := 0
+			for _, n := range ph.AbortReasons {
+				logged += n
+			}
+			ph.Aborted = max(ph.Aborted, int64(logged))
 			if len(phases) > 0 && phases[0].RoundSecs > 0 {
 				ph.RoundToBase = ph.RoundSecs / phases[0].RoundSecs
 			}

@@ -68,7 +68,7 @@ spec:
               valueFrom: {secretKeyRef: {name: vault-dev-token, key: token}}
             - {name: VAULT_ADDR, value: "http://127.0.0.1:8200"}
             - {name: HOME, value: /tmp}
-          # An HTTP probe, not `vault status`: an exec probe every 2 s costs a runc exec and
+          # An HTTP probe, not an exec of vault status: one every 2 s costs a runc exec and
           # a start of the 400 MB vault binary on the 2-core node throughout the run.
           readinessProbe:
             httpGet: {host: 127.0.0.1, port: 8200, path: /v1/sys/health}
