@@ -295,6 +295,13 @@ func (e *env) runGateway(r *loisRun) {
 			return fmt.Errorf("devices %d, keystreams consumed %d (want ≥ %d uploads), installed %d (want installed + consumed > %d)",
 				devices, consumed, len(ups), installed, loisPerEpoch)
 		}
+		// And from the SI pod's metrics: the uploads it recovered, and the pad ratio (the
+		// sample pads, and only the SIs tell cover packets from real ones).
+		recovered, _, _ := unstructured.NestedInt64(g.Object, "status", "server", "uploadsRecovered")
+		pad, _, _ := unstructured.NestedString(g.Object, "status", "padRatio")
+		if recovered < 1 || pad == "" {
+			return fmt.Errorf("server interfaces recovered %d uploads (want ≥ 1), pad ratio %q (want a figure)", recovered, pad)
+		}
 		return nil
 	})
 	cols := e.run("kubectl", "get", "headergateways", "-n", e.ns, gatewayName)
