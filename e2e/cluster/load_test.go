@@ -297,12 +297,18 @@ func (e *env) outDir() string {
 	return e.dir
 }
 
-// waitSettled waits until the decryption workers' count has not changed for 30 s and every
-// worker is ready, before any load.
+// settledRounds is how many rounds in a row must complete without an abort before a load phase.
+const settledRounds = 5
+
+// waitSettled waits, before any load, until the decryption workers' count has not changed for
+// 30 s with every worker ready, and the series has completed settledRounds rounds in a row
+// without an abort. Ready pods are not enough: a rolled coordinator is Ready as a standby while
+// its predecessor drains, and a run's ×1 phase began while the rounds still aborted (9 of them).
 func (e *env) waitSettled() {
 	var last int32 = -1
 	since := time.Now()
-	testenv.Eventually(e.t, 4*time.Minute, "decryption workers settled", func() error {
+	lastAborted, completed0 := int64(-1), int64(0)
+	testenv.Eventually(e.t, 4*time.Minute, "decryption workers and rounds settled", func() error {
 		want, ready, err := e.decryptWorkers()
 		if err != nil {
 			return err
@@ -310,8 +316,13 @@ func (e *env) waitSettled() {
 		if want != last {
 			last, since = want, time.Now()
 		}
-		if ready != want || time.Since(since) < 30*time.Second {
-			return fmt.Errorf("%d/%d ready, unchanged for %s", ready, want, time.Since(since).Round(time.Second))
+		if ab := e.counter("abortedRounds"); ab != lastAborted {
+			lastAborted, completed0 = ab, e.counter("completedRounds")
+		}
+		clean := e.counter("completedRounds") - completed0
+		if ready != want || time.Since(since) < 30*time.Second || clean < settledRounds {
+			return fmt.Errorf("%d/%d ready, unchanged for %s; %d rounds completed since the last abort (want %d)",
+				ready, want, time.Since(since).Round(time.Second), clean, settledRounds)
 		}
 		e.report.Notes = append(e.report.Notes, fmt.Sprintf("decryption workers settled at %d before the load phases", want))
 		return nil
