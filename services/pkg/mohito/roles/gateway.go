@@ -298,9 +298,8 @@ func (g *Gateway) submit(ctx context.Context, user string, req *mohitov1.SubmitR
 		return 0, 0, status.Error(codes.Unavailable, "round state unavailable")
 	}
 	g.cfg.Metrics.Commands.WithLabelValues("admitted").Inc()
-	// Streamed to V* as it arrives (spec §3.5), in batches of the round's M2s
-	// (gateway_forward.go); what does not reach V* the coordinator re-forwards at close
-	// from the admitted M1s.
+	// Streamed to V* as it arrives (spec §3.5), one message per M2 (gateway_forward.go);
+	// what does not reach V* the coordinator re-forwards at close from the admitted M1s.
 	g.fwd.add(p, t, int(ri.Shuffler), idx, outer)
 	g.cfg.Metrics.StageSeconds.WithLabelValues("admit").Observe(time.Since(start).Seconds())
 	return t, idx, nil
