@@ -42,23 +42,7 @@ func TestCloudReportsFromARealCloudInterface(t *testing.T) {
 		"--backends", "8080=10.200.0.10:80@127.0.0.1:7402", "--wire-listen", wire,
 		"--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", "--addr-file", addrFile))
 	t.Cleanup(func() { d.Terminate(); d.Stopped(10 * time.Second) })
-	var metrics string
-	testenv.Eventually(t, 30*time.Second, "lois ci serving metrics", func() error {
-		if err := d.Exited(); err != nil {
-			return err
-		}
-		b, err := os.ReadFile(addrFile)
-		if err != nil {
-			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "metrics="); ok {
-				metrics = v
-				return nil
-			}
-		}
-		return errors.New("no metrics address yet")
-	})
+	metrics := metricsAddr(t, d, addrFile, "lois ci")
 	// The table gauge is set on the role's maintenance tick (250 ms); a replica that does
 	// not answer (127.0.0.1:1) is skipped.
 	testenv.Eventually(t, 20*time.Second, "one device and its upload keystreams reported", func() error {
@@ -115,22 +99,7 @@ func startSI(t *testing.T, keys, netns, dev, wire string, metricsBase, replica i
 		"--tun", dev, "--netns", "/run/netns/"+netns, "--tun-multi-queue", "--wire-listen", wire, "--wire-reuse-port", "--ordinal-ports",
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsBase), "--health-addr", "127.0.0.1:0", "--addr-file", addrFile))
 	t.Cleanup(func() { d.Terminate(); d.Stopped(10 * time.Second) })
-	testenv.Eventually(t, 30*time.Second, "lois si serving metrics", func() error {
-		if err := d.Exited(); err != nil {
-			return err
-		}
-		b, err := os.ReadFile(addrFile)
-		if err != nil {
-			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "metrics="); ok {
-				metrics = v
-				return nil
-			}
-		}
-		return errors.New("no metrics address yet")
-	})
+	metrics = metricsAddr(t, d, addrFile, "lois si")
 	if want := fmt.Sprintf("127.0.0.1:%d", metricsBase+replica); metrics != want {
 		t.Fatalf("replica %d serves its metrics at %s, want %s", replica, metrics, want)
 	}
@@ -242,4 +211,26 @@ func uploadsRejected(rep *ServerReport) int64 {
 		}
 	}
 	return n
+}
+
+// metricsAddr waits for role d to write its metrics address to addrFile (the metrics= line).
+func metricsAddr(t *testing.T, d *testenv.Daemon, addrFile, role string) (metrics string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, role+" serving metrics", func() error {
+		if err := d.Exited(); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(addrFile)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "metrics="); ok {
+				metrics = v
+				return nil
+			}
+		}
+		return errors.New("no metrics address yet")
+	})
+	return metrics
 }
