@@ -110,18 +110,22 @@ func (b *Broker) hardenedAttempt(ctx context.Context, a *pps.Assignment, masked 
 	return stream, hdr, labels, nil
 }
 
-// garbleHeader calls Garble and reads the stream's header.
+// garbleHeader calls Garble, its data messages decoded by a chunkCodec, and reads the
+// stream's header.
 func (b *Broker) garbleHeader(ctx context.Context, req *ppsv1.GarbleRequest) (grpc.ServerStreamingClient[ppsv1.GarbleResponse], *ppsv1.GarbleHeader, error) {
-	stream, err := b.opt.Garbler.Garble(ctx, req)
+	codec := &chunkCodec{}
+	call, err := b.opt.Garbler.Garble(ctx, req, codec.callOption())
 	if err != nil {
 		return nil, nil, fmt.Errorf("garble: %w", err)
 	}
+	stream := &codecStream[ppsv1.GarbleResponse]{call, codec}
 	first, err := stream.Recv()
 	if err != nil {
 		return nil, nil, fmt.Errorf("garble: %w", err)
 	}
 	hdr := first.GetHeader()
 	if hdr == nil {
+		codec.release()
 		return nil, nil, errors.New("garble: stream does not start with a header")
 	}
 	return stream, hdr, nil

@@ -8,6 +8,9 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+
 	"github.com/obscura-iot/obscura/services/pkg/gc"
 	ppsv1 "github.com/obscura-iot/obscura/services/proto/obscura/pps/v1"
 )
@@ -65,22 +68,25 @@ func (b *Broker) fetchTables(ctx context.Context, f *brokerFunction) (*gc.Tables
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hash := f.plan.Hash()
-	stream, err := b.opt.Garbler.Pregarble(ctx, &ppsv1.PregarbleRequest{FnId: f.f.ID, CircuitHash: hash[:], ChunkBytes: uint32(b.opt.ChunkBytes)})
+	codec := &chunkCodec{}
+	call, err := b.opt.Garbler.Pregarble(ctx, &ppsv1.PregarbleRequest{FnId: f.f.ID, CircuitHash: hash[:], ChunkBytes: uint32(b.opt.ChunkBytes)}, codec.callOption())
 	if err != nil {
 		return nil, fmt.Errorf("pregarble: %w", err)
 	}
+	stream := &codecStream[ppsv1.PregarbleResponse]{call, codec}
 	first, err := stream.Recv()
 	if err != nil {
 		return nil, fmt.Errorf("pregarble: %w", err)
 	}
 	hdr := first.GetHeader()
 	if hdr == nil {
+		codec.release()
 		return nil, errors.New("pregarble: stream does not start with a header")
 	}
 	if want := gc.TablesSize(f.plan, 0); hdr.StreamBytes != uint64(want) {
 		return nil, fmt.Errorf("pregarble: a tables stream of %d bytes announced, %d expected", hdr.StreamBytes, want)
 	}
-	rd := streamReader(stream.Recv, hdr.StreamBytes)
+	rd := streamReader(stream, hdr.StreamBytes)
 	t, err := gc.ReadTables(f.plan, rd)
 	if err != nil {
 		return nil, fmt.Errorf("pregarble: %w", err)
@@ -122,11 +128,16 @@ func (b *Broker) PregarbleReady() bool {
 }
 
 // chunkReader is a stream's data chunks as an io.Reader that refuses more bytes than
-// announced: the evaluator reads it as it arrives, holding one chunk at a time.
+// announced: the evaluator reads it as it arrives, holding one message at a time. A message
+// the call's chunkCodec took is read from gRPC's receive buffers in place (its pieces) and
+// freed once read.
 type chunkReader struct {
-	recv func() (data []byte, header bool, err error)
-	buf  []byte
-	left uint64
+	recv   func(pieces [][]byte) ([][]byte, mem.BufferSlice, bool, error)
+	buf    []byte          // the unread bytes of the current piece
+	pieces [][]byte        // the current message's pieces after buf
+	held   mem.BufferSlice // the current message's buffers when the codec took it
+	spare  [][]byte
+	left   uint64
 }
 
 // chunkMsg is a garbler stream's message, a header or a data chunk: Garble's and
@@ -136,50 +147,113 @@ type chunkMsg interface {
 	GetHeader() *ppsv1.GarbleHeader
 }
 
-// streamReader reads the data chunks received by recv (a stream's Recv) after a header
-// that announced left bytes.
-func streamReader[M chunkMsg](recv func() (M, error), left uint64) *chunkReader {
-	return &chunkReader{recv: func() ([]byte, bool, error) {
-		m, err := recv()
+// chunkStream is a garbler stream: Garble's or Pregarble's client stream.
+type chunkStream[M chunkMsg] interface {
+	Recv() (M, error)
+}
+
+// codecStream is a garbler stream whose call decodes its data messages with codec.
+type codecStream[R any] struct {
+	grpc.ServerStreamingClient[R]
+	codec *chunkCodec
+}
+
+func (s *codecStream[R]) chunkCodec() *chunkCodec { return s.codec }
+
+// streamReader reads the data chunks s receives after a header that announced left bytes.
+func streamReader[M chunkMsg](s chunkStream[M], left uint64) *chunkReader {
+	var c *chunkCodec
+	if cs, ok := s.(interface{ chunkCodec() *chunkCodec }); ok {
+		c = cs.chunkCodec()
+	}
+	return &chunkReader{recv: func(ps [][]byte) ([][]byte, mem.BufferSlice, bool, error) {
+		m, err := s.Recv()
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
-		return m.GetData(), m.GetHeader() != nil, nil
+		if c != nil {
+			if held, skip := c.take(); held != nil {
+				for _, b := range held {
+					d := b.ReadOnlyData()
+					if skip >= len(d) {
+						skip -= len(d)
+						continue
+					}
+					ps, skip = append(ps, d[skip:]), 0
+				}
+				return ps, held, false, nil
+			}
+		}
+		if d := m.GetData(); len(d) > 0 {
+			ps = append(ps, d)
+		}
+		return ps, nil, m.GetHeader() != nil, nil
 	}, left: left}
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
+		if len(r.pieces) > 0 {
+			r.buf, r.pieces = r.pieces[0], r.pieces[1:]
+			continue
+		}
+		r.free()
 		if r.left == 0 {
 			return 0, io.EOF
 		}
-		d, hdr, err := r.recv()
+		ps, held, hdr, err := r.recv(r.spare[:0])
 		if err == io.EOF {
 			return 0, io.ErrUnexpectedEOF
 		}
 		if err != nil {
 			return 0, err
 		}
+		r.held, r.spare = held, ps
 		if hdr {
 			return 0, errors.New("a second header in the stream")
 		}
-		if uint64(len(d)) > r.left {
+		n := uint64(0)
+		for _, d := range ps {
+			n += uint64(len(d))
+		}
+		if n > r.left {
 			return 0, fmt.Errorf("stream longer than the %d bytes announced", r.left)
 		}
-		r.left -= uint64(len(d))
-		r.buf = d
+		r.left -= n
+		r.pieces = ps
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
 }
 
-func (r *chunkReader) finish() error {
-	if len(r.buf) != 0 || r.left != 0 {
-		return fmt.Errorf("%d bytes left after reading", uint64(len(r.buf))+r.left)
+// free returns the current message's buffers to gRPC once read.
+func (r *chunkReader) free() {
+	if r.held != nil {
+		r.held.Free()
+		r.held = nil
 	}
-	if _, _, err := r.recv(); err != io.EOF {
+	r.buf, r.pieces = nil, nil
+}
+
+func (r *chunkReader) finish() error {
+	left := uint64(len(r.buf)) + r.left
+	for _, d := range r.pieces {
+		left += uint64(len(d))
+	}
+	r.free()
+	if left != 0 {
+		return fmt.Errorf("%d bytes left after reading", left)
+	}
+	ps, held, _, err := r.recv(r.spare[:0])
+	if held != nil {
+		held.Free()
+	}
+	if err != io.EOF {
 		if err == nil {
+			if len(ps) == 0 {
+				return errors.New("a message after the announced end of the stream")
+			}
 			return errors.New("data after the announced end of the stream")
 		}
 		return err
