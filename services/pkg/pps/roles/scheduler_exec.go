@@ -45,58 +45,75 @@ func (s *schedSlot) input(slot int) *ppsv1.SlotInput {
 // labels are not read; a slot whose round did not arrive is missing.
 func (b *Broker) resolve(ctx context.Context, set *brokerSet, f *brokerFunction, at time.Time) ([]schedSlot, error) {
 	since := at.Add(-f.p.Window.Duration)
-	type latest struct {
-		round uint64
-		ok    bool
-	}
-	windowed, retained := map[string]latest{}, map[string]latest{}
-	allowed := map[string]pps.NullReason{}
-	slots := make([]schedSlot, len(f.f.Layout.Slots))
-	for s, spec := range f.f.Layout.Slots {
-		dev := f.slotPub[s]
-		sl := &slots[s]
-		sl.pub, sl.value = dev, f.slotValue[s]
-		why, seen := allowed[dev]
-		if !seen {
-			pol, err := b.store.Policy(ctx, dev)
-			switch {
-			case errors.Is(err, ErrUnknownPublisher):
-				why = pps.Missing
-			case err != nil:
-				return nil, err
-			case !pol.Allows(f.f.ID, f.f.Layout.MinInputs):
-				why = pps.NotAllowed
-			default:
-				why = pps.Valid
-			}
-			allowed[dev] = why
+	// The publishers' policies, then the latest rounds the slots read: one round trip each.
+	var devs []string
+	devOf := map[string]int{}
+	for _, dev := range f.slotPub {
+		if _, ok := devOf[dev]; !ok {
+			devOf[dev] = len(devs)
+			devs = append(devs, dev)
 		}
-		if why != pps.Valid {
-			sl.reason = why
+	}
+	pols, err := b.store.Policies(ctx, devs)
+	if err != nil {
+		return nil, err
+	}
+	why := make([]pps.NullReason, len(devs))
+	for i, pol := range pols {
+		switch {
+		case pol == nil:
+			why[i] = pps.Missing
+		case !pol.Allows(f.f.ID, f.f.Layout.MinInputs):
+			why[i] = pps.NotAllowed
+		}
+	}
+	type query struct {
+		dev    int
+		static bool // `static` reads the latest round retained, not within the window
+	}
+	queryOf := map[query]int{}
+	var qs []RoundQuery
+	slotQuery := make([]int, len(f.f.Layout.Slots))
+	for s, spec := range f.f.Layout.Slots {
+		d := devOf[f.slotPub[s]]
+		if why[d] != pps.Valid {
 			continue
 		}
-		cache, from := windowed, since
-		if spec.Source == pps.Static {
-			cache, from = retained, time.Time{}
-		}
-		l, seen := cache[dev]
-		if !seen {
-			r, ok, err := b.store.LatestRound(ctx, dev, from, at)
-			if err != nil {
-				return nil, err
+		q := query{dev: d, static: spec.Source == pps.Static}
+		i, ok := queryOf[q]
+		if !ok {
+			i = len(qs)
+			queryOf[q] = i
+			from := since
+			if q.static {
+				from = time.Time{}
 			}
-			l = latest{r, ok}
-			cache[dev] = l
+			qs = append(qs, RoundQuery{Pub: devs[d], Since: from, Until: at})
 		}
-		sl.round = l.round
+		slotQuery[s] = i
+	}
+	latest, err := b.store.LatestRounds(ctx, qs)
+	if err != nil {
+		return nil, err
+	}
+	slots := make([]schedSlot, len(f.f.Layout.Slots))
+	for s, spec := range f.f.Layout.Slots {
+		sl := &slots[s]
+		sl.pub, sl.value = f.slotPub[s], f.slotValue[s]
+		if r := why[devOf[sl.pub]]; r != pps.Valid {
+			sl.reason = r
+			continue
+		}
+		l := latest[slotQuery[s]]
+		sl.round = l.Round
 		if spec.Source == pps.Window {
-			if uint64(spec.Lag) > l.round {
-				l.ok = false
+			if uint64(spec.Lag) > l.Round {
+				l.OK = false
 			} else {
-				sl.round = l.round - uint64(spec.Lag)
+				sl.round = l.Round - uint64(spec.Lag)
 			}
 		}
-		if !l.ok {
+		if !l.OK {
 			sl.reason = pps.Missing
 		}
 	}
@@ -299,7 +316,7 @@ func (b *Broker) run(ctx context.Context, f *brokerFunction, tick uint64, at tim
 		e.Nullified[pps.Erased.String()] = append(e.Nullified[pps.Erased.String()], s)
 	}
 	t0 = time.Now()
-	rd := streamReader(stream.Recv, hdr.StreamBytes)
+	rd := streamReader(stream, hdr.StreamBytes)
 	// A slot the garbler erased is a constant in the stream: its label here is not read.
 	labels := hlabels
 	if !f.hardened {

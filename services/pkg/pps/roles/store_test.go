@@ -112,3 +112,82 @@ func TestBrokerStoreTickClaimedOnceByLeaseHolder(t *testing.T) {
 		t.Errorf("new leader claims tick 8: %v %v", ok, err)
 	}
 }
+
+// TestBrokerStoreBatchedReads: the tick's batched reads (Policies, LatestRounds, LabelsOf in
+// one MGET) answer as the single reads do: an unregistered publisher has no policy, a window
+// in which nothing arrived no round, a round never stored (or of another publisher) no labels.
+func TestBrokerStoreBatchedReads(t *testing.T) {
+	ctx := context.Background()
+	s := NewBrokerStore(testenv.StartRedis(t).Client(), time.Hour)
+	other := "bb" + storeTestPub[2:]
+	unknown := "cc" + storeTestPub[2:]
+	if err := s.RegisterPublisher(ctx, storeTestPub, contract.Policy{Fns: []string{"f"}, MinInputs: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterPublisher(ctx, other, contract.Policy{Fns: []string{"g"}}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	for r := uint64(1); r <= 4; r++ {
+		if err := s.StoreLabels(ctx, storeTestPub, r, []byte{1, byte(r)}, t0.Add(time.Duration(r)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.StoreLabels(ctx, other, 9, []byte{2, 9}, t0); err != nil {
+		t.Fatal(err)
+	}
+
+	pols, err := s.Policies(ctx, []string{other, unknown, storeTestPub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{other, unknown, storeTestPub} {
+		want, werr := s.Policy(ctx, id)
+		switch {
+		case errors.Is(werr, ErrUnknownPublisher):
+			if pols[i] != nil {
+				t.Errorf("%s: unregistered, Policies gave %+v", id[:2], pols[i])
+			}
+		case werr != nil:
+			t.Fatal(werr)
+		case pols[i] == nil || pols[i].MinInputs != want.MinInputs || len(pols[i].Fns) != 1 || pols[i].Fns[0] != want.Fns[0]:
+			t.Errorf("%s: Policies gave %+v, Policy %+v", id[:2], pols[i], want)
+		}
+	}
+
+	qs := []RoundQuery{
+		{storeTestPub, t0, t0.Add(10 * time.Minute)},
+		{storeTestPub, t0, t0.Add(2 * time.Minute)},
+		{storeTestPub, t0.Add(150 * time.Second), t0.Add(170 * time.Second)},
+		{other, time.Time{}, t0},
+		{unknown, time.Time{}, t0},
+	}
+	want := []LatestRoundOf{{4, true}, {2, true}, {}, {9, true}, {}}
+	got, err := s.LatestRounds(ctx, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range qs {
+		if got[i] != want[i] {
+			t.Errorf("query %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+
+	refs := []LabelRef{{storeTestPub, 3}, {storeTestPub, 7}, {other, 9}, {other, 3}, {unknown, 1}, {storeTestPub, 1}}
+	labels, err := s.LabelsOf(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range refs {
+		one, err := s.Labels(ctx, r.Pub, r.Round)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(labels[i], one) || (labels[i] == nil) != (one == nil) {
+			t.Errorf("%s round %d: LabelsOf %x, Labels %x", r.Pub[:2], r.Round, labels[i], one)
+		}
+	}
+	if labels[0] == nil || labels[1] != nil {
+		t.Errorf("LabelsOf: %x", labels)
+	}
+}
