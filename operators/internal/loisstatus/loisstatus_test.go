@@ -57,14 +57,7 @@ func TestCloudReportsFromARealCloudInterface(t *testing.T) {
 		return nil
 	})
 
-	c, err := net.Dial("udp4", wire)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("not an IPv4 packet")); err != nil {
-		t.Fatal(err)
-	}
+	sendMalformed(t, wire)
 	testenv.Eventually(t, 20*time.Second, "the malformed datagram counted", func() error {
 		rep, err := Metrics{}.Cloud(context.Background(), []string{metrics})
 		if err != nil {
@@ -177,14 +170,7 @@ func TestServerReportsFromRealServerInterfaces(t *testing.T) {
 		return nil
 	})
 
-	c, err := net.Dial("udp4", wire0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("not an IPv4 packet")); err != nil {
-		t.Fatal(err)
-	}
+	sendMalformed(t, wire0)
 	testenv.Eventually(t, 20*time.Second, "the malformed datagram counted", func() error {
 		rep, err := Metrics{}.Server(ctx, []string{m0, m1})
 		if err != nil {
@@ -233,4 +219,17 @@ func metricsAddr(t *testing.T, d *testenv.Daemon, addrFile, role string) (metric
 		return errors.New("no metrics address yet")
 	})
 	return metrics
+}
+
+// sendMalformed sends one datagram that is not an IPv4 packet to a role's wire address.
+func sendMalformed(t *testing.T, wire string) {
+	t.Helper()
+	c, err := net.Dial("udp4", wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("not an IPv4 packet")); err != nil {
+		t.Fatal(err)
+	}
 }
