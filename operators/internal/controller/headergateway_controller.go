@@ -294,45 +294,38 @@ func (r *HeaderGatewayReconciler) observe(ctx context.Context, g *loisv1.HeaderG
 }
 
 func (r *HeaderGatewayReconciler) observeCloud(ctx context.Context, g *loisv1.HeaderGateway) {
-	log := logf.FromContext(ctx)
-	eps, err := r.cloudEndpoints(ctx, g)
-	if err != nil {
-		log.Info("cloud interface pods unavailable", "err", err.Error())
-		return
-	}
-	if len(eps) == 0 {
-		return
-	}
-	rep, err := r.Services.Cloud(ctx, eps)
-	switch {
-	case errors.Is(err, loisstatus.ErrNotReported):
-		return
-	case err != nil:
-		log.Info("cloud interface figures unavailable", "err", err.Error())
-		return
-	}
-	applyCloudReport(&g.Status, rep, time.Now())
+	observe(ctx, g, "cloud", r.cloudEndpoints, r.Services.Cloud, applyCloudReport)
 }
 
 func (r *HeaderGatewayReconciler) observeServers(ctx context.Context, g *loisv1.HeaderGateway) {
+	observe(ctx, g, "server", r.serverEndpoints, r.Services.Server, applyServerReport)
+}
+
+// observe reads one kind of interface's figures (role "cloud" or "server") from its pods'
+// metrics and applies them to g's status; pods not there yet, or no figures yet, leave it as it
+// was.
+func observe[R any](ctx context.Context, g *loisv1.HeaderGateway, role string,
+	endpoints func(context.Context, *loisv1.HeaderGateway) ([]string, error),
+	read func(context.Context, []string) (R, error),
+	apply func(*loisv1.HeaderGatewayStatus, R, time.Time)) {
 	log := logf.FromContext(ctx)
-	eps, err := r.serverEndpoints(ctx, g)
+	eps, err := endpoints(ctx, g)
 	if err != nil {
-		log.Info("server interface pods unavailable", "err", err.Error())
+		log.Info(role+" interface pods unavailable", "err", err.Error())
 		return
 	}
 	if len(eps) == 0 {
 		return
 	}
-	rep, err := r.Services.Server(ctx, eps)
+	rep, err := read(ctx, eps)
 	switch {
 	case errors.Is(err, loisstatus.ErrNotReported):
 		return
 	case err != nil:
-		log.Info("server interface figures unavailable", "err", err.Error())
+		log.Info(role+" interface figures unavailable", "err", err.Error())
 		return
 	}
-	applyServerReport(&g.Status, rep, time.Now())
+	apply(&g.Status, rep, time.Now())
 }
 
 // applyCloudReport writes a report into status; packets/s is the rate of consumed keystreams
