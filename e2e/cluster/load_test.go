@@ -232,8 +232,10 @@ func (e *env) driveAt(name, edge, mqtt string, users int, d time.Duration) (map[
 }
 
 // counter reads a Round status counter.
-func (e *env) counter(field string) int64 {
-	st := e.roundStatus()
+func (e *env) counter(field string) int64 { return statusCount(e.roundStatus(), field) }
+
+// statusCount is an integer field of a Round's status (0 when absent).
+func statusCount(st map[string]any, field string) int64 {
 	v, _ := strconv.ParseInt(fmt.Sprint(st[field]), 10, 64)
 	return v
 }
@@ -316,10 +318,11 @@ func (e *env) waitSettled() {
 		if want != last {
 			last, since = want, time.Now()
 		}
-		if ab := e.counter("abortedRounds"); ab != lastAborted {
-			lastAborted, completed0 = ab, e.counter("completedRounds")
+		st := e.roundStatus()
+		if ab := statusCount(st, "abortedRounds"); ab != lastAborted {
+			lastAborted, completed0 = ab, statusCount(st, "completedRounds")
 		}
-		clean := e.counter("completedRounds") - completed0
+		clean := statusCount(st, "completedRounds") - completed0
 		if ready != want || time.Since(since) < 30*time.Second || clean < settledRounds {
 			return fmt.Errorf("%d/%d ready, unchanged for %s; %d rounds completed since the last abort (want %d)",
 				ready, want, time.Since(since).Round(time.Second), clean, settledRounds)
